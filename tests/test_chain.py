@@ -1,0 +1,69 @@
+"The papermill chain end to end: the embedded demo, resume rules, failures, docs."
+import json, shutil
+from pathlib import Path
+import pytest
+from conftest import dflash, ROOT
+from dflash_nb.pipeline import discover_stages
+
+def test_demo_runs_every_stage(demo_run):
+    run_dir, r = demo_run
+    stages = [s.name for s in discover_stages()]
+    assert stages and stages[0] == '01_targets'
+    info = json.loads((run_dir / 'run.json').read_text())
+    assert info['status'] == 'ok'
+    assert [s['stage'] for s in info['stages']] == stages
+    for s in stages:
+        m = json.loads((run_dir / s / 'manifest.json').read_text())
+        assert m['stage'] == s and m['outputs'], s
+        assert (run_dir / s / f'{s}.ipynb').exists() or any(x['status'] == 'skipped' for x in info['stages'] if x['stage'] == s)
+
+def test_second_run_skips_everything(demo_run):
+    run_dir, _ = demo_run
+    r = dflash('run', '--quiet', '--runs-dir', run_dir.parent, '--set', f'run.name={run_dir.name}')
+    info = json.loads((run_dir / 'run.json').read_text())
+    assert {s['status'] for s in info['stages']} == {'skipped'}, r.stdout
+
+def test_changed_parameter_reruns_that_stage_and_later(demo_run, tmp_path):
+    run_dir, _ = demo_run
+    copy = tmp_path / 'runs' / 'copy'
+    shutil.copytree(run_dir, copy)
+    stages = [s.name for s in discover_stages()]
+    r = dflash('run', '--quiet', '--runs-dir', copy.parent, '--set', 'run.name=copy', '--set', 'run.seed=1')
+    info = json.loads((copy / 'run.json').read_text())
+    status = {s['stage']: s['status'] for s in info['stages']}
+    # every stage that declares `seed` reran, and every stage after the first rerun reran
+    first = next(s for s in stages if status[s] == 'ran')
+    assert all(status[s] == 'ran' for s in stages[stages.index(first):]), status
+    assert 'parameters changed: seed' in r.stdout
+
+def test_bad_config_key_is_named(tmp_path):
+    r = dflash('run', '--set', 'targets.no_such_param=1', '--runs-dir', tmp_path, check=False)
+    assert r.returncode == 2 and 'targets.no_such_param' in r.stderr
+
+def test_failing_stage_stops_chain_with_notebook_path(tmp_path):
+    from dflash_nb.pipeline import make_stage_notebook
+    nbs = tmp_path / 'nbs'; nbs.mkdir()
+    make_stage_notebook(nbs / '10_ok.ipynb', {'k': 1},
+        'from dflash_nb.core import Stage, write_text\ns = Stage(run_dir, "10_ok", dict(k=k))\n'
+        's.output(write_text(s.path("x"), "1")); s.finish()')
+    make_stage_notebook(nbs / '20_bad.ipynb', {'k': 1}, 'raise ValueError("row 7: no user turn")')
+    make_stage_notebook(nbs / '30_never.ipynb', {'k': 1}, 'raise SystemExit("must not run")')
+    r = dflash('run', '--quiet', '--runs-dir', tmp_path / 'runs', env={'DFLASH_NB_NBS': str(nbs)}, check=False)
+    assert r.returncode == 1
+    assert 'stage 20_bad failed' in r.stderr and 'row 7: no user turn' in r.stderr
+    assert str(tmp_path / 'runs' / 'demo' / '20_bad' / '20_bad.ipynb') in r.stderr
+    assert not (tmp_path / 'runs' / 'demo' / '30_never').exists()
+
+def test_docs_render_every_stage(demo_run, tmp_path):
+    run_dir, _ = demo_run
+    out = tmp_path / '_docs'
+    dflash('docs', '--out', out, '--run', run_dir)
+    index = (out / 'index.html').read_text()
+    for nb in sorted((ROOT / 'nbs').glob('*.ipynb')):
+        page = out / f'{nb.stem}.html'
+        assert page.exists(), page
+        title = next(l[2:].strip() for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'markdown'
+                     for l in ''.join(c['source']).splitlines() if l.startswith('# '))
+        assert title in page.read_text() and title in index, (nb.name, title)
+    # stage pages show the executed run record (with outputs)
+    assert 'target.json' in (out / '01_targets.html').read_text() or 'hidden_states' in (out / '01_targets.html').read_text()
