@@ -21,7 +21,7 @@ fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 if ! python -c "import torch" 2>/dev/null; then
   echo "[setup] installing $TORCH_REQ (before the project, so that pip does not pull another build)"
-  python -m pip install -q "$TORCH_REQ"
+  python -m pip install -q $TORCH_REQ   # unquoted: may carry pip options (--index-url ...)
 else
   echo "[setup] torch $(python -c 'import torch; print(torch.__version__)') already installed"
 fi

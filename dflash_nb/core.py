@@ -15,7 +15,7 @@ __all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'RUN_KEYS', 'repo_root', 'nbs_dir', 'cach
            'write_text', 'write_json', 'read_json', 'write_jsonl', 'JSONLError', 'iter_jsonl', 'atomic_dir',
            'file_hash', 'obj_hash', 'versions', 'Stage', 'read_manifest', 'ConfigError', 'default_config_path',
            'apply_override', 'validate_run_section', 'load_config', 'seed_everything', 'get_device', 'setup_logging',
-           'Quarantine']
+           'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids', 'from_aux_layer_ids', 'Quarantine']
 
 # %% ../nbs/00_core.ipynb #e55339f7
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().parent / 'dflash_nb'
@@ -330,7 +330,34 @@ def setup_logging(folder=None, level: int = logging.INFO) -> logging.Logger:
     log.propagate = False
     return log
 
-# %% ../nbs/00_core.ipynb #3068e249
+# %% ../nbs/00_core.ipynb #b9b4b012
+def default_target_layer_ids(num_target_layers: int, n: int = 5) -> list[int]:
+    "The DFlash default feature layers for a target of `num_target_layers` decoder layers (DFlash convention)."
+    N = int(num_target_layers)
+    if n < 1: raise ValueError('need at least one feature layer')
+    if n == 1: return [N // 2]
+    if N < 4: raise ValueError(f'a target with {N} layers is too shallow for {n} feature layers; pass target_layer_ids explicitly')
+    ids = [int(round(1 + i * (N - 4) / (n - 1))) for i in range(n)]
+    return ids
+
+def check_target_layer_ids(ids, num_target_layers: int) -> list[int]:
+    "Validate DFlash-convention ids: integers in [0, N-1], strictly increasing."
+    ids = [int(i) for i in ids]
+    bad = [i for i in ids if not 0 <= i < num_target_layers]
+    if bad: raise ValueError(f'target_layer_ids {bad} out of range for a target of {num_target_layers} layers (valid 0..{num_target_layers - 1}; '
+                             'DFlash convention: 0-based decoder layer, feature = hidden_states[L+1])')
+    if any(b <= a for a, b in zip(ids, ids[1:])): raise ValueError(f'target_layer_ids must be strictly increasing, got {ids}')
+    return ids
+
+def to_aux_layer_ids(ids) -> list[int]:
+    "DFlash `target_layer_ids` -> vLLM/speculators aux hidden-state ids (+1)."
+    return [int(i) + 1 for i in ids]
+
+def from_aux_layer_ids(ids) -> list[int]:
+    "vLLM/speculators aux hidden-state ids -> DFlash `target_layer_ids` (-1)."
+    return [int(i) - 1 for i in ids]
+
+# %% ../nbs/00_core.ipynb #ed793e3c
 class Quarantine:
     "Collect rejected rows with their reasons; `save` writes them atomically as JSONL."
     def __init__(self, path=None): self.path, self.rows, self.reasons = path, [], {}

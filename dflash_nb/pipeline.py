@@ -101,7 +101,7 @@ def stage_status(run_dir, stage: StageSpec, params: dict) -> tuple[bool, str]:
         if p.is_file() and p.stat().st_size != e['bytes']: return False, f'output {e["path"]} changed'
     return True, 'manifest matches parameters and inputs'
 
-# %% ../nbs/02_pipeline.ipynb #473cbdb9
+# %% ../nbs/02_pipeline.ipynb #b90382ef
 class ChainError(RuntimeError):
     "A stage of the chain failed; the message names the stage, the error and the executed notebook."
 
@@ -120,6 +120,9 @@ def execute_stage(stage: StageSpec, run_dir, params: dict, progress: bool = True
     run_dir = Path(run_dir).resolve()
     out_dir = run_dir / stage.name; out_dir.mkdir(parents=True, exist_ok=True)
     out_nb = out_dir / f'{stage.name}.ipynb'
+    # the kernel inherits this environment: IN_TEST makes the notebook's closing export cell a no-op
+    # (papermill ignores nbdev's `#| hide`), so running a stage never rewrites the package
+    saved = os.environ.get('IN_TEST'); os.environ['IN_TEST'] = '1'
     try:
         pm.execute_notebook(str(stage.path), str(out_nb), parameters={**params, 'run_dir': str(run_dir)},
                             kernel_name=kernel_name, cwd=str(stage.path.parent), progress_bar=progress,
@@ -128,15 +131,19 @@ def execute_stage(stage: StageSpec, run_dir, params: dict, progress: bool = True
         tb = _ANSI.sub('', '\n'.join(e.traceback[-12:])) if e.traceback else ''
         raise ChainError(f'stage {stage.name} failed in cell {e.exec_count}: {e.ename}: {e.evalue}\n{tb}\n'
                          f'executed notebook: {out_nb}') from None
+    finally:
+        if saved is None: os.environ.pop('IN_TEST', None)
+        else: os.environ['IN_TEST'] = saved
     if read_manifest(out_dir) is None:
         raise ChainError(f'stage {stage.name} ran but wrote no manifest.json; executed notebook: {out_nb}')
     return out_nb
 
 def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None = None, only: str | None = None,
               until: str | None = None, force: bool = False, nbs=None, progress: bool = True, log_output: bool = False,
-              run_dir=None, echo=print) -> dict:
+              run_dir=None, echo=print, record: bool = True) -> dict:
     """Run the stage notebooks of `nbs` under the run config `config` (default: the embedded demo).
-    Returns a summary {'run_dir', 'stages': [{'stage', 'status': ran|skipped, 'reason', 'seconds', 'notebook'}]}."""
+    Returns a summary {'run_dir', 'stages': [{'stage', 'status': ran|skipped, 'reason', 'seconds', 'notebook'}]}.
+    With `record`, the resolved config and the summary are saved as `config.yaml` and `run.json` in the run folder."""
     cfg = config if isinstance(config, dict) else load_config(config, overrides)
     stages = discover_stages(nbs)
     if not stages: raise ConfigError(f'no stage notebooks found in {nbs or nbs_dir()}')
@@ -151,7 +158,7 @@ def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None =
     if until is not None: todo = todo[:names.index(_pick(stages, until, 'until').name)]
     start = names.index(_pick(stages, from_stage, '--from').name) if from_stage else None
     if only: todo = [_pick(stages, only, '--only')]
-    write_text(run_dir / 'config.yaml', __import__('yaml').safe_dump(cfg, sort_keys=False))
+    if record: write_text(run_dir / 'config.yaml', __import__('yaml').safe_dump(cfg, sort_keys=False))
     summary = {'run_dir': str(run_dir), 'config': cfg, 'stages': []}
     echo(f'run {name} -> {run_dir} ({len(todo)} stage(s))')
     t_all = time.time()
@@ -172,17 +179,17 @@ def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None =
         try: nb = execute_stage(st, run_dir, params, progress=progress, log_output=log_output)
         except ChainError:
             summary['stages'].append({'stage': st.name, 'status': 'failed', 'reason': reason, 'seconds': round(time.time() - t, 2)})
-            write_json(run_dir / 'run.json', {**summary, 'status': 'failed'})
+            if record: write_json(run_dir / 'run.json', {**summary, 'status': 'failed'})
             raise
         dt = round(time.time() - t, 2)
         echo(f'[{i}/{len(todo)}] {st.name}: done in {dt:.1f}s')
         summary['stages'].append({'stage': st.name, 'status': 'ran', 'reason': reason, 'seconds': dt, 'notebook': str(nb)})
     summary['seconds'] = round(time.time() - t_all, 2)
-    write_json(run_dir / 'run.json', {**summary, 'status': 'ok'})
+    if record: write_json(run_dir / 'run.json', {**summary, 'status': 'ok'})
     echo(f'run {name}: ' + ', '.join(f"{s['stage']} {s['status']}" for s in summary['stages']) + f' ({summary["seconds"]:.1f}s)')
     return summary
 
-# %% ../nbs/02_pipeline.ipynb #8885bf8e
+# %% ../nbs/02_pipeline.ipynb #64be59c1
 def smoke_run_dir() -> Path:
     "Folder of the shared scratch run used by notebooks run on their own."
     env = os.environ.get('DFLASH_NB_SMOKE_DIR')
@@ -193,7 +200,8 @@ def smoke_run_dir() -> Path:
 def prepare_upstream(stage: str, run_dir=None, config=None, overrides=(), progress: bool = False) -> Path:
     "Run every stage before `stage` (demo config by default) into `run_dir` (default: the smoke run); returns the folder."
     run_dir = Path(run_dir or smoke_run_dir())
-    run_chain(config, overrides, run_dir=run_dir, until=stage, progress=progress, echo=lambda m: print('[upstream]', m))
+    run_chain(config, overrides, run_dir=run_dir, until=stage, progress=progress, record=False,
+              echo=lambda m: print('[upstream]', m))
     return run_dir
 
 # %% ../nbs/02_pipeline.ipynb #924d75ea

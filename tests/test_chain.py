@@ -48,7 +48,8 @@ def test_failing_stage_stops_chain_with_notebook_path(tmp_path):
         's.output(write_text(s.path("x"), "1")); s.finish()')
     make_stage_notebook(nbs / '20_bad.ipynb', {'k': 1}, 'raise ValueError("row 7: no user turn")')
     make_stage_notebook(nbs / '30_never.ipynb', {'k': 1}, 'raise SystemExit("must not run")')
-    r = dflash('run', '--quiet', '--runs-dir', tmp_path / 'runs', env={'DFLASH_NB_NBS': str(nbs)}, check=False)
+    (tmp_path / 'c.yaml').write_text('run: {name: demo}\n')
+    r = dflash('run', tmp_path / 'c.yaml', '--quiet', '--runs-dir', tmp_path / 'runs', env={'DFLASH_NB_NBS': str(nbs)}, check=False)
     assert r.returncode == 1
     assert 'stage 20_bad failed' in r.stderr and 'row 7: no user turn' in r.stderr
     assert str(tmp_path / 'runs' / 'demo' / '20_bad' / '20_bad.ipynb') in r.stderr
