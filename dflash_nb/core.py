@@ -228,9 +228,9 @@ def read_manifest(stage_dir) -> dict | None:
     p = Path(stage_dir) / 'manifest.json'
     return read_json(p) if p.exists() else None
 
-# %% ../nbs/00_core.ipynb #8afcb226
+# %% ../nbs/00_core.ipynb #739f68be
 RUN_KEYS = {'name': str, 'seed': int, 'device': str, 'target': str, 'runs_dir': str, 'description': str,
-            'dtype': str}
+            'dtype': str, 'skip': list}
 
 class ConfigError(ValueError):
     "A run configuration that cannot be used; the message names the key or value."

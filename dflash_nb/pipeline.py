@@ -12,8 +12,9 @@ from .core import (ConfigError, STAGE_NAME_RE, file_hash, load_config, nbs_dir, 
                             repo_root, write_json, write_text, obj_hash)
 
 # %% auto #0
-__all__ = ['GLOBAL_PARAMS', 'StageSpec', 'parse_parameters', 'discover_stages', 'resolve_params', 'check_config', 'stage_status',
-           'ChainError', 'execute_stage', 'run_chain', 'smoke_run_dir', 'prepare_upstream', 'make_stage_notebook']
+__all__ = ['GLOBAL_PARAMS', 'NON_STAGE_SECTIONS', 'StageSpec', 'parse_parameters', 'discover_stages', 'resolve_params',
+           'check_config', 'stage_status', 'ChainError', 'execute_stage', 'run_chain', 'smoke_run_dir',
+           'prepare_upstream', 'make_stage_notebook']
 
 # %% ../nbs/02_pipeline.ipynb #a6978339
 GLOBAL_PARAMS = ('target', 'seed', 'device', 'dtype')   # run-section keys injected into every stage that declares them
@@ -56,7 +57,7 @@ def discover_stages(nbs=None) -> list[StageSpec]:
         out.append(StageSpec(p.stem, m.group(2), p, d))
     return out
 
-# %% ../nbs/02_pipeline.ipynb #00557fad
+# %% ../nbs/02_pipeline.ipynb #72a86cd9
 def resolve_params(stage: StageSpec, cfg: dict) -> dict:
     "The parameters to execute `stage` with under config `cfg` (without `run_dir`)."
     params = {k: v for k, v in stage.defaults.items() if k != 'run_dir'}
@@ -71,11 +72,15 @@ def resolve_params(stage: StageSpec, cfg: dict) -> dict:
         params[k] = v
     return params
 
+NON_STAGE_SECTIONS = ('run', 'plan')   # `plan`: assumptions for `dflash-nb plan` (see 95_plan)
+
 def check_config(cfg: dict, stages: list[StageSpec]) -> dict:
     "Check every section of `cfg` names a stage and every key a declared parameter; returns {stage name: params}."
     shorts = {s.short for s in stages}
+    for k in (cfg.get('run') or {}).get('skip') or []:
+        if k not in shorts: raise ConfigError(f'run.skip names no stage: {k!r}; stages are: {", ".join(sorted(shorts))}')
     for k in cfg:
-        if k != 'run' and k not in shorts:
+        if k not in NON_STAGE_SECTIONS and k not in shorts:
             raise ConfigError(f'unknown config section {k!r}; stages are: {", ".join(s.short for s in stages)}')
     return {s.name: resolve_params(s, cfg) for s in stages}
 
@@ -101,7 +106,7 @@ def stage_status(run_dir, stage: StageSpec, params: dict) -> tuple[bool, str]:
         if p.is_file() and p.stat().st_size != e['bytes']: return False, f'output {e["path"]} changed'
     return True, 'manifest matches parameters and inputs'
 
-# %% ../nbs/02_pipeline.ipynb #b90382ef
+# %% ../nbs/02_pipeline.ipynb #028c2982
 class ChainError(RuntimeError):
     "A stage of the chain failed; the message names the stage, the error and the executed notebook."
 
@@ -162,8 +167,13 @@ def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None =
     summary = {'run_dir': str(run_dir), 'config': cfg, 'stages': []}
     echo(f'run {name} -> {run_dir} ({len(todo)} stage(s))')
     t_all = time.time()
+    skip = set((cfg.get('run') or {}).get('skip') or [])
     for i, st in enumerate(todo, 1):
         params = all_params[st.name]
+        if st.short in skip:
+            echo(f'[{i}/{len(todo)}] {st.name}: skipped (run.skip)')
+            summary['stages'].append({'stage': st.name, 'status': 'skipped', 'reason': 'run.skip', 'seconds': 0.0})
+            continue
         forced = force or bool(only) or (start is not None and names.index(st.name) >= start)
         if start is not None and names.index(st.name) < start:
             fresh, reason = (read_manifest(run_dir / st.name) is not None, 'before --from')

@@ -135,7 +135,7 @@ def build_tiny_tokenizer(vocab_size: int = 1024):
     tok.chat_template = TINY_CHAT_TEMPLATE
     return tok
 
-# %% ../nbs/01_targets.ipynb #5bd43b92
+# %% ../nbs/01_targets.ipynb #7612f271
 TINY_SPECS = {
     'tiny-qwen3': dict(model_type='qwen3', hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
@@ -160,8 +160,9 @@ def ensure_tiny(name: str, seed: int = 0, tokenizer_dir=None, force: bool = Fals
     tok = AutoTokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else build_tiny_tokenizer()
     spec = dict(TINY_SPECS[name])
     n = len(tok)
-    spec['vocab_size'] = (n // 64 + 1) * 64 if tokenizer_dir is None else max(n + 1, getattr(tok, 'vocab_size', n))
-    if tokenizer_dir and spec['vocab_size'] % 64: spec['vocab_size'] += 64 - spec['vocab_size'] % 64
+    # leave spare embedding rows above the tokenizer (like Qwen's padded vocabularies): a drafter's mask token goes there;
+    # with a real tokenizer, round up to a multiple of 256 (Qwen3.6: 248,070 tokens -> 248,320 rows, as the real model)
+    spec['vocab_size'] = (n // 64 + 1) * 64 if tokenizer_dir is None else -(-(n + 1) // 256) * 256
     spec.update(eos_token_id=tok.convert_tokens_to_ids('<|im_end|>') if '<|im_end|>' in tok.get_vocab() else tok.eos_token_id,
                 pad_token_id=tok.pad_token_id, bos_token_id=None)
     model_type = spec.pop('model_type')
@@ -177,13 +178,20 @@ def ensure_tiny(name: str, seed: int = 0, tokenizer_dir=None, force: bool = Fals
                                        'tokenizer_dir': str(tokenizer_dir) if tokenizer_dir else None})
     return out
 
-# %% ../nbs/01_targets.ipynb #12fb58d6
+# %% ../nbs/01_targets.ipynb #6592b9a2
 def resolve_target(spec: str) -> str:
-    "A local folder (or hub id) for a target spec: `smollm2`, `tiny-qwen3[:seed]`, `tiny-qwen3_5[:seed]`, a folder, or a hub id."
+    """A local folder (or hub id) for a target spec: `smollm2`, `tiny-qwen3[:seed][@TOKENIZER_DIR]`,
+    `tiny-qwen3_5[:seed][@TOKENIZER_DIR]` (a tiny random model with another tokenizer, e.g. the real Qwen3.6 one;
+    `$VARS` and `~` are expanded), a folder, or a hub id."""
     spec = str(spec)
     if spec == 'smollm2': return str(ensure_smollm2())
-    base, _, seed = spec.partition(':')
-    if base in TINY_SPECS: return str(ensure_tiny(base, seed=int(seed or 0)))
+    head, _, tokdir = spec.partition('@')
+    base, _, seed = head.partition(':')
+    if base in TINY_SPECS:
+        if tokdir:
+            tokdir = Path(os.path.expandvars(tokdir)).expanduser()
+            if not tokdir.is_dir(): raise FileNotFoundError(f'target {spec!r}: tokenizer folder {tokdir} does not exist')
+        return str(ensure_tiny(base, seed=int(seed or 0), tokenizer_dir=tokdir or None))
     p = Path(spec).expanduser()
     if p.is_dir():
         if not (p / 'config.json').exists() and not (p / 'tokenizer_config.json').exists():
