@@ -34,7 +34,7 @@ setuptools.setup(
     url=cfg['git_url'],
     packages=setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*']),
     include_package_data=True,
-    package_data={cfg['lib_name']: ['configs/*.yaml', 'data/*.jsonl', 'data/*.json', 'templates/*.jinja']},
+    package_data={cfg['lib_name']: ['configs/*.yaml', 'configs/*.json', 'data/*.jsonl', 'data/*.json', 'templates/*.jinja']},
     install_requires=requirements,
     extras_require={'dev': dev_requirements},
     dependency_links=cfg.get('dep_links', '').split(),

@@ -11,13 +11,14 @@ from typing import Any, Iterable, Iterator
 import yaml
 
 # %% auto #0
-__all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'RUN_KEYS', 'repo_root', 'nbs_dir', 'cache_dir', 'fixtures_dir', 'atomic_write',
-           'write_text', 'write_json', 'read_json', 'write_jsonl', 'JSONLError', 'iter_jsonl', 'atomic_dir',
-           'file_hash', 'obj_hash', 'versions', 'Stage', 'read_manifest', 'ConfigError', 'default_config_path',
-           'apply_override', 'validate_run_section', 'load_config', 'seed_everything', 'get_device', 'setup_logging',
-           'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids', 'from_aux_layer_ids', 'Quarantine']
+__all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'RUN_KEYS', 'repo_root', 'nbs_dir', 'cache_dir', 'fixtures_dir', 'expand_path',
+           'atomic_write', 'write_text', 'write_json', 'read_json', 'write_jsonl', 'JSONLError', 'iter_jsonl',
+           'atomic_dir', 'file_hash', 'obj_hash', 'versions', 'Stage', 'read_manifest', 'ConfigError',
+           'default_config_path', 'apply_override', 'validate_run_section', 'load_config', 'seed_everything',
+           'get_device', 'setup_logging', 'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids',
+           'from_aux_layer_ids', 'Quarantine']
 
-# %% ../nbs/00_core.ipynb #e55339f7
+# %% ../nbs/00_core.ipynb #27ef1d77
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().parent / 'dflash_nb'
 STAGE_NAME_RE = r'^(\d\d)_([a-z0-9_]+)$'
 
@@ -50,6 +51,13 @@ def fixtures_dir() -> Path | None:
     root = repo_root()
     if root is not None and (root.parent / 'shared' / 'fixtures').is_dir(): return root.parent / 'shared' / 'fixtures'
     return None
+
+def expand_path(s) -> str:
+    "Expand `~` and `$VARS` in a path string; `$DFLASH_NB_FIXTURES` defaults to `fixtures_dir()` when unset."
+    s = str(s)
+    if 'DFLASH_NB_FIXTURES' in s and not os.environ.get('DFLASH_NB_FIXTURES') and fixtures_dir() is not None:
+        s = s.replace('${DFLASH_NB_FIXTURES}', str(fixtures_dir())).replace('$DFLASH_NB_FIXTURES', str(fixtures_dir()))
+    return os.path.expanduser(os.path.expandvars(s))
 
 # %% ../nbs/00_core.ipynb #e7b9c9d7
 @contextlib.contextmanager

@@ -1,0 +1,229 @@
+"""Tests of the tokenization stage (dflash_nb.tokenization): exact masks, truncation, token_freq, vocabulary mapping,
+kill-and-resume equality, and the saved dataset. Uses the Qwen3.6 fixture tokenizer when ../shared/fixtures is
+present, SmolLM2 (and the tiny Qwen3 target) otherwise."""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dflash_nb.core import file_hash, fixtures_dir
+from dflash_nb.tokenization import (EmptyDatasetError, TokenizeOptions, build_vocab_mapping, encode_rows,
+                                    load_token_freq, tokenize_conversations)
+
+BUILTIN = [
+    {'id': 'b-single', 'source': 'builtin', 'messages': [
+        {'role': 'user', 'content': 'What is the capital of France?'},
+        {'role': 'assistant', 'content': 'The capital of France is Paris.'}]},
+    {'id': 'b-multi', 'source': 'builtin', 'messages': [
+        {'role': 'system', 'content': 'You are terse.'},
+        {'role': 'user', 'content': 'Name a prime.'}, {'role': 'assistant', 'content': '7.'},
+        {'role': 'user', 'content': 'Another one?'}, {'role': 'assistant', 'content': '11.'}]},
+    {'id': 'b-reason', 'source': 'builtin', 'messages': [
+        {'role': 'user', 'content': 'Is 91 prime?'},
+        {'role': 'assistant', 'content': 'No: 91 = 7 x 13.', 'reasoning_content': 'Try small factors: 7 x 13 = 91.'}]},
+    {'id': 'b-tool', 'source': 'builtin', 'tools': [{'type': 'function', 'function': {
+        'name': 'get_weather', 'description': 'Weather for a city.',
+        'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}}, 'required': ['city']}}}],
+     'messages': [
+        {'role': 'user', 'content': 'Weather in Lima?'},
+        {'role': 'assistant', 'content': '', 'tool_calls': [{'id': 'c1', 'type': 'function', 'function': {
+            'name': 'get_weather', 'arguments': {'city': 'Lima'}}}]},
+        {'role': 'tool', 'tool_call_id': 'c1', 'content': '{"temp_c": 19}'},
+        {'role': 'assistant', 'content': 'It is 19 C in Lima.'}]},
+]
+
+
+def fixture_rows(n_sharegpt=40, n_glaive=20):
+    "Canonical rows from the fixture datasets (ShareGPT multi-turn, glaive tool calls), plus the built-in ones."
+    rows = [dict(r) for r in BUILTIN]
+    fx = fixtures_dir()
+    if fx is None: return rows
+    for i, r in enumerate(json.loads((fx / 'data/multiturn/sharegpt_dummy_conversation.json').read_text())[:n_sharegpt]):
+        m = [{'role': {'human': 'user', 'gpt': 'assistant'}[t['from']], 'content': t['value']} for t in r['conversations']]
+        rows.append({'id': f'sg-{i}', 'source': 'sharegpt', 'messages': m})
+    for i, r in enumerate(json.loads((fx / 'data/toolcall/glaive_toolcall_en_demo.json').read_text())[:n_glaive]):
+        msgs, k = [], 0
+        for t in r['conversations']:
+            if t['from'] == 'human': msgs.append({'role': 'user', 'content': t['value']})
+            elif t['from'] == 'gpt': msgs.append({'role': 'assistant', 'content': t['value']})
+            elif t['from'] == 'function_call':
+                c = json.loads(t['value']); k += 1
+                msgs.append({'role': 'assistant', 'content': '', 'tool_calls': [{'id': f'call{k}', 'type': 'function', 'function': {
+                    'name': c['name'], 'arguments': c.get('arguments') or {}}}]})
+            elif t['from'] == 'observation': msgs.append({'role': 'tool', 'tool_call_id': f'call{k}', 'content': t['value']})
+        tools = [{'type': 'function', 'function': f} for f in json.loads(r['tools'])] if r.get('tools') else None
+        rows.append({'id': f'gl-{i}', 'source': 'glaive', 'messages': msgs, **({'tools': tools} if tools else {})})
+    return rows
+
+
+@pytest.fixture(scope='module')
+def tok_spec():
+    "(target spec, tokenizer, end-of-turn text): Qwen3.6 fixture when present, else SmolLM2."
+    from transformers import AutoTokenizer
+    fx = fixtures_dir()
+    if fx is not None and (fx / 'tokenizers/qwen3_6').is_dir():
+        spec = str(fx / 'tokenizers/qwen3_6')
+        return spec, AutoTokenizer.from_pretrained(spec), '<|im_end|>'
+    from dflash_nb.targets import load_tokenizer
+    return 'smollm2', load_tokenizer('smollm2'), '<|im_end|>'
+
+
+def write_jsonl(path, rows, extra_lines=()):
+    with open(path, 'w') as f:
+        for r in rows: f.write(json.dumps(r) + '\n')
+        for line in extra_lines: f.write(line + '\n')
+    return path
+
+
+def test_masks_equal_reference_and_definition(tok_spec):
+    "Stage masks == templates.assistant_mask (prefix method) row by row; locate == prefix; supervised runs end in EOT."
+    from dflash_nb.templates import assistant_mask
+    spec, tok, eot = tok_spec
+    rows = fixture_rows()
+    for think in (None, False):
+        out, rej, c = encode_rows(tok, rows, TokenizeOptions(max_seq_len=0, enable_thinking=think, mask_method='locate'))
+        outp, rejp, _ = encode_rows(tok, rows, TokenizeOptions(max_seq_len=0, enable_thinking=think, mask_method='prefix'))
+        assert [r['reason'] for r in rej] == [r['reason'] for r in rejp]
+        assert len(out) == len(outp) and len(out) >= len(BUILTIN)
+        byid = {r['id']: r for r in rows}
+        for a, b in zip(out, outp):
+            assert a == b
+            r = byid[a['id']]
+            ids, mask = assistant_mask(tok, r['messages'], tools=r.get('tools'), enable_thinking=think)
+            assert a['input_ids'] == ids and a['loss_mask'] == mask, a['id']
+            # independent check: every supervised run ends with the end-of-turn token, one run per assistant turn
+            runs = np.split(np.nonzero(mask)[0], np.nonzero(np.diff(np.nonzero(mask)[0]) != 1)[0] + 1)
+            assert len(runs) == sum(m['role'] == 'assistant' for m in r['messages'])
+            assert all(tok.decode([ids[run[-1]]]) == eot for run in runs)
+            assert a['seq_len'] == len(a['input_ids'])
+
+
+def test_builtin_supervised_text(tok_spec):
+    spec, tok, eot = tok_spec
+    out, _, _ = encode_rows(tok, BUILTIN[:2], TokenizeOptions(enable_thinking=False))
+    sup = tok.decode([i for i, m in zip(out[1]['input_ids'], out[1]['loss_mask']) if m])
+    assert sup == f'7.{eot}11.{eot}'
+
+
+def test_tiny_model_and_per_turn():
+    from dflash_nb.targets import load_tokenizer
+    tok = load_tokenizer('tiny-qwen3')
+    out, rej, c = encode_rows(tok, BUILTIN, TokenizeOptions(rows='turn'))
+    n_turns = sum(m['role'] == 'assistant' for r in BUILTIN for m in r['messages'])
+    assert not rej and len(out) == n_turns and c['conversations_out'] == len(BUILTIN)
+    for r in out:
+        m = np.asarray(r['loss_mask'])
+        d = np.diff(np.concatenate([[0], m, [0]]))
+        assert (d == 1).sum() == 1, r['id']              # exactly one supervised run: its own turn
+    assert [r['id'] for r in out[:2]] == ['b-single#1', 'b-multi#2']
+
+
+def test_truncation_policies(tok_spec):
+    spec, tok, _ = tok_spec
+    rows = fixture_rows(n_sharegpt=10, n_glaive=0)
+    full, _, _ = encode_rows(tok, rows, TokenizeOptions(max_seq_len=0))
+    L = int(np.median([r['seq_len'] for r in full]))
+    longer = sum(r['seq_len'] > L for r in full)
+    tr, rej, c = encode_rows(tok, rows, TokenizeOptions(max_seq_len=L, min_supervised_tokens=1))
+    assert all(r['seq_len'] <= L for r in tr)
+    assert c['truncated'] + sum(r['reason'].startswith('too few') for r in rej) == longer
+    for r in tr:   # truncation is a prefix cut of ids and mask alike
+        f = next(x for x in full if x['id'] == r['id'])
+        assert r['input_ids'] == f['input_ids'][:L] and r['loss_mask'] == f['loss_mask'][:L]
+    dr, rej, c = encode_rows(tok, rows, TokenizeOptions(max_seq_len=L, truncation='drop'))
+    assert c['truncated'] == 0 and sum(r['reason'].startswith('too long') for r in rej) == longer
+    assert len(dr) + len(rej) == len(rows)
+    hi, rej, _ = encode_rows(tok, rows, TokenizeOptions(max_seq_len=0, min_supervised_tokens=10**6))
+    assert not hi and all(r['reason'].startswith('too few supervised tokens') for r in rej)
+
+
+def test_stage_outputs_token_freq_vocab(tok_spec, tmp_path):
+    import torch
+    from datasets import load_from_disk
+    spec, tok, _ = tok_spec
+    rows = fixture_rows()
+    inp = write_jsonl(tmp_path / 'in.jsonl', rows + [{'id': 'p', 'source': 's', 'messages': [{'role': 'user', 'content': 'hi'}]}],
+                      extra_lines=['{not json'])
+    rep = tokenize_conversations(inp, tmp_path / 'out', spec, TokenizeOptions(max_seq_len=4096), tokenizer=tok,
+                                 draft_vocab_size=64, num_proc=2, chunk_rows=16, shard_mb=0.05)
+    assert rep['rows_in'] == len(rows) + 2 == rep['rows_out'] + rep['quarantined']
+    assert rep['quarantine_reasons'] == {'invalid JSON': 1, 'prompt-only': 1}
+    q = [json.loads(l) for l in open(tmp_path / 'out/quarantine.jsonl')]
+    assert [e['reason'].split(':')[0] for e in q] == ['prompt-only', 'invalid JSON']
+    ds = load_from_disk(str(tmp_path / 'out/dataset'))
+    assert len(ds) == rep['rows_out'] and len(rep['shards']) > 1
+    assert set(ds.column_names) == {'id', 'source', 'input_ids', 'loss_mask', 'seq_len'}
+    assert ds.features['input_ids'].feature.dtype == 'int32' and ds.features['loss_mask'].feature.dtype == 'int8'
+    assert ds[0]['id'] == rows[0]['id']                                    # input order kept
+    ref = {}
+    for r in ds:
+        assert r['seq_len'] == len(r['input_ids']) == len(r['loss_mask'])
+        for i, m in zip(r['input_ids'], r['loss_mask']):
+            if m: ref[i] = ref.get(i, 0) + 1
+    freq = load_token_freq(tmp_path / 'out/token_freq.pt')
+    assert freq == ref and all(type(k) is int and type(v) is int for k, v in freq.items())
+    assert torch.load(tmp_path / 'out/token_freq.pt', weights_only=True) == ref
+    d2t, t2d = np.load(tmp_path / 'out/d2t.npy'), np.load(tmp_path / 'out/t2d.npy')
+    assert d2t.dtype == np.int64 and t2d.dtype == bool and len(d2t) == 64 and t2d.sum() == 64
+    assert len(t2d) == rep['target_vocab_size'] >= len(tok)
+    sel = np.arange(64) + d2t
+    assert (np.diff(sel) > 0).all() and (np.nonzero(t2d)[0] == sel).all()
+    top = sorted(ref.items(), key=lambda x: (-x[1], x[0]))[:64]
+    assert set(t for t, _ in top) == set(sel.tolist())
+    assert rep['supervised_tokens'] == sum(ref.values())
+
+
+def test_vocab_mapping_full_and_padding():
+    d2t, t2d = build_vocab_mapping({}, 4, 10)
+    assert (np.arange(4) + d2t).tolist() == [0, 1, 2, 3]
+    d2t, t2d = build_vocab_mapping({9: 5, 3: 5}, 2, 10)
+    assert (np.arange(2) + d2t).tolist() == [3, 9] and t2d.sum() == 2
+
+
+def test_empty_dataset_fails_clearly(tok_spec, tmp_path):
+    spec, tok, _ = tok_spec
+    inp = write_jsonl(tmp_path / 'in.jsonl', [{'id': 'p', 'source': 's', 'messages': [{'role': 'user', 'content': 'hi'}]}])
+    with pytest.raises(EmptyDatasetError, match='prompt-only'):
+        tokenize_conversations(inp, tmp_path / 'out', spec, tokenizer=tok)
+    assert not (tmp_path / 'out/dataset').exists()
+
+
+def test_resume_after_interruption_gives_same_dataset(tok_spec, tmp_path):
+    "A run stopped after 2 chunks and resumed (and a second run on top) equals an uninterrupted run, byte for byte."
+    spec, tok, _ = tok_spec
+    inp = write_jsonl(tmp_path / 'in.jsonl', fixture_rows())
+    kw = dict(tokenizer=tok, draft_vocab_size=32, chunk_rows=8)
+    ref = tokenize_conversations(inp, tmp_path / 'ref', spec, num_proc=2, **kw)
+    part = tokenize_conversations(inp, tmp_path / 'res', spec, num_proc=1, max_chunks=2, **kw)
+    assert part['complete'] is False and not (tmp_path / 'res/dataset').exists()
+    res = tokenize_conversations(inp, tmp_path / 'res', spec, num_proc=2, **kw)
+    assert res['chunks_resumed'] == 2
+    for f in ('dataset', 'token_freq.pt', 'd2t.npy', 't2d.npy', 'quarantine.jsonl'):
+        assert file_hash(tmp_path / 'ref' / f) == file_hash(tmp_path / 'res' / f), f
+    # changed options discard the old work instead of mixing it in
+    other = tokenize_conversations(inp, tmp_path / 'res', spec, TokenizeOptions(max_seq_len=64), num_proc=1, max_chunks=1, **kw)
+    assert other['done_before'] == 0
+
+
+def test_sigkill_and_resume(tok_spec, tmp_path):
+    "A real SIGKILL in the middle of a run, then a restart: same dataset hash as an uninterrupted run."
+    spec, tok, _ = tok_spec
+    rows = fixture_rows() * 3
+    rows = [{**r, 'id': f'{r["id"]}-{i}'} for i, r in enumerate(rows)]
+    inp = write_jsonl(tmp_path / 'in.jsonl', rows)
+    ref = tokenize_conversations(inp, tmp_path / 'ref', spec, tokenizer=tok, chunk_rows=4, num_proc=1)
+    code = ('import sys; from dflash_nb.tokenization import tokenize_conversations; '
+            f'tokenize_conversations({str(inp)!r}, {str(tmp_path / "kill")!r}, {spec!r}, chunk_rows=4, num_proc=1)')
+    p = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    work = tmp_path / 'kill/work'
+    t = time.time()
+    while time.time() - t < 120 and p.poll() is None and len(list(work.glob('chunk-*.json'))) < 3: time.sleep(0.05)
+    killed = p.poll() is None
+    if killed: os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    if killed: assert not (tmp_path / 'kill/dataset').exists()
+    res = tokenize_conversations(inp, tmp_path / 'kill', spec, tokenizer=tok, chunk_rows=4, num_proc=2)
+    if killed: assert res['chunks_resumed'] >= 3
+    assert file_hash(tmp_path / 'ref/dataset') == file_hash(tmp_path / 'kill/dataset')
+    assert file_hash(tmp_path / 'ref/token_freq.pt') == file_hash(tmp_path / 'kill/token_freq.pt')
