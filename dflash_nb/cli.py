@@ -12,7 +12,7 @@ from .core import ConfigError, load_config, default_config_path
 # %% auto #0
 __all__ = ['CLI_MODULES', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'build_parser', 'main']
 
-# %% ../nbs/03_cli.ipynb #6d1e1b8f
+# %% ../nbs/03_cli.ipynb #4701b44b
 CLI_MODULES = ('targets', 'sources', 'templates', 'convert', 'regenerate', 'tokenization', 'hidden_states',
                'drafter', 'train', 'evaluate', 'plan')
 
@@ -25,8 +25,8 @@ def _add_config_args(p):
 def cmd_run(a) -> int:
     from dflash_nb.pipeline import run_chain, ChainError
     try:
-        run_chain(a.config, a.overrides, runs_dir=a.runs_dir, from_stage=a.from_stage, only=a.only, force=a.force,
-                  progress=not a.quiet, log_output=a.log_output)
+        run_chain(a.config, a.overrides, runs_dir=a.runs_dir, from_stage=a.from_stage, only=a.only, until=a.until,
+                  force=a.force, progress=not a.quiet, log_output=a.log_output)
     except ChainError as e:
         print(f'ERROR: {e}', file=sys.stderr); return 1
     return 0
@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = r.add_mutually_exclusive_group()
     g.add_argument('--from', dest='from_stage', default=None, metavar='STAGE', help='rerun STAGE and every stage after it')
     g.add_argument('--only', default=None, metavar='STAGE', help='run only STAGE')
+    r.add_argument('--until', default=None, metavar='STAGE', help='stop before STAGE (e.g. to launch training with torchrun)')
     r.add_argument('--force', action='store_true', help='rerun every stage')
     r.add_argument('--quiet', action='store_true', help='no per-cell progress bars')
     r.add_argument('--log-output', action='store_true', help="echo the notebooks' output")

@@ -27,3 +27,20 @@ def test_notebooks_are_clean():
         for c in d['cells']:
             assert c.get('execution_count') is None, nb.name
             assert set(c.get('metadata', {})) <= {'tags'}, (nb.name, c.get('metadata'))
+
+def test_notebook_defaults_are_the_demo_values():
+    "Each stage notebook's defaults equal the embedded demo's values, so a notebook run alone reuses the demo's smoke run."
+    from dflash_nb.core import load_config
+    from dflash_nb.pipeline import check_config
+    stages = discover_stages()
+    params = check_config(load_config(), stages)
+    for s in stages:
+        defaults = {k: v for k, v in s.defaults.items() if k != 'run_dir'}
+        assert defaults == params[s.name], (s.name, {k: (defaults.get(k), params[s.name].get(k)) for k in defaults if defaults.get(k) != params[s.name].get(k)})
+
+def test_shipped_configs_check():
+    "Every shipped run config names only known stages and declared parameters."
+    from dflash_nb.core import load_config, PKG_DIR
+    from dflash_nb.pipeline import check_config
+    for p in sorted((PKG_DIR / 'configs').glob('*.yaml')):
+        check_config(load_config(p), discover_stages())

@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""Throughput of response regeneration with SmolLM2-135M-Instruct on the CPU.
+
+In-process (`HFBackend`) at batch sizes 1, 8, 32 and through a real `transformers serve` on loopback
+(`HTTPBackend`) at concurrency 1 and 8. Reports generated tokens/s and rows/s per setting and the ratio of batched
+in-process generation to one row at a time; prints a table and writes bench/results/regenerate.json.
+
+    python bench/bench_regenerate.py [--max-new-tokens 32] [--threads N] [--rows 32] [--skip-http]
+"""
+import argparse, json, os, platform, shutil, signal, socket, subprocess, sys, time, urllib.request
+from pathlib import Path
+
+from dflash_nb.core import versions
+from dflash_nb.regenerate import GenConfig, GenRequest, HFBackend, HTTPBackend
+from dflash_nb.targets import resolve_target
+
+ROOT = Path(__file__).resolve().parents[1]
+
+def prompts(n):
+    "n real instructions from the built-in alpaca demo sample (cycled when fewer)."
+    rows = [json.loads(l) for l in open(ROOT / 'dflash_nb' / 'data' / 'demo_alpaca.jsonl')]
+    out = []
+    for r in rows:
+        q = (r.get('instruction') or '') + (('\n\n' + r['input']) if r.get('input') else '')
+        if q.strip(): out.append(q.strip())
+    return [out[i % len(out)] for i in range(n)]
+
+def measure(backend, reqs, gen):
+    t = time.perf_counter()
+    res = backend.generate(reqs, gen)
+    dt = time.perf_counter() - t
+    toks = sum(r.new_tokens for r in res)
+    errs = [r.error for r in res if r.error]
+    if errs: raise RuntimeError(f'{len(errs)} requests failed: {errs[0]}')
+    return {'rows': len(reqs), 'new_tokens': toks, 'seconds': round(dt, 3), 'tokens_per_s': round(toks / dt, 2),
+            'rows_per_s': round(len(reqs) / dt, 3)}
+
+def free_port():
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+def start_server(model_dir, threads):
+    exe = shutil.which('transformers') or str(Path(sys.executable).parent / 'transformers')
+    port = free_port()
+    env = dict(os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {}))
+    proc = subprocess.Popen([exe, 'serve', model_dir, '--host', '127.0.0.1', '--port', str(port), '--device', 'cpu'],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    t = time.time()
+    while time.time() - t < 300:
+        try:
+            with urllib.request.urlopen(f'http://127.0.0.1:{port}/health', timeout=2): return proc, f'http://127.0.0.1:{port}/v1'
+        except OSError: time.sleep(0.5)
+        if proc.poll() is not None: break
+    proc.kill(); raise RuntimeError('transformers serve did not start')
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--max-new-tokens', type=int, default=32)
+    ap.add_argument('--rows', type=int, default=32, help='rows per batched setting (one-at-a-time settings use rows/4)')
+    ap.add_argument('--threads', type=int, default=None, help='torch CPU threads (default: torch default)')
+    ap.add_argument('--skip-http', action='store_true')
+    ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'regenerate.json'))
+    a = ap.parse_args()
+    gen = GenConfig(max_new_tokens=a.max_new_tokens)
+    be = HFBackend('smollm2', device='cpu', batch_size=1, threads=a.threads)
+    import torch
+    ps = prompts(max(32, a.rows))
+    reqs = lambda n: [GenRequest([{'role': 'user', 'content': p}]) for p in ps[:n]]
+    be.batch_size = 1; be.generate(reqs(1), GenConfig(max_new_tokens=4))   # warm-up
+    results = []
+    for bs in (1, 8, 32):
+        be.batch_size = bs
+        n = max(bs, a.rows // 4) if bs == 1 else max(bs, a.rows)
+        r = measure(be, reqs(n), gen); r.update(setting=f'in-process batch {bs}', backend='hf', batch_size=bs)
+        results.append(r); print(r, flush=True)
+    if not a.skip_http:
+        proc, url = start_server(resolve_target('smollm2'), a.threads)
+        try:
+            for c in (1, 8):
+                hb = HTTPBackend(url, concurrency=c, timeout_s=600, max_retries=0)
+                hb.generate(reqs(1), GenConfig(max_new_tokens=4))   # warm-up
+                n = max(c, a.rows // 4) if c == 1 else max(c, a.rows // 2)
+                r = measure(hb, reqs(n), gen); r.update(setting=f'http concurrency {c}', backend='http', concurrency=c)
+                results.append(r); print(r, flush=True)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try: proc.wait(20)
+            except subprocess.TimeoutExpired: proc.kill()
+    one = next(r for r in results if r['setting'] == 'in-process batch 1')['tokens_per_s']
+    for r in results: r['vs_one_at_a_time'] = round(r['tokens_per_s'] / one, 2) if one else None
+    print(f'\n| setting | rows | new tokens | seconds | tokens/s | rows/s | x one-at-a-time |')
+    print('|---|---|---|---|---|---|---|')
+    for r in results:
+        print(f"| {r['setting']} | {r['rows']} | {r['new_tokens']} | {r['seconds']} | {r['tokens_per_s']} | {r['rows_per_s']} | {r['vs_one_at_a_time']} |")
+    info = {'model': 'smollm2 (SmolLM2-135M-Instruct, float32)', 'device': 'cpu', 'max_new_tokens': a.max_new_tokens,
+            'torch_threads': torch.get_num_threads(), 'cpu_count': os.cpu_count(),
+            'load_avg_at_end': os.getloadavg() if hasattr(os, 'getloadavg') else None,
+            'versions': versions(), 'machine': platform.machine(), 'results': results}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(info, indent=2) + '\n')
+    print(f'wrote {a.out}')
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,178 @@
+"Speculative decoding: lossless against plain decoding (greedy and keyed sampling), acceptance accounting, hybrid rollback, DDTree, prompt sets."
+import pytest
+import torch
+
+from dflash_nb.evaluate import (DFlashDraftSession, Generation, Sampler, ScriptedDrafter, TargetSession, build_tree,
+                                held_out_prompts, load_prompt_set, plain_generate, speculative_generate, summarize)
+from dflash_nb.core import fixtures_dir
+from dflash_nb.drafter import DFlashDrafter, build_config
+from dflash_nb.targets import load_target
+
+_MODELS = {}
+
+@pytest.fixture(autouse=True, scope='module')
+def one_thread():
+    "Tiny models on a shared CPU: one intra-op thread is faster than oversubscribed cores."
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+def target(name):
+    if name not in _MODELS: _MODELS[name] = load_target(name)
+    return _MODELS[name]
+
+def prompt_of(tok, text='Write a short poem about the sea'):
+    return tok(text)['input_ids']
+
+def dflash_session(model, block_size=8, seed=0):
+    "A real DFlash drafter (random init) over the target's embedding and head: exercises the real draft path."
+    N = model.config.num_hidden_layers
+    ids = [1, N // 2, N - 3] if N >= 6 else list(range(min(3, N)))
+    cfg = build_config(model.config, mask_token_id=model.config.vocab_size - 1, num_hidden_layers=1,
+                       block_size=block_size, target_layer_ids=ids)
+    d = DFlashDrafter(cfg).init_weights(seed).eval()
+    return DFlashDraftSession(d, model.get_input_embeddings(), model.get_output_embeddings())
+
+def reference_map(prompt, gen):
+    return {len(prompt) + i: t for i, t in enumerate(gen.tokens)}
+
+
+@pytest.mark.parametrize('name', ['tiny-qwen3', 'tiny-qwen3_5', 'smollm2'])
+def test_lossless_greedy(name):
+    model, tok = target(name)
+    prompt = prompt_of(tok)
+    n = 8 if name == 'smollm2' else 12
+    ref = plain_generate(model, prompt, n)
+    assert len(ref.tokens) == n and ref.target_forwards == n
+    # the baseline is the real greedy decoding of transformers
+    hf = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert hf[0, len(prompt):].tolist() == ref.tokens
+    V = model.config.vocab_size
+    for drafter in (dflash_session(model), ScriptedDrafter(reference_map(prompt, ref), 8, 3, V)):
+        g = speculative_generate(model, drafter, prompt, n)
+        assert g.tokens == ref.tokens, type(drafter).__name__
+        assert g.target_forwards == 1 + len(g.accept_lengths)          # prefill + one verify forward per cycle
+        assert sum(g.accept_lengths) >= n - 1                          # + the first token, from the prefill
+    if name == 'tiny-qwen3_5': assert g.refeed_forwards > 0             # the rollback path really ran
+    else: assert g.refeed_forwards == 0
+
+
+@pytest.mark.parametrize('k', [0, 1, 3, 7])
+def test_acceptance_accounting(k):
+    "A drafter right on exactly the first k slots accepts exactly k + 1 tokens per cycle."
+    model, tok = target('tiny-qwen3')
+    prompt = prompt_of(tok)
+    ref = plain_generate(model, prompt, 20)
+    g = speculative_generate(model, ScriptedDrafter(reference_map(prompt, ref), 8, k, model.config.vocab_size), prompt, 20)
+    assert g.tokens == ref.tokens
+    assert g.accept_lengths[:-1] == [k + 1] * (len(g.accept_lengths) - 1)   # the last cycle may be cut by max_new_tokens
+    assert len(g.accept_lengths) == -(-19 // (k + 1))                     # 19 tokens after the prefill's first
+    full = Generation(g.tokens, accept_lengths=g.accept_lengths[:-1])   # (the script knows 20 tokens: the last cycle may miss)
+    m = summarize([full], [ref], 8)
+    assert m['accept_at'][:k] == [1.0] * k                                # slots 1..k always accepted
+    if k < 7: assert m['accept_at'][k] == 0.0                            # slot k+1 never
+    assert m['tau'] == k + 1 and m['hist'][k] == len(full.accept_lengths)
+
+
+@pytest.mark.parametrize('name', ['tiny-qwen3', 'tiny-qwen3_5'])
+def test_lossless_sampling(name):
+    """T > 0: each committed token is argmax(logits/T + G_p) with Gumbel noise keyed by its position p, i.e. an exact
+    sample of the target's distribution given its prefix; plain sampling uses the same keyed noise, so the speculative
+    output must equal the plain sample token for token, whatever the drafter proposes."""
+    model, tok = target(name)
+    prompt = prompt_of(tok)
+    n = 10
+    ref = plain_generate(model, prompt, n, Sampler(0.8, seed=1))
+    greedy = plain_generate(model, prompt, n)
+    assert ref.tokens != greedy.tokens                                    # sampling really samples
+    assert plain_generate(model, prompt, n, Sampler(0.8, seed=2)).tokens != ref.tokens
+    for drafter in (dflash_session(model), ScriptedDrafter(reference_map(prompt, ref), 8, 2, model.config.vocab_size)):
+        g = speculative_generate(model, drafter, prompt, n, Sampler(0.8, seed=1))
+        assert g.tokens == ref.tokens
+    assert set(g.accept_lengths[:-1]) == {3}
+
+
+def test_hybrid_rollback_equals_clean_run():
+    model, _ = target('tiny-qwen3_5')
+    ids = list(range(20, 34))
+    with TargetSession(model, [0, 1, 3]) as s:
+        s.forward(ids[:6]); snap = s.snapshot()
+        assert snap is not None and s.hybrid
+        s.forward(ids[6:12]); s.keep(3, ids[6:12], snap)                 # 3 of 6 kept: restore + re-feed
+        a, fa = s.forward(ids[9:12])
+        assert (s.length, s.refeeds, s.forwards) == (12, 1, 3)
+    with TargetSession(model, [0, 1, 3]) as s:
+        s.forward(ids[:9]); b, fb = s.forward(ids[9:12])
+    assert torch.allclose(a, b, atol=1e-5) and torch.allclose(fa, fb, atol=1e-5)
+    with TargetSession(model, [0]) as s:                                  # without the snapshot the rollback is refused
+        s.forward(ids[:6]); s.forward(ids[6:12])
+        with pytest.raises(ValueError, match='snapshot'): s.keep(3, ids[6:12], None)
+
+
+def test_feature_hooks_follow_the_convention():
+    "Feature of layer L = HF hidden_states[L+1]; shift -1 reads hidden_states[L] (layer 0 shifted: the embeddings)."
+    model, tok = target('tiny-qwen3')
+    ids = torch.tensor([prompt_of(tok)])
+    hs = model(ids, output_hidden_states=True).hidden_states
+    for shift in (0, -1):
+        with TargetSession(model, [0, 2], shift) as s:
+            _, f = s.forward(ids[0])
+        for j, L in enumerate([0, 2]): assert torch.allclose(f[:, j], hs[L + 1 + shift][0], atol=1e-5)
+    with pytest.raises(ValueError, match='leave the target'): TargetSession(model, [3], +1)
+
+
+def test_ddtree_lossless_and_better_than_linear():
+    model, tok = target('tiny-qwen3')
+    prompt = prompt_of(tok)
+    ref = plain_generate(model, prompt, 20)
+    sd = ScriptedDrafter(reference_map(prompt, ref), 8, 2, model.config.vocab_size)
+    lin = speculative_generate(model, sd, prompt, 20)
+    tree = speculative_generate(model, sd, prompt, 20, tree={'budget': 24, 'topk': 2})
+    assert tree.tokens == ref.tokens and tree.tau > lin.tau
+    g = speculative_generate(model, dflash_session(model), prompt, 20, tree={'budget': 16, 'topk': 3})
+    assert g.tokens == ref.tokens
+    for T in (0.8,):
+        r = plain_generate(model, prompt, 16, Sampler(T, 5))
+        assert speculative_generate(model, sd, prompt, 16, Sampler(T, 5), tree={'budget': 16, 'topk': 2}).tokens == r.tokens
+    hyb, htok = target('tiny-qwen3_5')
+    with pytest.raises(NotImplementedError): speculative_generate(hyb, dflash_session(hyb), prompt_of(htok), 4, tree={'budget': 8})
+
+
+def test_build_tree_budget_and_order():
+    lp = torch.log_softmax(torch.randn(5, 30), -1)
+    toks, par, dep = build_tree(lp, 12, 3)
+    assert len(toks) == 12 and all(p < i for i, p in enumerate(par))
+    score = lambda i: lp[dep[i] - 1, toks[i]].item() + (score(par[i]) if par[i] >= 0 else 0.0)
+    s = [score(i) for i in range(12)]
+    assert all(s[i] >= s[i + 1] - 1e-6 for i in range(11))               # best first
+    assert toks[0] == lp[0].argmax().item()
+
+
+def test_eos_stops_generation():
+    model, tok = target('tiny-qwen3')
+    prompt = prompt_of(tok)
+    ref = plain_generate(model, prompt, 12)
+    eos = ref.tokens[4]
+    cut = ref.tokens[:ref.tokens.index(eos) + 1]
+    p = plain_generate(model, prompt, 12, eos_ids=[eos])
+    g = speculative_generate(model, ScriptedDrafter(reference_map(prompt, ref), 8, 7, model.config.vocab_size), prompt, 12, eos_ids=[eos])
+    assert p.tokens == g.tokens == cut and g.stop == p.stop == 'eos'
+
+
+def test_prompt_sets(tmp_path):
+    assert load_prompt_set('mt_bench', 3, fixtures=tmp_path, allow_hub=False)[0] == []
+    with pytest.raises(ValueError): load_prompt_set('gsm9k', 3, fixtures=tmp_path, allow_hub=False)
+    if fixtures_dir() is None: pytest.skip('no fixtures')
+    mt, _ = load_prompt_set('mt_bench', 5, allow_hub=False)
+    he, _ = load_prompt_set('humaneval', 2, allow_hub=False)
+    assert len(mt) == 5 and all(len(i['turns']) == 2 for i in mt) and len({i['category'] for i in mt}) >= 3
+    assert len(he) == 2 and he[0]['id'] == 'HumanEval/0' and 'def ' in he[0]['turns'][0]
+
+
+def test_held_out_prompts(tmp_path):
+    from datasets import Dataset
+    Dataset.from_dict({'id': ['a', 'b', 'c', 'd'], 'input_ids': [[1, 2, 3, 4], [5, 6, 7], [8, 9], [1, 1]],
+                       'loss_mask': [[0, 0, 1, 1], [0, 1, 1], [0, 0], [1, 1]]}).save_to_disk(str(tmp_path / 'ds'))
+    items, rej = held_out_prompts(tmp_path / 'ds', exclude_ids=['b'])
+    assert items == [{'id': 'a', 'input_ids': [1, 2]}]
+    assert sorted(r['id'] for r, _ in rej) == ['c', 'd'] and all(':' in why for _, why in rej)

@@ -1,0 +1,177 @@
+"""Response regeneration (stage 40): both backends on the real SmolLM2 (in-process, and over HTTP against a real
+`transformers serve` started on loopback), resume after a kill, per-row failure accounting, multi-turn order and
+tool-result preservation. Small on purpose: a few rows, a few new tokens, one CPU thread."""
+import json, os, shutil, signal, socket, subprocess, sys, time, urllib.request
+from pathlib import Path
+import pytest
+
+from dflash_nb.core import iter_jsonl
+from dflash_nb.regenerate import GenConfig, HFBackend, HTTPBackend, regenerate_file
+
+GEN = GenConfig(max_new_tokens=6)
+TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'current weather',
+                                           'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}}}}}]
+TOOL_ROW = {'id': 'tool', 'source': 't', 'tools': TOOLS, 'messages': [
+    {'role': 'user', 'content': 'Weather in Paris?'},
+    {'role': 'assistant', 'content': '', 'tool_calls': [{'id': 'c0', 'type': 'function',
+                                                           'function': {'name': 'get_weather', 'arguments': {'city': 'Paris'}}}]},
+    {'role': 'tool', 'tool_call_id': 'c0', 'content': '{"temp": 21}'},
+    {'role': 'assistant', 'content': 'It is 21 degrees.'}]}
+ROWS = [
+    {'id': 'mt', 'source': 'mtbench', 'messages': [{'role': 'user', 'content': 'Name a fruit.'},
+                                                    {'role': 'user', 'content': 'Now name a vegetable.'}]},
+    TOOL_ROW,
+    {'id': 'bad', 'source': 'x', 'messages': [{'role': 'bot', 'content': 'hi'}]},
+    {'id': 'mt', 'source': 'dup', 'messages': [{'role': 'user', 'content': 'dup id'}]},
+]
+
+def write_rows(path, rows):
+    with open(path, 'w') as f:
+        for r in rows: f.write(json.dumps(r) + '\n')
+    return path
+
+class Recorder:
+    "Wraps a real backend and records every request it was sent (to check the order of multi-turn generation)."
+    def __init__(self, inner): self.inner, self.name, self.seen = inner, inner.name, []
+    def info(self): return self.inner.info()
+    def generate(self, reqs, gen, progress=None):
+        self.seen += [(r.key, [dict(m) for m in r.messages]) for r in reqs]
+        return self.inner.generate(reqs, gen, progress)
+
+def check_regenerated(out, fails, rec):
+    rows = {r['id']: r for r in iter_jsonl(out)}
+    failed = list(iter_jsonl(fails))
+    assert set(rows) == {'mt', 'tool'} and len(failed) == 2
+    assert sorted(f['reason'].split(':')[0] for f in failed) == ['duplicate id', 'invalid']
+    # multi-turn: an answer inserted after each user turn, in order
+    mt = rows['mt']['messages']
+    assert [m['role'] for m in mt] == ['user', 'assistant', 'user', 'assistant']
+    assert all(m['content'] for m in mt if m['role'] == 'assistant')
+    assert rows['mt']['meta']['regenerated']['turns'] == [1, 3]
+    # the second request of the row saw the *regenerated* first answer
+    mt_reqs = [msgs for key, msgs in rec.seen if key == 'mt']
+    assert len(mt_reqs) == 2 and len(mt_reqs[0]) == 1 and mt_reqs[1][1] == mt[1]
+    # tool results stay in place; the recorded tool-calling turn is kept, the final answer is the target's
+    tm = rows['tool']['messages']
+    assert tm[:3] == TOOL_ROW['messages'][:3]
+    assert tm[3]['role'] == 'assistant' and tm[3]['content'] != TOOL_ROW['messages'][3]['content']
+    assert rows['tool']['meta']['regenerated']['turns'] == [3]
+    for r in rows.values():
+        reg = r['meta']['regenerated']
+        assert len(reg['finish_reasons']) == len(reg['new_tokens']) == len(reg['turns'])
+        assert all(0 < n <= GEN.max_new_tokens + 1 for n in reg['new_tokens'])
+        assert reg['truncated'] == ('length' in reg['finish_reasons'])
+
+@pytest.fixture(scope='module')
+def model_dir():
+    from dflash_nb.targets import resolve_target
+    return resolve_target('smollm2')
+
+@pytest.fixture(scope='module')
+def hf_backend(model_dir):
+    import torch
+    n = torch.get_num_threads()
+    be = HFBackend('smollm2', batch_size=8, threads=1)
+    yield be
+    torch.set_num_threads(n)
+
+def test_hf_backend(tmp_path, hf_backend):
+    inp = write_rows(tmp_path / 'in.jsonl', ROWS)
+    rec = Recorder(hf_backend)
+    s = regenerate_file(inp, tmp_path / 'out.jsonl', rec, GEN, mode='all', chunk_size=8, progress=False)
+    assert (s['rows_in'], s['rows_out'], s['failed'], s['regenerated']) == (4, 2, 2, 2)
+    assert s['failure_reasons'] == {'invalid': 1, 'duplicate id': 1}
+    check_regenerated(tmp_path / 'out.jsonl', tmp_path / 'out.failures.jsonl', rec)
+    assert not (tmp_path / '.out.jsonl.parts').exists()
+
+def test_hf_final_mode_and_drop_truncated(tmp_path, hf_backend):
+    rows = [{'id': 'a', 'source': 's', 'messages': [{'role': 'user', 'content': 'Tell me a long story about a dragon.'},
+                                                   {'role': 'assistant', 'content': 'OK.'}]},
+            {'id': 'b', 'source': 's', 'messages': [{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hello'}]}]
+    inp = write_rows(tmp_path / 'in.jsonl', rows)
+    s = regenerate_file(inp, tmp_path / 'o.jsonl', hf_backend, GenConfig(max_new_tokens=3), mode='final', select='all',
+                        keep_truncated=False, progress=False)
+    assert s['rows_in'] == s['rows_out'] + s['failed'] == 2
+    fails = list(iter_jsonl(tmp_path / 'o.failures.jsonl'))
+    assert s['failed'] == len(fails) >= 1 and all(f['reason'].startswith('truncated') for f in fails)
+    # select=prompt_only: rows with answers pass through untouched
+    s = regenerate_file(inp, tmp_path / 'p.jsonl', hf_backend, GEN, select='prompt_only', progress=False)
+    assert s['passed'] == 2 and list(iter_jsonl(tmp_path / 'p.jsonl')) == rows
+
+def _free_port():
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+@pytest.fixture(scope='module')
+def server(model_dir, tmp_path_factory):
+    "A real `transformers serve` on 127.0.0.1 serving the SmolLM2 folder."
+    exe = shutil.which('transformers') or str(Path(sys.executable).parent / 'transformers')
+    pytest.importorskip('fastapi'); pytest.importorskip('uvicorn'); pytest.importorskip('openai')
+    port = _free_port()
+    log = tmp_path_factory.mktemp('serve') / 'serve.log'
+    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    with open(log, 'w') as lf:
+        proc = subprocess.Popen([exe, 'serve', model_dir, '--host', '127.0.0.1', '--port', str(port), '--device', 'cpu'],
+                                stdout=lf, stderr=subprocess.STDOUT, env=env)
+    try:
+        t = time.time()
+        while True:
+            try:
+                with urllib.request.urlopen(f'http://127.0.0.1:{port}/health', timeout=2) as r:
+                    if r.status == 200: break
+            except OSError: pass
+            if proc.poll() is not None or time.time() - t > 180:
+                raise RuntimeError(f'transformers serve did not come up:\n{log.read_text()[-3000:]}')
+            time.sleep(0.5)
+        yield f'http://127.0.0.1:{port}/v1'
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try: proc.wait(20)
+        except subprocess.TimeoutExpired: proc.kill(); proc.wait()
+
+def test_http_backend_real_server(tmp_path, server, model_dir):
+    inp = write_rows(tmp_path / 'in.jsonl', ROWS)
+    be = HTTPBackend(server, concurrency=2, timeout_s=120, max_retries=1)
+    assert be.model == model_dir                      # taken from GET /v1/models
+    rec = Recorder(be)
+    s = regenerate_file(inp, tmp_path / 'out.jsonl', rec, GEN, mode='all', chunk_size=8, progress=False)
+    assert (s['rows_in'], s['rows_out'], s['failed'], s['backend']) == (4, 2, 2, 'http')
+    check_regenerated(tmp_path / 'out.jsonl', tmp_path / 'out.failures.jsonl', rec)
+
+def test_http_failures_are_per_row(tmp_path):
+    "A server that is not there: every selected row fails with an `http` reason after its retries; nothing is lost."
+    rows = [{'id': f'r{i}', 'source': 's', 'messages': [{'role': 'user', 'content': f'q{i}'}]} for i in range(3)]
+    rows.append({'id': 'keep', 'source': 's', 'messages': [{'role': 'user', 'content': 'q'}, {'role': 'assistant', 'content': 'a'}]})
+    inp = write_rows(tmp_path / 'in.jsonl', rows)
+    be = HTTPBackend(f'http://127.0.0.1:{_free_port()}/v1', model='m', concurrency=2, max_retries=2, backoff_s=0.01, timeout_s=5)
+    s = regenerate_file(inp, tmp_path / 'out.jsonl', be, GEN, select='prompt_only', chunk_size=2, progress=False)
+    assert (s['rows_in'], s['rows_out'], s['passed'], s['failed']) == (4, 1, 1, 3)
+    fails = list(iter_jsonl(tmp_path / 'out.failures.jsonl'))
+    assert [f['id'] for f in fails] == ['r0', 'r1', 'r2']
+    assert all(f['reason'].startswith('http: ') and '3 attempts' in f['reason'] for f in fails)
+    assert fails[0]['row'] == rows[0]
+
+def test_resume_after_kill(tmp_path, model_dir):
+    rows = [{'id': f'r{i}', 'source': 's', 'messages': [{'role': 'user', 'content': f'Say the number {i}.'}]} for i in range(6)]
+    inp = write_rows(tmp_path / 'in.jsonl', rows)
+    out = tmp_path / 'out.jsonl'
+    parts = tmp_path / '.out.jsonl.parts'
+    exe = shutil.which('dflash-nb') or str(Path(sys.executable).parent / 'dflash-nb')
+    cmd = [exe, 'regenerate', '--input', inp, '--output', out, '--model', 'smollm2', '--max-new-tokens', '4',
+           '--chunk-size', '1', '--batch-size', '1', '--threads', '1', '--quiet']
+    p = subprocess.Popen(list(map(str, cmd)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t = time.time()
+    while len(list(parts.glob('part-*.jsonl'))) < 2:
+        assert p.poll() is None, 'the run ended before it could be killed'
+        assert time.time() - t < 240, 'no part written in time'
+        time.sleep(0.2)
+    p.send_signal(signal.SIGKILL); p.wait()
+    done = sorted(parts.glob('part-*.jsonl'))
+    assert not out.exists() and 2 <= len(done) < 6
+    r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout[r.stdout.index('{'):])
+    assert s['chunks_resumed'] == len(done) and s['chunks_run'] == 6 - len(done)
+    ids = [x['id'] for x in iter_jsonl(out)]
+    assert ids == [f'r{i}' for i in range(6)]                  # all rows, once, in input order
+    assert not parts.exists()
+    assert all(x['meta']['regenerated']['new_tokens'] for x in iter_jsonl(out))
