@@ -30,14 +30,16 @@ def test_changed_parameter_reruns_that_stage_and_later(demo_run, tmp_path):
     copy = tmp_path / 'runs' / 'copy'
     shutil.copytree(run_dir, copy)
     stages = [s.name for s in discover_stages()]
-    r = dflash('run', '--quiet', '--runs-dir', copy.parent, '--set', 'run.name=copy', '--set', 'evaluate.max_prompts=1')
+    # (the last stage, and its cheapest setting: no baseline trained inside the stage)
+    r = dflash('run', '--quiet', '--runs-dir', copy.parent, '--set', 'run.name=copy', '--set', 'evaluate.max_prompts=1',
+               '--set', 'evaluate.variants=[trained]')
     info = json.loads((copy / 'run.json').read_text())
     status = {s['stage']: s['status'] for s in info['stages']}
     assert status['90_evaluate'] == 'ran' and all(status[s] == 'skipped' for s in stages if s != '90_evaluate'), status
-    assert 'parameters changed: max_prompts' in r.stdout
+    assert 'parameters changed: max_prompts, variants' in r.stdout
     # a stage whose parameter changed but whose outputs did not: the stages after it see the same input hashes
     r = dflash('run', '--quiet', '--runs-dir', copy.parent, '--set', 'run.name=copy', '--set', 'evaluate.max_prompts=1',
-               '--set', 'convert.max_chars=199999')
+               '--set', 'evaluate.variants=[trained]', '--set', 'convert.max_chars=199999')
     status = {s['stage']: s['status'] for s in json.loads((copy / 'run.json').read_text())['stages']}
     assert status['30_convert'] == 'ran' and status['40_regenerate'] == 'skipped', status
 
