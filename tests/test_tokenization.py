@@ -35,25 +35,16 @@ BUILTIN = [
 
 
 def fixture_rows(n_sharegpt=40, n_glaive=20):
-    "Canonical rows from the fixture datasets (ShareGPT multi-turn, glaive tool calls), plus the built-in ones."
+    "Canonical rows from the fixture datasets (ShareGPT multi-turn, glaive tool calls) via the project's normalizers, plus the built-in ones."
+    from dflash_nb.sources import NORMALIZERS
     rows = [dict(r) for r in BUILTIN]
     fx = fixtures_dir()
     if fx is None: return rows
-    for i, r in enumerate(json.loads((fx / 'data/multiturn/sharegpt_dummy_conversation.json').read_text())[:n_sharegpt]):
-        m = [{'role': {'human': 'user', 'gpt': 'assistant'}[t['from']], 'content': t['value']} for t in r['conversations']]
-        rows.append({'id': f'sg-{i}', 'source': 'sharegpt', 'messages': m})
-    for i, r in enumerate(json.loads((fx / 'data/toolcall/glaive_toolcall_en_demo.json').read_text())[:n_glaive]):
-        msgs, k = [], 0
-        for t in r['conversations']:
-            if t['from'] == 'human': msgs.append({'role': 'user', 'content': t['value']})
-            elif t['from'] == 'gpt': msgs.append({'role': 'assistant', 'content': t['value']})
-            elif t['from'] == 'function_call':
-                c = json.loads(t['value']); k += 1
-                msgs.append({'role': 'assistant', 'content': '', 'tool_calls': [{'id': f'call{k}', 'type': 'function', 'function': {
-                    'name': c['name'], 'arguments': c.get('arguments') or {}}}]})
-            elif t['from'] == 'observation': msgs.append({'role': 'tool', 'tool_call_id': f'call{k}', 'content': t['value']})
-        tools = [{'type': 'function', 'function': f} for f in json.loads(r['tools'])] if r.get('tools') else None
-        rows.append({'id': f'gl-{i}', 'source': 'glaive', 'messages': msgs, **({'tools': tools} if tools else {})})
+    for tag, src, norm, n in (('sg', 'sharegpt', 'sharegpt', n_sharegpt), ('gl', 'glaive', 'llamafactory_tools', n_glaive)):
+        path = fx / ('data/multiturn/sharegpt_dummy_conversation.json' if src == 'sharegpt' else 'data/toolcall/glaive_toolcall_en_demo.json')
+        for i, r in enumerate(json.loads(path.read_text())[:n]):
+            for j, c in enumerate(NORMALIZERS[norm](r)):
+                rows.append({'id': f'{tag}-{i}-{j}', 'source': src, 'messages': c['messages'], **({'tools': c['tools']} if c.get('tools') else {})})
     return rows
 
 
