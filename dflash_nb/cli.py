@@ -12,35 +12,34 @@ from .core import ConfigError, load_config, default_config_path
 # %% auto #0
 __all__ = ['CLI_MODULES', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'build_parser', 'main']
 
-# %% ../nbs/03_cli.ipynb #4701b44b
+# %% ../nbs/03_cli.ipynb #909a0953
 CLI_MODULES = ('targets', 'sources', 'templates', 'convert', 'regenerate', 'tokenization', 'hidden_states',
                'drafter', 'train', 'evaluate', 'plan')
 
 def _add_config_args(p):
-    p.add_argument('config', nargs='?', default=None, help=f'run config YAML (default: the embedded {default_config_path().name})')
+    p.add_argument('config', nargs='?', default=None,
+                   help=f'run config YAML or a run folder (default: the embedded {default_config_path().name})')
     p.add_argument('--set', dest='overrides', action='append', default=[], metavar='SECTION.KEY=VALUE',
                    help='override a config value (YAML-parsed); repeatable')
     p.add_argument('--runs-dir', default=None, help='folder of runs (default: run.runs_dir or ./runs)')
 
 def cmd_run(a) -> int:
-    from dflash_nb.pipeline import run_chain, ChainError
-    try:
-        run_chain(a.config, a.overrides, runs_dir=a.runs_dir, from_stage=a.from_stage, only=a.only, until=a.until,
-                  force=a.force, progress=not a.quiet, log_output=a.log_output)
-    except ChainError as e:
-        print(f'ERROR: {e}', file=sys.stderr); return 1
+    from dflash_nb.pipeline import run_chain
+    run_chain(a.config, a.overrides, runs_dir=a.runs_dir, from_stage=a.from_stage, only=a.only, until=a.until,
+              force=a.force, progress=not a.quiet, log_output=a.log_output)
     return 0
 
 def cmd_stages(a) -> int:
-    from dflash_nb.pipeline import discover_stages, check_config, stage_status
+    from dflash_nb.pipeline import discover_stages, check_config, chain_status
     cfg = load_config(a.config, a.overrides)
     stages = discover_stages()
     params = check_config(cfg, stages)
     run_dir = Path(a.runs_dir or cfg['run'].get('runs_dir') or 'runs') / cfg['run']['name']
-    print(f'{"stage":<22} {"state":<6} parameters')
-    for s in stages:
-        fresh, why = stage_status(run_dir, s, params[s.name])
-        print(f'{s.name:<22} {"fresh" if fresh else "stale":<6} ' + ', '.join(f'{k}={v!r}' for k, v in params[s.name].items()))
+    print(f'run folder {run_dir}')
+    print(f'{"stage":<22} {"state":<7} why')
+    for name, state, why in chain_status(run_dir, stages, params, skip=cfg['run'].get('skip') or ()):
+        print(f'{name:<22} {state:<7} {why}')
+        if a.params: print(' ' * 31 + ', '.join(f'{k}={v!r}' for k, v in params[name].items()))
     return 0
 
 def cmd_config(a) -> int:
@@ -60,6 +59,7 @@ def cmd_docs(a) -> int:
 def build_parser() -> argparse.ArgumentParser:
     "The `dflash-nb` argument parser, with the sub-commands of every installed stage module."
     p = argparse.ArgumentParser(prog='dflash-nb', description='Raw chat datasets to a trained DFlash drafter, stage by stage.')
+    p.add_argument('--debug', action='store_true', help='show the full traceback of an error')
     sub = p.add_subparsers(dest='command', metavar='COMMAND')
     r = sub.add_parser('run', help='run the stage notebooks with papermill (default: the embedded demo)')
     _add_config_args(r)
@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument('--quiet', action='store_true', help='no per-cell progress bars')
     r.add_argument('--log-output', action='store_true', help="echo the notebooks' output")
     r.set_defaults(func=cmd_run)
-    s = sub.add_parser('stages', help='list the stages, their parameters and state'); _add_config_args(s); s.set_defaults(func=cmd_stages)
+    s = sub.add_parser('stages', help='list the stages and whether each is fresh or stale (and why)'); _add_config_args(s)
+    s.add_argument('--params', action='store_true', help="also print each stage's resolved parameters"); s.set_defaults(func=cmd_stages)
     c = sub.add_parser('config', help='print the checked, resolved run config'); _add_config_args(c); c.set_defaults(func=cmd_config)
     d = sub.add_parser('docs', help='render the notebooks to HTML in _docs/')
     d.add_argument('--out', default='_docs'); d.add_argument('--run', default=None, help='a run folder whose executed notebooks to show')
@@ -80,17 +81,42 @@ def build_parser() -> argparse.ArgumentParser:
         if importlib.util.find_spec(f'dflash_nb.{name}') is None: continue
         mod = importlib.import_module(f'dflash_nb.{name}')
         if hasattr(mod, 'register_cli'): mod.register_cli(sub)
+    _show_defaults(p)
     return p
+
+def _show_defaults(p):
+    "Every (sub-)command's `--help` shows the defaults of its options."
+    p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
+    for act in p._actions:
+        if isinstance(act, argparse._SubParsersAction):
+            for sp in act.choices.values(): _show_defaults(sp)
+
+def _expected(e) -> int | None:
+    "The exit code of an expected failure (bad config 2, bad input or failed stage 1), None for a bug."
+    from dflash_nb.pipeline import ChainError
+    if isinstance(e, ConfigError): return 2
+    if isinstance(e, (ChainError, FileNotFoundError, NotADirectoryError, ValueError)): return 1
+    if type(e).__name__ in ('SourceUnavailable', 'InputError'): return 1
+    return None
+
+def _one_line(e) -> str:
+    "One line for an expected failure: the first line of the message, plus the executed notebook of a failed stage."
+    lines = [l for l in str(e).splitlines() if l.strip()] or [type(e).__name__]
+    kind = 'config error' if isinstance(e, ConfigError) else 'error'
+    tail = next((l for l in lines[1:] if l.startswith('executed notebook:')), None)
+    return f'{kind}: {lines[0]}' + (f' ({tail}; --debug for the traceback)' if tail else '')
 
 def main(argv=None) -> int:
     "Entry point of the `dflash-nb` console script."
     p = build_parser()
-    a = p.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = '--debug' in argv   # accepted anywhere on the line, not only before the command
+    a = p.parse_args((['--debug'] if debug else []) + [x for x in argv if x != '--debug'])
     if getattr(a, 'func', None) is None:
-        if a.command is None and argv is None and len(sys.argv) <= 1: p.print_help(); return 0
+        if a.command is None and not argv: p.print_help(); return 0
         p.print_help(); return 2
     try: return int(a.func(a) or 0)
-    except ConfigError as e:
-        print(f'config error: {e}', file=sys.stderr); return 2
-    except (FileNotFoundError, ValueError) as e:
-        print(f'error: {e}', file=sys.stderr); return 1
+    except Exception as e:
+        code = _expected(e)
+        if code is None or getattr(a, 'debug', False): raise
+        print(_one_line(e), file=sys.stderr); return code

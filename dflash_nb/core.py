@@ -59,14 +59,17 @@ def expand_path(s) -> str:
         s = s.replace('${DFLASH_NB_FIXTURES}', str(fixtures_dir())).replace('$DFLASH_NB_FIXTURES', str(fixtures_dir()))
     return os.path.expanduser(os.path.expandvars(s))
 
-# %% ../nbs/00_core.ipynb #e7b9c9d7
+# %% ../nbs/00_core.ipynb #38b08c5b
+def _umask() -> int:
+    m = os.umask(0o022); os.umask(m); return m
+
 @contextlib.contextmanager
 def atomic_write(path, mode: str = 'w', encoding: str | None = 'utf-8') -> Iterator[Any]:
     "Open a temporary file beside `path`; on success flush, fsync and rename it to `path`; on error remove it."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
-    os.close(fd)
+    os.close(fd); os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes it owner-only: give it the usual permissions
     try:
         with open(tmp, mode, encoding=None if 'b' in mode else encoding) as f:
             yield f
@@ -132,6 +135,7 @@ def atomic_dir(path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
         if path.exists():
@@ -236,7 +240,7 @@ def read_manifest(stage_dir) -> dict | None:
     p = Path(stage_dir) / 'manifest.json'
     return read_json(p) if p.exists() else None
 
-# %% ../nbs/00_core.ipynb #739f68be
+# %% ../nbs/00_core.ipynb #5ee1aa63
 RUN_KEYS = {'name': str, 'seed': int, 'device': str, 'target': str, 'runs_dir': str, 'description': str,
             'dtype': str, 'skip': list}
 
@@ -281,8 +285,13 @@ def validate_run_section(cfg: dict) -> dict:
     return cfg
 
 def load_config(path=None, overrides: Iterable[str] = ()) -> dict:
-    "Load a run configuration (default: the embedded demo), apply `--set` overrides and validate the `run` section."
+    """Load a run configuration (default: the embedded demo), apply `--set` overrides and validate the `run` section.
+    `path` may also be a run folder: its `config.yaml` is read and the run stays in that folder."""
     path = Path(path) if path else default_config_path()
+    run_folder = None
+    if path.is_dir():
+        if not (path / 'config.yaml').is_file(): raise ConfigError(f'{path} is a folder without config.yaml: not a run folder')
+        run_folder, path = path.resolve(), path / 'config.yaml'
     if not path.exists(): raise ConfigError(f'config file not found: {path}')
     try: cfg = yaml.safe_load(path.read_text(encoding='utf-8')) or {}
     except yaml.YAMLError as e: raise ConfigError(f'{path}: invalid YAML: {e}') from None
@@ -290,7 +299,9 @@ def load_config(path=None, overrides: Iterable[str] = ()) -> dict:
     cfg = copy.deepcopy(cfg)
     for o in overrides: apply_override(cfg, o)
     cfg.setdefault('run', {})
+    if not isinstance(cfg['run'], dict): raise ConfigError('`run` must be a mapping')
     cfg['run'].setdefault('name', path.stem)
+    if run_folder is not None: cfg['run'].update(name=run_folder.name, runs_dir=str(run_folder.parent))
     return validate_run_section(cfg)
 
 # %% ../nbs/00_core.ipynb #4440981d

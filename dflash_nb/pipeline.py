@@ -13,7 +13,7 @@ from .core import (ConfigError, STAGE_NAME_RE, file_hash, load_config, nbs_dir, 
 
 # %% auto #0
 __all__ = ['GLOBAL_PARAMS', 'NON_STAGE_SECTIONS', 'StageSpec', 'parse_parameters', 'discover_stages', 'resolve_params',
-           'check_config', 'stage_status', 'ChainError', 'execute_stage', 'run_chain', 'smoke_run_dir',
+           'check_config', 'stage_status', 'chain_status', 'ChainError', 'execute_stage', 'run_chain', 'smoke_run_dir',
            'prepare_upstream', 'make_stage_notebook']
 
 # %% ../nbs/02_pipeline.ipynb #a6978339
@@ -57,7 +57,7 @@ def discover_stages(nbs=None) -> list[StageSpec]:
         out.append(StageSpec(p.stem, m.group(2), p, d))
     return out
 
-# %% ../nbs/02_pipeline.ipynb #72a86cd9
+# %% ../nbs/02_pipeline.ipynb #1b4407d5
 def resolve_params(stage: StageSpec, cfg: dict) -> dict:
     "The parameters to execute `stage` with under config `cfg` (without `run_dir`)."
     params = {k: v for k, v in stage.defaults.items() if k != 'run_dir'}
@@ -74,17 +74,30 @@ def resolve_params(stage: StageSpec, cfg: dict) -> dict:
 
 NON_STAGE_SECTIONS = ('run', 'plan')   # `plan`: assumptions for `dflash-nb plan` (see 95_plan)
 
-def check_config(cfg: dict, stages: list[StageSpec]) -> dict:
-    "Check every section of `cfg` names a stage and every key a declared parameter; returns {stage name: params}."
+def _inject_eval_prompts(cfg: dict, params: dict):
+    "30_convert removes training rows that overlap the evaluation prompts: add `evaluate.prompt_files` to its list."
+    extra = (cfg.get('evaluate') or {}).get('prompt_files') or []
+    conv = next((p for n, p in params.items() if n.endswith('_convert')), None)
+    if conv is None or 'eval_prompt_files' not in conv or not isinstance(extra, list): return
+    if 'eval_prompt_files' in (cfg.get('convert') or {}): return          # set explicitly: used as is
+    conv['eval_prompt_files'] = list(conv['eval_prompt_files']) + [f for f in extra if f not in conv['eval_prompt_files']]
+
+def check_config(cfg: dict, stages: list[StageSpec], cwd=None) -> dict:
+    """Check every section of `cfg` names a stage, every key a declared parameter and every value its type and range
+    (`params.check_params`; relative paths resolved against `cwd`, default the working directory, and written back
+    into `cfg`); returns {stage name: params}."""
+    from dflash_nb.params import check_params
     shorts = {s.short for s in stages}
     for k in (cfg.get('run') or {}).get('skip') or []:
         if k not in shorts: raise ConfigError(f'run.skip names no stage: {k!r}; stages are: {", ".join(sorted(shorts))}')
     for k in cfg:
         if k not in NON_STAGE_SECTIONS and k not in shorts:
             raise ConfigError(f'unknown config section {k!r}; stages are: {", ".join(s.short for s in stages)}')
-    return {s.name: resolve_params(s, cfg) for s in stages}
+    params = {s.name: resolve_params(s, cfg) for s in stages}
+    _inject_eval_prompts(cfg, params)
+    return check_params(cfg, params, stages, cwd=cwd, global_keys=GLOBAL_PARAMS)
 
-# %% ../nbs/02_pipeline.ipynb #30fa34b2
+# %% ../nbs/02_pipeline.ipynb #094bd7d6
 def _norm(o): return json.loads(json.dumps(o, sort_keys=True, default=str))
 
 def stage_status(run_dir, stage: StageSpec, params: dict) -> tuple[bool, str]:
@@ -105,6 +118,18 @@ def stage_status(run_dir, stage: StageSpec, params: dict) -> tuple[bool, str]:
         if not p.exists(): return False, f'output {e["path"]} is gone'
         if p.is_file() and p.stat().st_size != e['bytes']: return False, f'output {e["path"]} changed'
     return True, 'manifest matches parameters and inputs'
+
+def chain_status(run_dir, stages: list[StageSpec], params: dict, skip=()) -> list[tuple[str, str, str]]:
+    """(stage name, state, reason) for every stage: `fresh`, `stale` (with the reason), `stale` because an earlier
+    stage is stale (its outputs will be rewritten, so what this stage read may change), or `skipped` (run.skip)."""
+    out, first_stale = [], None
+    for s in stages:
+        if s.short in skip: out.append((s.name, 'skipped', 'run.skip')); continue
+        fresh, why = stage_status(run_dir, s, params[s.name])
+        if fresh and first_stale: out.append((s.name, 'stale', f'upstream {first_stale} is stale')); continue
+        if not fresh and first_stale is None: first_stale = s.name
+        out.append((s.name, 'fresh' if fresh else 'stale', why))
+    return out
 
 # %% ../nbs/02_pipeline.ipynb #028c2982
 class ChainError(RuntimeError):
