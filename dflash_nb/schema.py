@@ -8,9 +8,9 @@ import copy, json
 from typing import Any
 
 # %% auto #0
-__all__ = ['ROLES', 'ROW_KEYS', 'MESSAGE_KEYS', 'TO_SHAREGPT', 'FROM_SHAREGPT', 'validate_row', 'is_valid', 'repair_row',
-           'to_sharegpt', 'from_sharegpt', 'to_speculators', 'from_speculators', 'make_tool_call', 'split_think',
-           'user_text']
+__all__ = ['ROLES', 'ROW_KEYS', 'MESSAGE_KEYS', 'FIXES', 'ROLE_ALIASES', 'PLACEHOLDER_USER', 'TO_SHAREGPT', 'FROM_SHAREGPT',
+           'validate_row', 'is_valid', 'repair_row', 'fix_row', 'to_sharegpt', 'from_sharegpt', 'to_speculators',
+           'from_speculators', 'make_tool_call', 'split_think', 'user_text']
 
 # %% ../nbs/05_schema.ipynb #01d94e2a
 ROLES = ('system', 'user', 'assistant', 'tool')
@@ -170,7 +170,58 @@ def repair_row(row: dict, merge_same_role: bool = False) -> tuple[dict, list[str
     row['messages'] = kept
     return row, rep
 
-# %% ../nbs/05_schema.ipynb #d32b680e
+# %% ../nbs/05_schema.ipynb #522058f4
+FIXES = ('map_unknown_roles', 'move_system_first', 'prepend_user', 'args_to_objects')
+ROLE_ALIASES = {'human': 'user', 'prompter': 'user', 'gpt': 'assistant', 'chatgpt': 'assistant', 'bot': 'assistant',
+                'ai': 'assistant', 'chatbot': 'assistant', 'model': 'assistant', 'bard': 'assistant', 'bing': 'assistant',
+                'observation': 'tool', 'function': 'tool', 'function_response': 'tool', 'ipython': 'tool', 'developer': 'system'}
+PLACEHOLDER_USER = 'Continue.'
+
+def _fix(name, msgs, placeholder):
+    "One structural repair on a message list: (new list, description) or (msgs, None) when it does not apply."
+    dicts = [m for m in msgs if isinstance(m, dict)]
+    if name == 'map_unknown_roles':
+        odd = [m for m in dicts if m.get('role') not in ROLES]
+        if not odd: return msgs, None
+        new = [{**m, 'role': ROLE_ALIASES.get(str(m.get('role')).lower(), 'user')} if m in odd else m for m in msgs]
+        return new, 'map_unknown_roles: ' + ', '.join(f'{m.get("role")}->{ROLE_ALIASES.get(str(m.get("role")).lower(), "user")}' for m in odd)
+    if name == 'move_system_first':
+        sys_ = [m for m in dicts if m.get('role') == 'system']
+        if len(sys_) == 0 or (len(sys_) == 1 and msgs and msgs[0] is sys_[0]): return msgs, None
+        text = '\n\n'.join(m.get('content') or '' for m in sys_ if _is_str(m.get('content')))
+        return [{'role': 'system', 'content': text}] + [m for m in msgs if not (isinstance(m, dict) and m.get('role') == 'system')], \
+            f'move_system_first: {len(sys_)} system turn(s) merged at the start'
+    if name == 'prepend_user':
+        if any(m.get('role') == 'user' for m in dicts): return msgs, None
+        i = 0
+        while i < len(msgs) and isinstance(msgs[i], dict) and msgs[i].get('role') == 'system': i += 1
+        return msgs[:i] + [{'role': 'user', 'content': placeholder}] + msgs[i:], f'prepend_user: {placeholder!r} inserted'
+    if name == 'args_to_objects':
+        n, new = 0, copy.deepcopy(msgs)
+        for m in new:
+            for tc in (m.get('tool_calls') or []) if isinstance(m, dict) and isinstance(m.get('tool_calls'), list) else []:
+                fn = tc.get('function') if isinstance(tc, dict) else None
+                if isinstance(fn, dict) and _is_str(fn.get('arguments')):
+                    ok, v = _parse_json_str(fn['arguments'])
+                    if ok and isinstance(v, dict): fn['arguments'] = v; n += 1
+        return (new, f'args_to_objects: {n} call(s)') if n else (msgs, None)
+    raise ValueError(f'unknown repair {name!r}; known: {", ".join(FIXES)}')
+
+def fix_row(row, fixes=FIXES, placeholder: str = PLACEHOLDER_USER, max_chars: int | None = None) -> tuple:
+    """Apply the structural repairs `fixes` (in the order of `FIXES`) to a row the validator rejects.
+    Returns (row, repairs applied): the repaired copy when it validates, else the row unchanged and []."""
+    bad = [f for f in fixes if f not in FIXES]
+    if bad: raise ValueError(f'unknown repair {bad[0]!r}; known: {", ".join(FIXES)}')
+    if not isinstance(row, dict) or not isinstance(row.get('messages'), list) or not validate_row(row, max_chars): return row, []
+    msgs, done = row['messages'], []
+    for f in FIXES:
+        if f in fixes:
+            msgs, what = _fix(f, msgs, placeholder)
+            if what: done.append(what)
+    new = {**row, 'messages': msgs}
+    return (new, done) if done and not validate_row(new, max_chars) else (row, [])
+
+# %% ../nbs/05_schema.ipynb #70301751
 TO_SHAREGPT = {'system': 'system', 'user': 'human', 'assistant': 'gpt', 'tool': 'tool'}
 FROM_SHAREGPT = {'system': 'system', 'human': 'user', 'user': 'user', 'gpt': 'assistant', 'assistant': 'assistant',
                  'chatgpt': 'assistant', 'bing': 'assistant', 'bard': 'assistant', 'model': 'assistant',
@@ -224,7 +275,7 @@ def from_speculators(row: dict, source: str) -> dict:
     if 'tools' in row: out['tools'] = row['tools']
     return out
 
-# %% ../nbs/05_schema.ipynb #fe3d6787
+# %% ../nbs/05_schema.ipynb #322e1ca4
 def make_tool_call(name: str, arguments, call_id: str | None = None) -> dict:
     "An OpenAI tool call with `arguments` as a dict (a JSON-string argument is parsed when it encodes an object)."
     if _is_str(arguments):
