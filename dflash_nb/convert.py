@@ -16,7 +16,7 @@ from .schema import (FIXES, PLACEHOLDER_USER, fix_row, from_sharegpt, from_specu
 # %% auto #0
 __all__ = ['EVAL_SETS', 'convert_rows', 'convert_file', 'eval_prompt_path', 'EvalIndex']
 
-# %% ../nbs/30_convert.ipynb #89f55471
+# %% ../nbs/30_convert.ipynb #dbd98926
 def _id_key(rid) -> bytes:
     import hashlib
     return hashlib.blake2b(str(rid).encode(), digest_size=16).digest()
@@ -35,7 +35,8 @@ def convert_rows(lines, merge_same_role: bool = False, max_chars: int | None = N
         row, repairs_done = repair_row(rec, merge_same_role=merge_same_role)
         reasons = validate_row(row, max_chars=max_chars)
         if reasons and repairs:
-            row2, fixed = fix_row(row, repairs, placeholder_user, max_chars)
+            had_user = isinstance(rec.get('messages'), list) and any(isinstance(m, dict) and m.get('role') == 'user' for m in rec['messages'])
+            row2, fixed = fix_row(row, repairs, placeholder_user, max_chars, had_user=had_user)
             if fixed:
                 meta = {**row2.get('meta', {}), 'repairs': list((row2.get('meta') or {}).get('repairs', [])) + fixed}
                 row, reasons, repairs_done = {**row2, 'meta': meta}, [], repairs_done + [f.split(':')[0] for f in fixed]

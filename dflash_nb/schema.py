@@ -170,7 +170,7 @@ def repair_row(row: dict, merge_same_role: bool = False) -> tuple[dict, list[str
     row['messages'] = kept
     return row, rep
 
-# %% ../nbs/05_schema.ipynb #522058f4
+# %% ../nbs/05_schema.ipynb #c443b84c
 FIXES = ('map_unknown_roles', 'move_system_first', 'prepend_user', 'args_to_objects')
 ROLE_ALIASES = {'human': 'user', 'prompter': 'user', 'gpt': 'assistant', 'chatgpt': 'assistant', 'bot': 'assistant',
                 'ai': 'assistant', 'chatbot': 'assistant', 'model': 'assistant', 'bard': 'assistant', 'bing': 'assistant',
@@ -192,7 +192,7 @@ def _fix(name, msgs, placeholder):
         return [{'role': 'system', 'content': text}] + [m for m in msgs if not (isinstance(m, dict) and m.get('role') == 'system')], \
             f'move_system_first: {len(sys_)} system turn(s) merged at the start'
     if name == 'prepend_user':
-        if any(m.get('role') == 'user' for m in dicts): return msgs, None
+        if any(m.get('role') == 'user' for m in dicts) or not any(m.get('role') in ('assistant', 'tool') for m in dicts): return msgs, None
         i = 0
         while i < len(msgs) and isinstance(msgs[i], dict) and msgs[i].get('role') == 'system': i += 1
         return msgs[:i] + [{'role': 'user', 'content': placeholder}] + msgs[i:], f'prepend_user: {placeholder!r} inserted'
@@ -207,15 +207,16 @@ def _fix(name, msgs, placeholder):
         return (new, f'args_to_objects: {n} call(s)') if n else (msgs, None)
     raise ValueError(f'unknown repair {name!r}; known: {", ".join(FIXES)}')
 
-def fix_row(row, fixes=FIXES, placeholder: str = PLACEHOLDER_USER, max_chars: int | None = None) -> tuple:
+def fix_row(row, fixes=FIXES, placeholder: str = PLACEHOLDER_USER, max_chars: int | None = None, had_user: bool = False) -> tuple:
     """Apply the structural repairs `fixes` (in the order of `FIXES`) to a row the validator rejects.
-    Returns (row, repairs applied): the repaired copy when it validates, else the row unchanged and []."""
+    Returns (row, repairs applied): the repaired copy when it validates, else the row unchanged and [].
+    `had_user`: the row had a user turn before `repair_row` dropped it as empty; no placeholder replaces it."""
     bad = [f for f in fixes if f not in FIXES]
     if bad: raise ValueError(f'unknown repair {bad[0]!r}; known: {", ".join(FIXES)}')
     if not isinstance(row, dict) or not isinstance(row.get('messages'), list) or not validate_row(row, max_chars): return row, []
     msgs, done = row['messages'], []
     for f in FIXES:
-        if f in fixes:
+        if f in fixes and not (f == 'prepend_user' and had_user):
             msgs, what = _fix(f, msgs, placeholder)
             if what: done.append(what)
     new = {**row, 'messages': msgs}

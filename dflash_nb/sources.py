@@ -683,7 +683,7 @@ def read_source(src: Source) -> Iterator[dict]:
     else: raise SourceUnavailable('missing', f'{src.name}: neither path nor hf_id')
     return _group(it, src.group_by) if src.group_by else it
 
-# %% ../nbs/10_sources.ipynb #aaa61a93
+# %% ../nbs/10_sources.ipynb #e4e66b5f
 class _Tracked(dict):
     "A native record that remembers which of its fields the normalizer looked at."
     def __init__(self, *a):
@@ -718,8 +718,9 @@ def normalize_record(src_name: str, norm: Callable, raw, index: int, unmapped: C
         if p.get('tools') and not prompts_only: row['tools'] = p['tools']
         meta = {kk: v for kk, v in (p.get('meta') or {}).items() if v is not None}
         if meta: row['meta'] = meta
+        had_user = any(isinstance(m, dict) and m.get('role') == 'user' for m in row['messages'])
         row, _ = repair_row(row)
-        row, fixed = fix_row(row, repairs) if repairs else (row, [])
+        row, fixed = fix_row(row, repairs, had_user=had_user) if repairs else (row, [])
         if fixed: row['meta'] = {**row.get('meta', {}), 'repairs': fixed}
         reasons = validate_row(row)
         if reasons: rej.append({'reason': reasons[0], 'all_reasons': reasons, 'index': index, 'record': raw})
