@@ -73,6 +73,7 @@ def _ok(i, **kw):
 
 CALL = lambda args: {'role': 'assistant', 'content': '', 'tool_calls': [{'type': 'function', 'function': {'name': 'f', 'arguments': args}}]}
 U = {'role': 'user', 'content': 'q'}
+A = {'role': 'assistant', 'content': 'a'}
 BAD = {   # expected reason kind -> raw JSONL line
     'invalid JSON': '{"id": "x", "messages": [',
     'expected a JSON object': '[1, 2, 3]',
@@ -109,7 +110,7 @@ def test_malformed_rows_are_all_accounted_for(tmp_path):
         lines.append(line); expected[len(lines)] = kind
     lines += ['', json.dumps(_ok(2, messages=[{'role': 'user', 'content': '   '}, {'role': 'user', 'content': 'real'}]))]   # repaired, kept
     (tmp_path / 'in.jsonl').write_text('\n'.join(lines) + '\n')
-    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', max_chars=200_000)
+    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', max_chars=200_000, repairs=())   # the validator alone
     assert len(BAD) >= 20
     assert c['rows_in'] == c['rows_out'] + c['quarantined'] == len(lines) - 1        # the blank line is not a row
     assert c['rows_out'] == 2 and c['quarantined'] == len(BAD)
@@ -124,6 +125,46 @@ def test_malformed_rows_are_all_accounted_for(tmp_path):
     out = [json.loads(l) for l in (tmp_path / 'out' / 'conversations.jsonl').read_text().splitlines()]
     assert [r['id'] for r in out] == ['r1', 'r2'] and all(validate_row(r) == [] for r in out)
     assert len((tmp_path / 'out' / 'sharegpt.jsonl').read_text().splitlines()) == 2
+
+REPAIRABLE = {'unknown role': ['map_unknown_roles: narrator->user'], 'no user turn': ["prepend_user: 'Continue.' inserted"],
+              'system not first': ['move_system_first: 1 system turn(s) merged at the start']}
+
+def test_repairs_keep_exactly_the_repairable_rows_and_record_them(tmp_path):
+    lines = [l.replace('"id": "r0"', f'"id": "bad{i}"') for i, (k, l) in enumerate(BAD.items()) if k != 'duplicate id']
+    (tmp_path / 'in.jsonl').write_text('\n'.join(lines) + '\n')
+    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', max_chars=200_000)
+    assert c['rows_in'] == len(lines) and c['rows_out'] == len(REPAIRABLE) and c['quarantined'] == len(lines) - len(REPAIRABLE)
+    assert c['repairs'] == {'map_unknown_roles': 1, 'prepend_user': 1, 'move_system_first': 1}
+    assert not set(REPAIRABLE) & set(c['reasons'])          # quarantined only when no repair helps
+    kinds = list(BAD)
+    out = [json.loads(l) for l in (tmp_path / 'out/conversations.jsonl').read_text().splitlines()]
+    got = {kinds[int(o['id'][3:])]: o['meta']['repairs'] for o in out}
+    assert got == REPAIRABLE
+    assert all(validate_row(o) == [] for o in out)
+    c2 = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out2', max_chars=200_000, repairs=['move_system_first'])
+    assert c2['rows_out'] == 1 and c2['repairs'] == {'move_system_first': 1}   # only what is configured
+
+def test_eval_prompts_are_removed_from_training(tmp_path):
+    from dflash_nb.convert import EvalIndex
+    from dflash_nb.core import PKG_DIR
+    mt = [json.loads(l) for l in (PKG_DIR / 'data/demo_mtbench.jsonl').read_text().splitlines()]
+    he = [json.loads(l) for l in (PKG_DIR / 'data/demo_humaneval.jsonl').read_text().splitlines()]
+    own = tmp_path / 'my_eval.jsonl'; own.write_text(json.dumps({'prompt': 'Summarise the plot of Hamlet in three sentences.'}) + '\n')
+    rows = [_ok(1),                                                                             # kept
+            _ok(2, messages=[{'role': 'user', 'content': mt[0]['turns'][0]}, A]),               # exact
+            _ok(3, messages=[{'role': 'user', 'content': '  ' + mt[5]['turns'][1].upper()}]),   # normalized, second turn
+            _ok(4, messages=[{'role': 'user', 'content': 'Complete this:\n```python\n' + he[3]['prompt'] + '```'}]),  # contained
+            _ok(5, messages=[{'role': 'user', 'content': 'summarise the plot of hamlet, in three sentences'}, A])]       # own file
+    (tmp_path / 'in.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    ix = EvalIndex(['mt_bench', 'humaneval', str(own)])
+    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', eval_index=ix)
+    assert (c['rows_out'], c['quarantined'], c['eval_overlap']) == (1, 4, 4) and c['reasons'] == {'eval_overlap': 4}
+    q = [json.loads(l) for l in (tmp_path / 'out/quarantine.jsonl').read_text().splitlines()]
+    assert [x['row']['id'] for x in q] == ['r2', 'r3', 'r4', 'r5']
+    assert q[0]['reason'] == f"eval_overlap: user turn 0 is mt_bench/{mt[0]['question_id']}"
+    assert he[3]['task_id'] in q[2]['reason'] and 'contains' in q[2]['reason']
+    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out2', eval_index=EvalIndex(['mt_bench', 'humaneval'], mode='equal'))
+    assert c['eval_overlap'] == 2                           # whole turns only: the wrapped HumanEval prompt stays
 
 def test_merge_same_role_only_when_asked(tmp_path):
     row = _ok(1, messages=[{'role': 'user', 'content': 'a'}, {'role': 'user', 'content': 'b'}])
