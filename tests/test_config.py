@@ -1,0 +1,111 @@
+"Config checking before anything runs: types, ranges, choices, files; relative paths; run folders; one-line errors."
+import contextlib, io, json
+from pathlib import Path
+import pytest, yaml
+
+from dflash_nb.core import ConfigError, load_config
+from dflash_nb.pipeline import discover_stages, check_config, run_chain
+from dflash_nb.params import uncovered, load_schema, check_value, SCHEMA_PATH
+from dflash_nb.cli import main
+
+STAGES = discover_stages()
+
+def cli(*args):
+    "The CLI in-process: (exit code, stdout, stderr)."
+    o, e = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e): code = main([str(a) for a in args])
+    return code, o.getvalue(), e.getvalue()
+
+# (override, the message it must produce): wrong types, out of range, unknown choices, missing files
+BAD = [
+    ('train.lr=abc', "train.lr: 'abc' is not allowed; allowed: a number > 0"),
+    ('train.lr=0', 'train.lr: 0 is not allowed; allowed: a number > 0'),
+    ('train.lr=true', 'train.lr: True is not allowed; allowed: a number > 0'),
+    ('train.epochs=-3', 'train.epochs: -3 is not allowed; allowed: an integer >= 1'),
+    ('train.epochs=2.5', 'train.epochs: 2.5 is not allowed; allowed: an integer >= 1'),
+    ('train.block_size=1', 'train.block_size: 1 is not allowed; allowed: an integer >= 2'),
+    ('train.warmup_ratio=1.5', 'train.warmup_ratio: 1.5 is not allowed; allowed: a number >= 0 and <= 1'),
+    ('train.source=cloud', "train.source: 'cloud' is not allowed; allowed: one of offline, online"),
+    ('train.max_minutes=null', 'train.max_minutes: null is not allowed; allowed: a number > 0'),
+    ('tokenization.max_seq_len=abc', "tokenization.max_seq_len: 'abc' is not allowed; allowed: an integer >= 0"),
+    ('tokenization.truncation=chop', "tokenization.truncation: 'chop' is not allowed; allowed: one of truncate, drop"),
+    ('tokenization.min_supervised_tokens=0', 'tokenization.min_supervised_tokens: 0 is not allowed; allowed: an integer >= 1'),
+    ('tokenization.enable_thinking=maybe', "tokenization.enable_thinking: 'maybe' is not allowed; allowed: true or false (or null)"),
+    ('tokenization.chat_template=/no/such/t.jinja', "tokenization.chat_template: '/no/such/t.jinja' is not an existing file"),
+    ('templates.chat_template=missing.jinja', "templates.chat_template: 'missing.jinja' is not an existing file"),
+    ('sources.total=0', 'sources.total: 0 is not allowed; allowed: an integer >= 1'),
+    ('sources.dedup=fuzzy', "sources.dedup: 'fuzzy' is not allowed; allowed: one of none, exact, normalized"),
+    ('sources.quotas=[1]', 'sources.quotas: [1] is not allowed; allowed: a mapping'),
+    ('convert.repairs=[prepend_user, guess]', "convert.repairs: ['prepend_user', 'guess'] is not allowed ('guess' is not a choice)"),
+    ('regenerate.top_p=0', 'regenerate.top_p: 0 is not allowed; allowed: a number > 0 and <= 1'),
+    ('regenerate.select=some', "regenerate.select: 'some' is not allowed; allowed: one of all, prompt_only, unanswered"),
+    ('hidden_states.storage_dtype=int8', "hidden_states.storage_dtype: 'int8' is not allowed; allowed: one of bfloat16, float16, float32"),
+    ('evaluate.mt_bench_turns=3', 'evaluate.mt_bench_turns: 3 is not allowed; allowed: an integer >= 1 and <= 2'),
+    ('evaluate.max_prompts=two', "evaluate.max_prompts: 'two' is not allowed; allowed: an integer >= 1"),
+]
+
+@pytest.mark.parametrize('override,msg', BAD, ids=[b[0] for b in BAD])
+def test_bad_values_are_rejected_naming_key_value_and_what_is_allowed(override, msg):
+    with pytest.raises(ConfigError) as e: check_config(load_config(overrides=[override]), STAGES)
+    assert msg in str(e.value)
+
+def test_at_least_fifteen_bad_values():
+    assert len(BAD) >= 15 and len({b[0].split('=')[0] for b in BAD}) >= 15
+
+def test_good_values_pass_and_numbers_in_exponent_form_are_read():
+    p = check_config(load_config(overrides=['train.lr=6e-4', 'train.epochs=3', 'tokenization.max_seq_len=0']), STAGES)
+    assert p['80_train']['lr'] == 6e-4 and isinstance(p['80_train']['lr'], float) and p['50_tokenization']['max_seq_len'] == 0
+    assert check_config(load_config(), STAGES)['80_train']['epochs'] == 10    # the demo passes its own check
+
+def test_every_parameter_of_every_stage_is_typed():
+    assert uncovered(STAGES) == []
+    declared = {(sec, k) for sec, keys in load_schema().items() for k in keys}
+    known = {(s.short, k) for s in STAGES for k in s.defaults}
+    assert declared <= known, f'{SCHEMA_PATH.name} declares parameters no stage has: {sorted(declared - known)}'
+
+def test_defaults_satisfy_their_declarations():
+    schema = load_schema()
+    for s in STAGES:
+        for k, spec in (schema.get(s.short) or {}).items():
+            if spec['type'] in ('path', 'dir'): continue
+            check_value(f'{s.short}.{k}', s.defaults[k], spec)
+
+def test_relative_paths_resolve_against_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / 'my.jinja').write_text('{% for m in messages %}{{ m.content }}{% endfor %}')
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(overrides=['templates.chat_template=my.jinja', 'tokenization.chat_template=./my.jinja'])
+    p = check_config(cfg, STAGES)
+    want = str((tmp_path / 'my.jinja').resolve())
+    assert p['20_templates']['chat_template'] == want and p['50_tokenization']['chat_template'] == want
+    assert cfg['templates']['chat_template'] == want        # what config.yaml records is what the notebooks open
+    code, out, err = cli('config', '--set', 'templates.chat_template=my.jinja')
+    assert code == 0 and f'chat_template: {want}' in out
+    code, out, err = cli('plan', '--set', 'templates.chat_template=other.jinja')
+    assert code != 0 and 'plan OK' not in out and "'other.jinja' is not an existing file" in err
+
+def test_a_failed_check_leaves_the_run_folders_config_untouched(tmp_path):
+    run = tmp_path / 'runs' / 'r1'; run.mkdir(parents=True)
+    good = yaml.safe_dump({'run': {'name': 'r1'}, 'train': {'lr': 0.001}})
+    (run / 'config.yaml').write_text(good)
+    for o in ('train.lr=abc', 'train.epochs=-3', 'train.block_size=1', 'tokenization.max_seq_len=abc'):
+        code, out, err = cli('run', run, '--set', o)
+        assert code == 2 and err.startswith('config error: ') and err.count('\n') == 1, (o, err)
+        assert (run / 'config.yaml').read_text() == good
+    assert sorted(p.name for p in run.iterdir()) == ['config.yaml']     # no stage folder either
+
+def test_run_folders_are_accepted_where_a_config_is(tmp_path):
+    run = tmp_path / 'elsewhere' / 'myrun'; run.mkdir(parents=True)
+    (run / 'config.yaml').write_text(yaml.safe_dump({'run': {'name': 'demo', 'seed': 4}}))
+    code, out, _ = cli('stages', run)
+    assert code == 0 and f'run folder {run.resolve()}' in out and '01_targets' in out
+    code, out, _ = cli('config', run)
+    assert code == 0 and 'seed: 4' in out
+    code, _, err = cli('stages', tmp_path)
+    assert code == 2 and 'not a run folder' in err
+
+def test_expected_failures_are_one_line_and_debug_shows_the_traceback(tmp_path):
+    code, out, err = cli('config', '--set', 'nosuch.key=1')
+    assert code == 2 and err.count('\n') == 1 and "unknown config section 'nosuch'" in err
+    code, out, err = cli('config', tmp_path / 'none.yaml')
+    assert code == 2 and err.count('\n') == 1 and 'not found' in err
+    with pytest.raises(ConfigError): main(['config', '--set', 'train.lr=abc', '--debug'])
