@@ -12,7 +12,7 @@ from .core import ConfigError, load_config, default_config_path
 # %% auto #0
 __all__ = ['CLI_MODULES', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'build_parser', 'main']
 
-# %% ../nbs/03_cli.ipynb #909a0953
+# %% ../nbs/03_cli.ipynb #30bb7ac1
 CLI_MODULES = ('targets', 'sources', 'templates', 'convert', 'regenerate', 'tokenization', 'hidden_states',
                'drafter', 'train', 'evaluate', 'plan')
 
@@ -90,6 +90,8 @@ def _show_defaults(p):
     for act in p._actions:
         if isinstance(act, argparse._SubParsersAction):
             for sp in act.choices.values(): _show_defaults(sp)
+        elif act.option_strings and act.help is None and act.default not in (None, False, argparse.SUPPRESS):
+            act.help = ' '   # the formatter only shows the default of an option that has a help text
 
 def _expected(e) -> int | None:
     "The exit code of an expected failure (bad config 2, bad input or failed stage 1), None for a bug."

@@ -13,9 +13,9 @@ from .core import (Quarantine, atomic_dir, atomic_write, file_hash, obj_hash, re
                             write_jsonl)
 
 # %% auto #0
-__all__ = ['TokenizeOptions', 'encode_rows', 'count_tokens', 'freq_dict', 'save_token_freq', 'load_token_freq',
+__all__ = ['CLI_DEFAULTS', 'TokenizeOptions', 'encode_rows', 'count_tokens', 'freq_dict', 'save_token_freq', 'load_token_freq',
            'build_vocab_mapping', 'tokenizer_key', 'encode_file', 'EmptyDatasetError', 'assemble', 'target_vocab_size',
-           'tokenize_conversations', 'plot_lengths', 'show_rows', 'register_cli']
+           'tokenize_conversations', 'plot_lengths', 'show_rows', 'InputError', 'check_input', 'register_cli']
 
 # %% ../nbs/50_tokenization.ipynb #40084137
 @dataclass
@@ -436,7 +436,15 @@ def show_rows(tokenizer, rows, n: int = 3, max_tokens: int = 400):
                      + ''.join(toks) + more + '</div>')
     return HTML(''.join(parts))
 
-# %% ../nbs/50_tokenization.ipynb #0ecbcef3
+# %% ../nbs/50_tokenization.ipynb #95c74dc5
+import argparse, sys
+
+CLI_DEFAULTS = dict(max_seq_len=1024, truncation='truncate', min_supervised_tokens=4, rows='conversation',
+                    mask_method='locate', ids_dtype='int32', draft_vocab_size=8192, num_proc=2, chunk_rows=500, shard_mb=500)
+
+class InputError(ValueError):
+    "An input that a CLI command refuses before doing any work; the message is one line naming the fault."
+
 def _bool_or_none(s: str):
     s = str(s).lower()
     if s in ('none', 'default', ''): return None
@@ -444,23 +452,58 @@ def _bool_or_none(s: str):
     if s in ('false', '0', 'no', 'off'): return False
     raise ValueError(f'expected true, false or none, got {s!r}')
 
+def check_input(path, tokenizer=None, chat_template=None, max_errors: int = 1) -> int:
+    "Check a JSONL of canonical conversations up front; returns the row count or raises InputError naming the line and fault."
+    from dflash_nb.core import iter_jsonl
+    from dflash_nb.schema import validate_row
+    p = Path(path)
+    if not p.is_file(): raise InputError(f'input {p} does not exist')
+    if chat_template is not None and not Path(chat_template).is_file():
+        raise InputError(f'--chat-template {chat_template}: no such file')
+    if tokenizer is not None and chat_template is None and not getattr(tokenizer, 'chat_template', None):
+        raise InputError('the tokenizer of the target has no chat template: pass one with --chat-template FILE.jinja')
+    n = 0
+    for n, row in enumerate(iter_jsonl(p, errors='yield'), 1):
+        if '_error' in row and set(row) <= {'_error', '_line', '_raw'}: raise InputError(f'{p}:{row["_line"]}: {row["_error"]}')
+        why = validate_row(row)
+        if why: raise InputError(f'{p}: row {n} is not a canonical conversation ({why[0]}); convert native files with '
+                                 f'`dflash-nb sources normalize --input FILE --output OUT.jsonl`')
+    if n == 0: raise InputError(f'{p} has no rows')
+    return n
+
 def register_cli(sub):
     "Add `dflash-nb tokenization run` to the CLI."
+    d = CLI_DEFAULTS
     p = sub.add_parser('tokenization', help='tokenize canonical conversations into a training dataset')
     ts = p.add_subparsers(dest='tokenization_cmd', required=True)
-    r = ts.add_parser('run', help='JSONL of canonical conversations -> dataset/, token_freq.pt, d2t.npy, t2d.npy')
-    r.add_argument('input'); r.add_argument('out')
+    r = ts.add_parser('run', help='JSONL of canonical conversations -> dataset/, token_freq.pt, d2t.npy, t2d.npy',
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    r.add_argument('input', help='canonical conversations (JSONL)'); r.add_argument('out', help='output folder')
     r.add_argument('--target', required=True, help='target spec whose tokenizer and template to use')
-    r.add_argument('--chat-template', default=None); r.add_argument('--enable-thinking', type=_bool_or_none, default=None)
-    r.add_argument('--max-seq-len', type=int, default=2048); r.add_argument('--truncation', default='truncate', choices=['truncate', 'drop'])
-    r.add_argument('--min-supervised-tokens', type=int, default=1); r.add_argument('--rows', default='conversation', choices=['conversation', 'turn'])
-    r.add_argument('--mask-method', default='locate', choices=['locate', 'prefix']); r.add_argument('--dtype', default='int32', choices=['int32', 'int64'])
-    r.add_argument('--draft-vocab-size', type=int, default=0); r.add_argument('--num-proc', type=int, default=max(1, (os.cpu_count() or 2)))
-    r.add_argument('--chunk-rows', type=int, default=2000); r.add_argument('--shard-mb', type=float, default=500)
+    r.add_argument('--chat-template', default=None, help="a .jinja file replacing the tokenizer's template")
+    r.add_argument('--enable-thinking', type=_bool_or_none, default=None, help='true | false | none (the template default)')
+    r.add_argument('--max-seq-len', type=int, default=d['max_seq_len'], help='tokens per row; 0: no limit')
+    r.add_argument('--truncation', default=d['truncation'], choices=['truncate', 'drop'], help='rows longer than --max-seq-len')
+    r.add_argument('--min-supervised-tokens', type=int, default=d['min_supervised_tokens'], help='rows with fewer are quarantined')
+    r.add_argument('--rows', default=d['rows'], choices=['conversation', 'turn'], help='one row per conversation or per assistant turn')
+    r.add_argument('--mask-method', default=d['mask_method'], choices=['locate', 'prefix'], help='how assistant masks are found')
+    r.add_argument('--dtype', default=d['ids_dtype'], choices=['int32', 'int64'], help='int64: the speculators byte layout')
+    r.add_argument('--draft-vocab-size', type=int, default=d['draft_vocab_size'], help='reduced draft vocabulary; 0: the full target vocabulary')
+    r.add_argument('--num-proc', type=int, default=d['num_proc'], help='worker processes')
+    r.add_argument('--chunk-rows', type=int, default=d['chunk_rows'], help='rows per resumable chunk')
+    r.add_argument('--shard-mb', type=float, default=d['shard_mb'], help='target size of a dataset shard (MB)')
     def run(a):
+        for k in ('max_seq_len', 'min_supervised_tokens', 'draft_vocab_size'):
+            if getattr(a, k) < 0: raise InputError(f'--{k.replace("_", "-")} must be >= 0, got {getattr(a, k)}')
+        for k in ('num_proc', 'chunk_rows'):
+            if getattr(a, k) < 1: raise InputError(f'--{k.replace("_", "-")} must be >= 1, got {getattr(a, k)}')
+        from dflash_nb.targets import load_tokenizer
+        tok = load_tokenizer(a.target)
+        n = check_input(a.input, tok, a.chat_template)
+        print(f'{a.input}: {n} canonical conversations', file=sys.stderr)
         opts = TokenizeOptions(a.max_seq_len, a.truncation, a.min_supervised_tokens, a.rows, a.enable_thinking,
                                a.chat_template, a.mask_method, a.dtype)
-        rep = tokenize_conversations(a.input, a.out, a.target, opts, draft_vocab_size=a.draft_vocab_size,
+        rep = tokenize_conversations(a.input, a.out, a.target, opts, tokenizer=tok, draft_vocab_size=a.draft_vocab_size,
                                      num_proc=a.num_proc, chunk_rows=a.chunk_rows, shard_mb=a.shard_mb)
         rep.pop('_lengths', None); rep.pop('histogram', None)
         print(json.dumps(rep, indent=2)); return 0
