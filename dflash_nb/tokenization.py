@@ -436,7 +436,7 @@ def show_rows(tokenizer, rows, n: int = 3, max_tokens: int = 400):
                      + ''.join(toks) + more + '</div>')
     return HTML(''.join(parts))
 
-# %% ../nbs/50_tokenization.ipynb #95c74dc5
+# %% ../nbs/50_tokenization.ipynb #6964e301
 import argparse, sys
 
 CLI_DEFAULTS = dict(max_seq_len=1024, truncation='truncate', min_supervised_tokens=4, rows='conversation',
@@ -497,9 +497,11 @@ def register_cli(sub):
             if getattr(a, k) < 0: raise InputError(f'--{k.replace("_", "-")} must be >= 0, got {getattr(a, k)}')
         for k in ('num_proc', 'chunk_rows'):
             if getattr(a, k) < 1: raise InputError(f'--{k.replace("_", "-")} must be >= 1, got {getattr(a, k)}')
+        n = check_input(a.input, None, a.chat_template)          # the rows first: cheap, no tokenizer needed
         from dflash_nb.targets import load_tokenizer
         tok = load_tokenizer(a.target)
-        n = check_input(a.input, tok, a.chat_template)
+        if a.chat_template is None and not getattr(tok, 'chat_template', None):
+            raise InputError(f'the tokenizer of {a.target} has no chat template: pass one with --chat-template FILE.jinja')
         print(f'{a.input}: {n} canonical conversations', file=sys.stderr)
         opts = TokenizeOptions(a.max_seq_len, a.truncation, a.min_supervised_tokens, a.rows, a.enable_thinking,
                                a.chat_template, a.mask_method, a.dtype)

@@ -76,7 +76,8 @@ def test_masks_equal_reference_and_definition(tok_spec):
         out, rej, c = encode_rows(tok, rows, TokenizeOptions(max_seq_len=0, enable_thinking=think, mask_method='locate'))
         outp, rejp, _ = encode_rows(tok, rows, TokenizeOptions(max_seq_len=0, enable_thinking=think, mask_method='prefix'))
         assert [r['reason'] for r in rej] == [r['reason'] for r in rejp]
-        assert len(out) == len(outp) and len(out) >= len(BUILTIN)
+        assert not rej, [r['reason'] for r in rej]        # every one of these rows renders: no template error is tolerated
+        assert len(out) == len(outp) == len(rows)
         byid = {r['id']: r for r in rows}
         for a, b in zip(out, outp):
             assert a == b
@@ -200,7 +201,8 @@ def test_resume_after_interruption_gives_same_dataset(tok_spec, tmp_path):
 def test_sigkill_and_resume(tok_spec, tmp_path):
     "A real SIGKILL in the middle of a run, then a restart: same dataset hash as an uninterrupted run."
     spec, tok, _ = tok_spec
-    rows = fixture_rows() * 3
+    base = fixture_rows()
+    rows = base * max(3, -(-160 // len(base)))               # >= 40 chunks of 4: the kill lands mid-run
     rows = [{**r, 'id': f'{r["id"]}-{i}'} for i, r in enumerate(rows)]
     inp = write_jsonl(tmp_path / 'in.jsonl', rows)
     ref = tokenize_conversations(inp, tmp_path / 'ref', spec, tokenizer=tok, chunk_rows=4, num_proc=1)
@@ -211,10 +213,50 @@ def test_sigkill_and_resume(tok_spec, tmp_path):
     t = time.time()
     while time.time() - t < 120 and p.poll() is None and len(list(work.glob('chunk-*.json'))) < 3: time.sleep(0.05)
     killed = p.poll() is None
-    if killed: os.kill(p.pid, signal.SIGKILL)
-    p.wait()
-    if killed: assert not (tmp_path / 'kill/dataset').exists()
+    assert killed, 'the run finished (or died) before it could be killed: this test proves nothing then'
+    os.kill(p.pid, signal.SIGKILL)
+    assert p.wait() == -signal.SIGKILL
+    assert not (tmp_path / 'kill/dataset').exists()
     res = tokenize_conversations(inp, tmp_path / 'kill', spec, tokenizer=tok, chunk_rows=4, num_proc=2)
-    if killed: assert res['chunks_resumed'] >= 3
+    assert 3 <= res['chunks_resumed'] < res['chunks']
     assert file_hash(tmp_path / 'ref/dataset') == file_hash(tmp_path / 'kill/dataset')
     assert file_hash(tmp_path / 'ref/token_freq.pt') == file_hash(tmp_path / 'kill/token_freq.pt')
+
+
+# ---------- the command line: the stage's defaults, checks before any work, one-line errors ----------
+def cli(*args):
+    import contextlib, io
+    from dflash_nb.cli import main
+    o, e = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e): code = main([str(a) for a in args])
+    return code, o.getvalue(), e.getvalue()
+
+def test_cli_defaults_are_the_stages():
+    from dflash_nb.pipeline import discover_stages
+    from dflash_nb.tokenization import CLI_DEFAULTS
+    st = next(s for s in discover_stages() if s.short == 'tokenization')
+    assert {k: st.defaults[k] for k in CLI_DEFAULTS} == CLI_DEFAULTS
+    from dflash_nb.cli import build_parser
+    h = build_parser()._subparsers._group_actions[0].choices['tokenization']._subparsers._group_actions[0].choices['run'].format_help()
+    for flag, v in (('max-seq-len', 1024), ('min-supervised-tokens', 4), ('draft-vocab-size', 8192)):
+        assert f'(default: {v})' in h.split(f'--{flag}', 2)[-1].split('--', 1)[0], flag
+
+def test_cli_checks_its_input_first(tok_spec, tmp_path):
+    spec, tok, _ = tok_spec
+    bad = write_jsonl(tmp_path / 'bad.jsonl', [BUILTIN[0], {'id': 'w', 'source': 's', 'messages': [{'role': 'wizard', 'content': 'hi'}]}])
+    code, out, err = cli('tokenization', 'run', bad, tmp_path / 'o1', '--target', spec)
+    assert code == 1 and err.count('\n') == 1 and "row 2 is not a canonical conversation (unknown role: 'wizard'" in err
+    assert 'sources normalize' in err and not (tmp_path / 'o1').exists()
+    empty = tmp_path / 'empty.jsonl'; empty.write_text('')
+    code, out, err = cli('tokenization', 'run', empty, tmp_path / 'o2', '--target', spec)
+    assert code == 1 and err == f'error: {empty} has no rows\n'
+    # a tokenizer without a chat template: refused before rendering anything, naming the CLI flag
+    tok.save_pretrained(tmp_path / 'notemplate')
+    cfgp = tmp_path / 'notemplate/tokenizer_config.json'
+    cfg = json.loads(cfgp.read_text()); cfg.pop('chat_template', None); cfgp.write_text(json.dumps(cfg))
+    (tmp_path / 'notemplate/chat_template.jinja').unlink(missing_ok=True)
+    good = write_jsonl(tmp_path / 'good.jsonl', BUILTIN[:2])
+    code, out, err = cli('tokenization', 'run', good, tmp_path / 'o3', '--target', tmp_path / 'notemplate')
+    assert code == 1 and err.count('\n') == 1 and '--chat-template' in err and 'chat_template=' not in err
+    code, out, err = cli('tokenization', 'run', good, tmp_path / 'o4', '--target', spec, '--max-seq-len', '-1')
+    assert code == 1 and '--max-seq-len must be >= 0' in err
