@@ -26,7 +26,7 @@ BAD = [
     ('train.block_size=1', 'train.block_size: 1 is not allowed; allowed: an integer >= 2'),
     ('train.warmup_ratio=1.5', 'train.warmup_ratio: 1.5 is not allowed; allowed: a number >= 0 and <= 1'),
     ('train.source=cloud', "train.source: 'cloud' is not allowed; allowed: one of offline, online"),
-    ('train.max_minutes=null', 'train.max_minutes: null is not allowed; allowed: a number > 0'),
+    ('train.lr=null', 'train.lr: null is not allowed; allowed: a number > 0'),
     ('tokenization.max_seq_len=abc', "tokenization.max_seq_len: 'abc' is not allowed; allowed: an integer >= 0"),
     ('tokenization.truncation=chop', "tokenization.truncation: 'chop' is not allowed; allowed: one of truncate, drop"),
     ('tokenization.min_supervised_tokens=0', 'tokenization.min_supervised_tokens: 0 is not allowed; allowed: an integer >= 1'),
