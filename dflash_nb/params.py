@@ -13,10 +13,10 @@ from .core import PKG_DIR, ConfigError, expand_path
 __all__ = ['SCHEMA_PATH', 'TYPES', 'SPEC_KEYS', 'load_schema', 'infer_spec', 'param_spec', 'allowed', 'check_value',
            'check_params', 'uncovered']
 
-# %% ../nbs/06_params.ipynb #b66291b4
+# %% ../nbs/06_params.ipynb #f4185aca
 SCHEMA_PATH = PKG_DIR / 'configs' / 'params.schema.json'
 TYPES = ('int', 'float', 'bool', 'str', 'list', 'dict', 'path', 'dir', 'any')
-SPEC_KEYS = ('type', 'nullable', 'min', 'max', 'gt', 'choices')
+SPEC_KEYS = ('type', 'nullable', 'min', 'max', 'gt', 'choices', 'item_paths')
 
 def load_schema(path=None) -> dict:
     "The parameter schema `{section: {key: spec}}`, each spec checked for known keys and types."
@@ -58,7 +58,7 @@ def allowed(spec: dict) -> str:
         if b: s += ' ' + ' and '.join(b)
     return s + (' (or null)' if spec.get('nullable') else '')
 
-# %% ../nbs/06_params.ipynb #a71e3869
+# %% ../nbs/06_params.ipynb #1f58515d
 _FLOAT = re.compile(r'^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$')
 
 def check_value(name: str, value, spec: dict | None, cwd=None):
@@ -94,7 +94,13 @@ def check_value(name: str, value, spec: dict | None, cwd=None):
         if not ok: raise ConfigError(f'{name}: {value!r} is not an existing {"file" if t == "path" else "folder"} '
                                      f'(looked for {p}); relative paths are read from the working directory')
         v = str(p.resolve())
+    if t == 'dict' and spec.get('item_paths'):   # {name: {path: ...}}: local paths resolved like path parameters
+        v = {k: _item_path(f'{name}.{k}', x, cwd) for k, x in v.items()}
     return v
+
+def _item_path(name, item, cwd):
+    if not isinstance(item, dict) or not isinstance(item.get('path'), str) or item['path'].startswith(('pkg:', 'fixtures:')): return item
+    return {**item, 'path': check_value(f'{name}.path', item['path'], {'type': 'path'}, cwd)}
 
 # %% ../nbs/06_params.ipynb #b1840891
 def check_params(cfg: dict, stage_params: dict, stages, cwd=None, schema: dict | None = None, global_keys=()) -> dict:

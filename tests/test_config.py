@@ -78,6 +78,10 @@ def test_relative_paths_resolve_against_the_working_directory(tmp_path, monkeypa
     want = str((tmp_path / 'my.jinja').resolve())
     assert p['20_templates']['chat_template'] == want and p['50_tokenization']['chat_template'] == want
     assert cfg['templates']['chat_template'] == want        # what config.yaml records is what the notebooks open
+    (tmp_path / 'mine.jsonl').write_text('{"messages": [{"role": "user", "content": "q"}]}\n')
+    cfg = load_config(overrides=['sources.extra_sources={mine: {path: mine.jsonl}}'])
+    check_config(cfg, STAGES)
+    assert cfg['sources']['extra_sources']['mine']['path'] == str((tmp_path / 'mine.jsonl').resolve())
     code, out, err = cli('config', '--set', 'templates.chat_template=my.jinja')
     assert code == 0 and f'chat_template: {want}' in out
     code, out, err = cli('plan', '--set', 'templates.chat_template=other.jinja')
