@@ -58,7 +58,7 @@ def allowed(spec: dict) -> str:
         if b: s += ' ' + ' and '.join(b)
     return s + (' (or null)' if spec.get('nullable') else '')
 
-# %% ../nbs/06_params.ipynb #1f58515d
+# %% ../nbs/06_params.ipynb #d766e34a
 _FLOAT = re.compile(r'^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$')
 
 def check_value(name: str, value, spec: dict | None, cwd=None):
@@ -96,6 +96,9 @@ def check_value(name: str, value, spec: dict | None, cwd=None):
         v = str(p.resolve())
     if t == 'dict' and spec.get('item_paths'):   # {name: {path: ...}}: local paths resolved like path parameters
         v = {k: _item_path(f'{name}.{k}', x, cwd) for k, x in v.items()}
+    if t == 'list' and spec.get('item_paths'):   # names, or files (an item with a / or a .json/.jsonl/.gz suffix)
+        v = [check_value(f'{name}[{i}]', x, {'type': 'path'}, cwd) if isinstance(x, str) and
+             ('/' in x or x.endswith(('.json', '.jsonl', '.gz'))) else x for i, x in enumerate(v)]
     return v
 
 def _item_path(name, item, cwd):
