@@ -440,7 +440,7 @@ def read_prompt_file(path) -> list[dict]:
     if not out: raise ValueError(f'{path}: empty prompt file (no prompt lines)')
     return out
 
-# %% ../nbs/00_core.ipynb #b4f4aa4c
+# %% ../nbs/00_core.ipynb #35452cd3
 STAGE_LOG_ENV = 'DFLASH_NB_STAGE_LOG'
 
 def _fmt_secs(s: float) -> str:
@@ -454,7 +454,7 @@ class Progress:
         self.iterable, self.total, self.desc, self.unit, self.n = iterable, total, desc, unit, 0
         self.every = float(os.environ.get('DFLASH_NB_PROGRESS_EVERY', 10)) if every is None else float(every)
         self.log_path = os.environ.get(STAGE_LOG_ENV) or None
-        self.t0 = self._last = time.time(); self._closed = False; self._bar = None
+        self.t0 = self._last = time.time(); self._closed = False; self._bar = None; self.postfix = ''
         if getattr(sys.stderr, 'isatty', lambda: False)() and _has('tqdm'):
             from tqdm import tqdm
             self._bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
@@ -467,7 +467,8 @@ class Progress:
         done = f'{self.n}/{self.total}' if self.total is not None else f'{self.n}'
         pct = f' ({100 * self.n / self.total:.0f}%)' if self.total else ''
         left = f', {_fmt_secs((self.total - self.n) / rate)} left' if self.total is not None and rate > 0 and self.n < self.total else ''
-        return f'{self.desc}: {done} {self.unit}{pct}, {rate:.3g} {self.unit}/s, {_fmt_secs(el)} elapsed{left}'
+        extra = f', {self.postfix}' if self.postfix else ''
+        return f'{self.desc}: {done} {self.unit}{pct}, {rate:.3g} {self.unit}/s, {_fmt_secs(el)} elapsed{left}{extra}'
 
     def _emit(self, bar_too: bool = True):
         self._last, self._last_n = time.time(), self.n
@@ -482,6 +483,11 @@ class Progress:
         self.n += n
         if self._bar is not None: self._bar.update(n)
         if time.time() - self._last >= self.every: self._emit()
+
+    def set_postfix_str(self, s: str, refresh: bool = False):
+        "Extra text at the end of the line (e.g. `12 tok/s`), as tqdm's."
+        self.postfix = str(s)
+        if self._bar is not None: self._bar.set_postfix_str(s, refresh=refresh)
 
     def close(self):
         "Write the last line (once)."
