@@ -503,7 +503,7 @@ def summarize(gens: list, plains: list, block_size: int) -> dict:
             'speedup': round(tpot_p / tpot_s, 4) if tpot_s > 0 else None,
             'identical': round(sum(g.tokens == p.tokens for g, p in zip(gens, plains)) / max(len(gens), 1), 4)}
 
-# %% ../nbs/90_evaluate.ipynb #927054da
+# %% ../nbs/90_evaluate.ipynb #1ca0d282
 def _gen_record(g: Generation) -> dict:
     d = asdict(g); d['tau'] = round(g.tau, 4); return d
 
@@ -524,7 +524,8 @@ def evaluate_prompts(model, tokenizer, items: list, variants: dict, max_new_toke
         eos_ids = [e] if isinstance(e, int) else list(e or [])
     done = dict(done or {})
     out = {'plain': [], **{v: [] for v in variants}}
-    tree_variants = {f'{v}+ddtree' for v in variants} if tree else set()
+    treeable = lambda dr: bool(tree) and not getattr(dr, 'needs_tokens', False)      # prompt lookup has no draft logits
+    tree_variants = {f'{v}+ddtree' for v, (dr, _) in variants.items() if treeable(dr)}
     for v in tree_variants: out[v] = []
     warm = False
     for it in progress(items, desc=f'evaluate {set_name}', unit='prompt'):
@@ -545,7 +546,7 @@ def evaluate_prompts(model, tokenizer, items: list, variants: dict, max_new_toke
                                          'prompt_tokens': len(prompt), **_gen_record(pg)})
             out['plain'].append(pg)
             for name, (dr, shift) in variants.items():
-                for use_tree in ((False, True) if tree else (False,)):
+                for use_tree in ((False, True) if treeable(dr) else (False,)):
                     vname = f'{name}+ddtree' if use_tree else name
                     key = f'{rid}|{vname}'
                     if key in done: g = _from_record(done[key])
@@ -561,7 +562,7 @@ def evaluate_prompts(model, tokenizer, items: list, variants: dict, max_new_toke
         if log: log(f"[evaluate] {set_name} {it['id']}: " + ', '.join(f'{v} tau {out[v][-1].tau:.2f}' for v in out if v != 'plain'))
     return out
 
-# %% ../nbs/90_evaluate.ipynb #080c1324
+# %% ../nbs/90_evaluate.ipynb #0b3586e9
 def train_control(run_dir, out_dir, shift: int = -1, max_minutes: float | None = None, device: str = 'cpu',
                   model=None, log=print) -> tuple:
     """Train the shifted-layer control into the scratch run folder `out_dir`: stage 60's rows and settings at
@@ -585,11 +586,12 @@ def train_control(run_dir, out_dir, shift: int = -1, max_minutes: float | None =
     if not (m and json.dumps(m['params'], sort_keys=True, default=str) == json.dumps(P, sort_keys=True, default=str)
             and FeatureStore(out_dir / '60_hidden_states' / 'features', verify=False).layer_ids == sids):
         feat_dir = out_dir / '60_hidden_states' / 'features'
+        log(f'[control] features at layers {sids} (trained: {ids}) with stage 60 settings, then train_stage for at most {P["max_steps"]} steps')
         extract_to_disk(run_dir / '50_tokenization' / 'dataset', p60.get('target', p80['target']), feat_dir, layer_ids=sids,
                         include_last=False, storage_dtype=p60.get('storage_dtype', 'bfloat16'), device=device,
                         max_batch_tokens=p60.get('max_batch_tokens', 8192), max_batch_size=p60.get('max_batch_size', 64),
                         shard_mb=p60.get('shard_mb', 1024), max_samples=p60.get('max_samples'), model=model,
-                        rank=0, world_size=1, progress=False)
+                        rank=0, world_size=1, progress=True)
         train_stage(out_dir, P, log=lambda msg: log(f'[control] {msg}'))
         import logging                      # train_stage logs into its own log.txt: detach it again
         lg = logging.getLogger('dflash_nb')
