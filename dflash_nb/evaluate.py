@@ -18,8 +18,8 @@ __all__ = ['MT_BENCH_HUB', 'HUMANEVAL_HUB', 'HUMANEVAL_INSTRUCTION', 'REPORT_NOT
            'DFlashDraftSession', 'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate',
            'speculative_generate', 'build_tree', 'tree_mask', 'LosslessError', 'first_difference', 'check_lossless',
            'items_from_records', 'load_prompt_file', 'load_prompt_set', 'held_out_prompts', 'render_prompt',
-           'summarize', 'evaluate_prompts', 'train_control', 'check_drafter_fits', 'open_drafter', 'evaluate_set',
-           'evaluate_drafter', 'register_cli', 'plot_acceptance', 'results_table']
+           'summarize', 'evaluate_prompts', 'plot_acceptance', 'results_table', 'train_control', 'check_drafter_fits',
+           'open_drafter', 'evaluate_set', 'evaluate_drafter', 'register_cli']
 
 # %% ../nbs/90_evaluate.ipynb #f5fef65a
 def _mix(seed: int, position: int) -> int:
@@ -562,7 +562,46 @@ def evaluate_prompts(model, tokenizer, items: list, variants: dict, max_new_toke
         if log: log(f"[evaluate] {set_name} {it['id']}: " + ', '.join(f'{v} tau {out[v][-1].tau:.2f}' for v in out if v != 'plain'))
     return out
 
-# %% ../nbs/90_evaluate.ipynb #0b3586e9
+# %% ../nbs/90_evaluate.ipynb #85561a89
+def plot_acceptance(results: dict, path=None):
+    "Per-position acceptance `P(acc >= k)` (one panel per prompt set) and the histogram of `acc + 1` per variant."
+    import matplotlib; matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    sets = [s for s in results if results[s].get('variants')]
+    fig, ax = plt.subplots(2, max(len(sets), 1), figsize=(5 * max(len(sets), 1), 7), squeeze=False)
+    for j, sname in enumerate(sets):
+        vs = results[sname]['variants']
+        for i, (v, m) in enumerate(vs.items()):
+            ax[0, j].plot(range(1, len(m['accept_at']) + 1), m['accept_at'], marker='o', ms=3, label=f"{v} (tau {m['tau']:.2f})")
+            B = len(m['hist'])
+            w = 0.8 / max(len(vs), 1)
+            tot = max(sum(m['hist']), 1)
+            ax[1, j].bar([x + i * w for x in range(1, B + 1)], [h / tot for h in m['hist']], width=w, label=v)
+        ax[0, j].set(title=f'{sname}: per-position acceptance', xlabel='draft slot k', ylabel='P(slot k accepted)', ylim=(0, 1.02))
+        ax[0, j].legend(fontsize=7)
+        ax[1, j].set(title=f'{sname}: accepted per cycle (acc+1)', xlabel='tokens per cycle', ylabel='fraction of cycles')
+        ax[1, j].legend(fontsize=7)
+    fig.tight_layout()
+    if path is not None: fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return fig
+
+def results_table(results: dict) -> str:
+    "A markdown table per prompt set: tau, acceptance of the first slots, forwards per token, speedup, lossless."
+    lines = []
+    for sname, r in results.items():
+        lines.append(f"\n**{sname}** ({r.get('source', '')}; {r.get('prompts', 0)} prompts, {r.get('quarantined', 0)} quarantined)\n")
+        if not r.get('variants'): lines.append(f"skipped: {r.get('skipped', 'no prompts')}\n"); continue
+        lines.append('| variant | tau | tau (z-lab mean) | P(slot1) | P(slot2) | P(slot3) | fwd/token | speedup | identical |')
+        lines.append('|---|---|---|---|---|---|---|---|---|')
+        f = lambda x, spec='.3f', unit='': '—' if x is None else format(x, spec) + unit   # None: nothing to measure
+        for v, m in r['variants'].items():
+            a = list(m.get('accept_at') or []) + [None, None, None]
+            lines.append(f"| {v} | {f(m.get('tau'))} | {f(m.get('tau_response_mean'))} | {f(a[0])} | {f(a[1])} | {f(a[2])} | "
+                         f"{f(m.get('target_forwards_per_token'))} | {f(m.get('speedup'), '.2f', 'x')} | {f(m.get('identical'), '.2f')} |")
+    return '\n'.join(lines)
+
+# %% ../nbs/90_evaluate.ipynb #bfd9531c
 def train_control(run_dir, out_dir, shift: int = -1, max_minutes: float | None = None, device: str = 'cpu',
                   model=None, log=print) -> tuple:
     """Train the shifted-layer control into the scratch run folder `out_dir`: stage 60's rows and settings at
@@ -602,7 +641,7 @@ def train_control(run_dir, out_dir, shift: int = -1, max_minutes: float | None =
     return dr, {'feature_shift_in_training': int(shift), 'trained_on_layer_ids': sids, 'steps': met.get('steps'),
                 'stopped': met.get('stopped'), 'tau_train': met.get('tau'), 'folder': str(out_dir / '80_train' / 'drafter')}
 
-# %% ../nbs/90_evaluate.ipynb #99f73a45
+# %% ../nbs/90_evaluate.ipynb #b6aed68c
 def _text_config(cfg):
     return cfg.get_text_config() if hasattr(cfg, 'get_text_config') else cfg
 
@@ -627,7 +666,7 @@ def open_drafter(path, device='cpu', dtype=torch.float32):
         msg = ' '.join(str(e).split())[:300]
         raise ValueError(f'{p}: not a readable DFlash drafter folder ({type(e).__name__}: {msg})') from None
 
-# %% ../nbs/90_evaluate.ipynb #be86db79
+# %% ../nbs/90_evaluate.ipynb #1e282bc3
 def evaluate_set(model, tokenizer, set_name: str, items: list, variants: dict, block_size: int, max_new_tokens: int,
                  quarantine, source: str = '', temperature: float = 0.0, seed: int = 0, enable_thinking=False,
                  max_prompt_tokens: int = 4096, lossless: str = 'enforce', **kw) -> tuple[dict, dict]:
@@ -654,7 +693,7 @@ REPORT_NOTE = ('These numbers come from a few prompts and short generations: the
                'run (`dflash-nb run configs/smollm2_quality.yaml`) or `dflash-nb evaluate DRAFTER --target SPEC --prompts FILE` '
                'with hundreds of prompts and long generations.')
 
-# %% ../nbs/90_evaluate.ipynb #a53e3906
+# %% ../nbs/90_evaluate.ipynb #4562cca9
 def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), out_dir='eval', max_new_tokens: int = 64,
                      max_prompts: int | None = None, temperature: float = 0.0, block_size: int | None = None,
                      variants=('trained', 'prompt_lookup'), seed: int = 0, device: str = 'auto', dtype=None,
@@ -714,6 +753,7 @@ def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), ou
                f'block size {B}\n' + results_table(results) + '\n')
     return ev
 
+# %% ../nbs/90_evaluate.ipynb #cbca911d
 def register_cli(sub):
     "Add `dflash-nb evaluate DRAFTER_DIR --target SPEC [--prompts FILE]...` to the CLI."
     p = sub.add_parser('evaluate', help='speculative decoding with one DFlash drafter folder against its target (tau, acceptance, speedup, lossless)')
@@ -737,42 +777,3 @@ def register_cli(sub):
         print(results_table(ev['sets'])); print(f'\nwrote {Path(a.out) / "eval.json"} and {Path(a.out) / "report.md"}')
         return 0
     p.set_defaults(func=run)
-
-# %% ../nbs/90_evaluate.ipynb #110be866
-def plot_acceptance(results: dict, path=None):
-    "Per-position acceptance `P(acc >= k)` (one panel per prompt set) and the histogram of `acc + 1` per variant."
-    import matplotlib; matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    sets = [s for s in results if results[s].get('variants')]
-    fig, ax = plt.subplots(2, max(len(sets), 1), figsize=(5 * max(len(sets), 1), 7), squeeze=False)
-    for j, sname in enumerate(sets):
-        vs = results[sname]['variants']
-        for i, (v, m) in enumerate(vs.items()):
-            ax[0, j].plot(range(1, len(m['accept_at']) + 1), m['accept_at'], marker='o', ms=3, label=f"{v} (tau {m['tau']:.2f})")
-            B = len(m['hist'])
-            w = 0.8 / max(len(vs), 1)
-            tot = max(sum(m['hist']), 1)
-            ax[1, j].bar([x + i * w for x in range(1, B + 1)], [h / tot for h in m['hist']], width=w, label=v)
-        ax[0, j].set(title=f'{sname}: per-position acceptance', xlabel='draft slot k', ylabel='P(slot k accepted)', ylim=(0, 1.02))
-        ax[0, j].legend(fontsize=7)
-        ax[1, j].set(title=f'{sname}: accepted per cycle (acc+1)', xlabel='tokens per cycle', ylabel='fraction of cycles')
-        ax[1, j].legend(fontsize=7)
-    fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return fig
-
-def results_table(results: dict) -> str:
-    "A markdown table per prompt set: tau, acceptance of the first slots, forwards per token, speedup, lossless."
-    lines = []
-    for sname, r in results.items():
-        lines.append(f"\n**{sname}** ({r.get('source', '')}; {r.get('prompts', 0)} prompts, {r.get('quarantined', 0)} quarantined)\n")
-        if not r.get('variants'): lines.append(f"skipped: {r.get('skipped', 'no prompts')}\n"); continue
-        lines.append('| variant | tau | tau (z-lab mean) | P(slot1) | P(slot2) | P(slot3) | fwd/token | speedup | identical |')
-        lines.append('|---|---|---|---|---|---|---|---|---|')
-        f = lambda x, spec='.3f', unit='': '—' if x is None else format(x, spec) + unit   # None: nothing to measure
-        for v, m in r['variants'].items():
-            a = list(m.get('accept_at') or []) + [None, None, None]
-            lines.append(f"| {v} | {f(m.get('tau'))} | {f(m.get('tau_response_mean'))} | {f(a[0])} | {f(a[1])} | {f(a[2])} | "
-                         f"{f(m.get('target_forwards_per_token'))} | {f(m.get('speedup'), '.2f', 'x')} | {f(m.get('identical'), '.2f')} |")
-    return '\n'.join(lines)
