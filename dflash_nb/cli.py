@@ -12,7 +12,7 @@ from .core import ConfigError, load_config, default_config_path
 # %% auto #0
 __all__ = ['CLI_MODULES', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'build_parser', 'main']
 
-# %% ../nbs/03_cli.ipynb #30bb7ac1
+# %% ../nbs/03_cli.ipynb #3b2a09b4
 CLI_MODULES = ('targets', 'sources', 'templates', 'convert', 'regenerate', 'tokenization', 'hidden_states',
                'drafter', 'train', 'evaluate', 'plan')
 
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument('--only', default=None, metavar='STAGE', help='run only STAGE')
     r.add_argument('--until', default=None, metavar='STAGE', help='stop before STAGE (e.g. to launch training with torchrun)')
     r.add_argument('--force', action='store_true', help='rerun every stage')
-    r.add_argument('--quiet', action='store_true', help='no per-cell progress bars')
+    r.add_argument('--quiet', action='store_true', help="do not echo the stages' log and progress lines")
     r.add_argument('--log-output', action='store_true', help="echo the notebooks' output")
     r.set_defaults(func=cmd_run)
     s = sub.add_parser('stages', help='list the stages and whether each is fresh or stale (and why)'); _add_config_args(s)

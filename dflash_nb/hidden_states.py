@@ -298,7 +298,7 @@ def _write_shard(out_dir, k, plan, tensors, record, ds_ids_check):
     else: st.unlink(missing_ok=True); record['bytes'] = 0
     write_json(out_dir / f'{name}.json', record, indent=None)
 
-# %% ../nbs/60_hidden_states.ipynb #d6624d88
+# %% ../nbs/60_hidden_states.ipynb #d7250f48
 def collate(rows) -> tuple:
     "Right-padded `(input_ids [B, T], attention_mask [B, T], lengths)` of dataset rows (pad id 0, masked out)."
     import torch
@@ -330,7 +330,8 @@ def extract_dataset(model, ds, out_dir, plan: dict, max_batch_tokens: int = 8192
     writer = _Writer(lambda *a: (_write_shard(*a), written(a[1])))
     cols = [c for c in ('id', 'input_ids', 'loss_mask', 'seq_len', 'source') if c in ds.column_names]
     try:
-        for n_mine, k in enumerate(mine):
+        from dflash_nb.core import progress as _progress      # shards done of the total, rate, time left (stage log too)
+        for n_mine, k in enumerate(_progress(mine, f'hidden states (rank {rank})', 'shard') if progress else mine):
             if shard_complete(out_dir, k, plan): summary['shards_skipped'] += 1; continue
             rows = ds.select(plan['shards'][k]).select_columns(cols)
             rows = [dict(r, index=i) for r, i in zip(rows, plan['shards'][k])]

@@ -543,7 +543,7 @@ def regenerate_chunk(rows: list, backend, gen: GenConfig, mode: str = 'final', s
             else: recs[i] = {'kind': 'row', 'status': 'regenerated', 'row': new}
     return recs
 
-# %% ../nbs/40_regenerate.ipynb #e70424d6
+# %% ../nbs/40_regenerate.ipynb #0b150502
 def _settings_key(input_path, chunk_size, gen, mode, select, tool_turns, keep_truncated, limit, backend) -> dict:
     return {'input_sha256': file_hash(input_path), 'chunk_size': int(chunk_size), 'gen': asdict(gen), 'mode': mode,
             'select': select, 'tool_turns': tool_turns, 'keep_truncated': bool(keep_truncated), 'limit': limit,
@@ -574,8 +574,8 @@ def regenerate_file(input_path, output_path, backend, gen: GenConfig | None = No
     t0, stats = time.time(), {'rows': 0, 'tokens': 0}
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=total, desc='regenerate', unit='row', dynamic_ncols=True)
+        from dflash_nb.core import progress as _progress      # tqdm on a terminal; lines in the stage's log.txt
+        bar = _progress(total=total, desc='regenerate', unit='row')
     def tick(rows, toks):
         stats['rows'] += rows; stats['tokens'] += toks
         if bar is not None:

@@ -126,7 +126,7 @@ def collate(rows, max_len=None):
         out['features'] = feats
     return out
 
-# %% ../nbs/80_train.ipynb #341c4dfa
+# %% ../nbs/80_train.ipynb #6f4f2060
 def _dist():
     "`(rank, world)`; joins the torchrun process group (gloo on CPU, nccl on CUDA) when `WORLD_SIZE` > 1."
     import torch.distributed as dist
@@ -269,6 +269,7 @@ class Trainer:
         win = self.win if self.win is not None else self._new_window()
         win['t'] = time.time()
         stopped = 'done'
+        from dflash_nb.core import progress; pbar = progress(total=self.total_steps - self.step, desc='train', unit='step') if self.rank == 0 else None
         while self.epoch < cfg.epochs and self.step < self.total_steps:
             batches = self.epoch_batches(self.epoch)
             while self.step_in_epoch < self.steps_per_epoch and self.step < self.total_steps:
@@ -288,6 +289,7 @@ class Trainer:
                 gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 self.opt.step(); self.sched.step(); self.opt.zero_grad(set_to_none=True)
                 self.step += 1; self.step_in_epoch += 1; win['steps'] += 1; win['grad_norm'] = float(gn)
+                if pbar is not None: pbar.update()
                 if self.step_in_epoch >= self.steps_per_epoch: self.epoch, self.step_in_epoch = self.epoch + 1, 0
                 if self.step % cfg.log_every == 0 or self.step == self.total_steps: win = self._log_window(win)
                 self.win = win
@@ -297,6 +299,7 @@ class Trainer:
                 if cfg.max_minutes is not None and self._stop_for_time(t0):
                     stopped = 'max_minutes'; break
             if stopped != 'done': break
+        if pbar is not None: pbar.close()
         if win['steps']: self.win = win = self._log_window(win)
         if self.out_dir is not None:
             last = latest_checkpoint(self.out_dir / 'checkpoints')

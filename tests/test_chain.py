@@ -16,6 +16,11 @@ def test_demo_runs_every_stage(demo_run):
         m = json.loads((run_dir / s / 'manifest.json').read_text())
         assert m['stage'] == s and m['outputs'], s
         assert (run_dir / s / f'{s}.ipynb').exists() or any(x['status'] == 'skipped' for x in info['stages'] if x['stage'] == s)
+    # the evaluation is lossless: every variant's greedy output equals plain decoding on every prompt (enforced by the stage)
+    ev = json.loads((run_dir / '90_evaluate' / 'eval.json').read_text())
+    rates = {(name, v): m['identical'] for name, r in ev['sets'].items() for v, m in (r.get('variants') or {}).items()}
+    assert rates and set(rates.values()) == {1.0}, rates
+    assert {'trained', 'prompt_lookup', 'shifted'} <= {v for _, v in rates}, rates
 
 def test_second_run_skips_everything(demo_run):
     run_dir, _ = demo_run

@@ -25,4 +25,5 @@ def test_rehearsal_runs_every_stage(tmp_path):
     tok = json.loads((run / '50_tokenization' / 'manifest.json').read_text())
     assert tok['counts'].get('rows_out', 1) > 0
     ev = json.loads((run / '90_evaluate' / 'eval.json').read_text())
-    assert ev
+    rates = {(name, v): m['identical'] for name, r in ev['sets'].items() for v, m in (r.get('variants') or {}).items()}
+    assert rates and set(rates.values()) == {1.0}, rates        # lossless on the hybrid target (rollback path)
