@@ -16,13 +16,14 @@ import torch.nn.functional as F
 from .core import default_target_layer_ids, check_target_layer_ids, write_json, read_json, atomic_dir
 
 # %% auto #0
-__all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'CE_CHUNK_ELEMS', 'default_gamma', 'DFlashConfig', 'build_config',
-           'resolve_mask_token_id', 'RMSNorm', 'rope_cos_sin', 'apply_rope', 'attend', 'DFlashAttention', 'DFlashMLP',
-           'DFlashDecoderLayer', 'DraftCache', 'DFlashDrafter', 'dflash_mask_mod', 'dense_mask', 'flex_available',
-           'build_masks', 'anchor_candidates', 'sample_anchors', 'pad_anchors', 'slot_weights', 'block_labels',
-           'per_slot_stats', 'acceptance_length', 'ce_chunks', 'ChunkedLinearCE', 'linear_cross_entropy_stats',
-           'slot_cross_entropy', 'dflash_loss', 'inference_masks', 'draft_block', 'draft_weight_names',
-           'export_drafter', 'load_drafter']
+__all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'FLEX_COMPILE', 'FLEX_COMPILE_BACKEND', 'CE_CHUNK_ELEMS',
+           'default_gamma', 'DFlashConfig', 'build_config', 'resolve_mask_token_id', 'flex_compiles', 'compiled',
+           'compile_count', 'ensure_recompile_limit', 'RMSNorm', 'rope_cos_sin', 'apply_rope', 'attend',
+           'DFlashAttention', 'DFlashMLP', 'DFlashDecoderLayer', 'DraftCache', 'DFlashDrafter', 'dflash_mask_mod',
+           'dense_mask', 'flex_available', 'build_masks', 'anchor_candidates', 'sample_anchors', 'pad_anchors',
+           'linear_buckets', 'bucket_size', 'slot_weights', 'block_labels', 'per_slot_stats', 'acceptance_length',
+           'ce_chunks', 'ChunkedLinearCE', 'linear_cross_entropy_stats', 'slot_cross_entropy', 'dflash_loss',
+           'inference_masks', 'draft_block', 'draft_weight_names', 'export_drafter', 'load_drafter']
 
 # %% ../nbs/70_drafter.ipynb #b71a4a82
 LAYER_TYPES = ('full_attention', 'sliding_attention')
@@ -174,7 +175,34 @@ def resolve_mask_token_id(tokenizer=None, vocab_size: int | None = None, explici
                      f'(len(tokenizer) = {len(tokenizer)} = vocab_size {vocab_size}); pass mask_token_id explicitly '
                      '(an id or a token string that the training data never contains)')
 
-# %% ../nbs/70_drafter.ipynb #eeee19c0
+# %% ../nbs/70_drafter.ipynb #69e2d006
+FLEX_COMPILE = None                 # None: compile flex attention and block masks on CUDA only; True / False force it
+FLEX_COMPILE_BACKEND = 'inductor'
+_COMPILED = {}
+
+def flex_compiles(device) -> bool:
+    "Whether flex attention and its block masks run compiled on `device`."
+    return FLEX_COMPILE if FLEX_COMPILE is not None else torch.device(device).type == 'cuda'
+
+def compiled(name: str, fn):
+    "`torch.compile(fn, dynamic=False)` with `FLEX_COMPILE_BACKEND`, made once per (name, backend)."
+    key = (name, FLEX_COMPILE_BACKEND)
+    if key not in _COMPILED: _COMPILED[key] = torch.compile(fn, dynamic=False, backend=FLEX_COMPILE_BACKEND)
+    return _COMPILED[key]
+
+def compile_count() -> int:
+    "Graphs dynamo has compiled in this process so far (each new shape of a compiled function adds one)."
+    from torch._dynamo.utils import counters
+    return int(counters['stats']['unique_graphs'])
+
+def ensure_recompile_limit(n: int):
+    "Raise dynamo's per-function recompile limit to at least `n`, so that `n` shape buckets never fall back to eager."
+    import torch._dynamo.config as dc
+    for name in ('recompile_limit', 'cache_size_limit'):
+        if hasattr(dc, name) and getattr(dc, name) < n: setattr(dc, name, int(n))
+    if getattr(dc, 'accumulated_recompile_limit', n) < n: dc.accumulated_recompile_limit = int(n)
+
+# %% ../nbs/70_drafter.ipynb #bcc51369
 class RMSNorm(nn.Module):
     "Qwen3 RMSNorm: normalize in fp32, cast back, then scale by the weight."
     def __init__(self, n: int, eps: float = 1e-6):
@@ -197,14 +225,10 @@ def _rotate_half(x):
 
 def apply_rope(x, cos, sin): return x * cos + _rotate_half(x) * sin
 
-_flex_compiled = None
 def _flex(q, k, v, block_mask, scale):
-    global _flex_compiled
     from torch.nn.attention.flex_attention import flex_attention
-    if q.is_cuda:
-        if _flex_compiled is None: _flex_compiled = torch.compile(flex_attention, dynamic=False)
-        return _flex_compiled(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)
-    return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)
+    fn = compiled('flex_attention', flex_attention) if flex_compiles(q.device) else flex_attention
+    return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)
 
 def attend(q, k, v, mask=None, scale=None):
     "Attention of `q [b, nh, Q, hd]` over `k, v [b, nkv, K, hd]`: a flex `BlockMask`, a boolean mask `[b, 1, Q, K]` (True = visible) or None (all visible)."
@@ -212,7 +236,7 @@ def attend(q, k, v, mask=None, scale=None):
     if mask is not None and not isinstance(mask, torch.Tensor): return _flex(q, k, v, mask, scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
-# %% ../nbs/70_drafter.ipynb #89213be0
+# %% ../nbs/70_drafter.ipynb #c63df5b3
 class DFlashAttention(nn.Module):
     "Attention with KV injection: keys/values = [context ; block] through the same k/v projections and k_norm; queries from the block."
     def __init__(self, cfg: DFlashConfig, layer_idx: int):
@@ -264,7 +288,7 @@ class DFlashDecoderLayer(nn.Module):
         h = h + self.self_attn(self.input_layernorm(h), ctx_kv, cos, sin, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-# %% ../nbs/70_drafter.ipynb #da57da37
+# %% ../nbs/70_drafter.ipynb #c4c2838f
 class DraftCache:
     "Per-layer context keys/values of the drafter (after k_norm and RoPE) and their positions; holds no block K/V."
     def __init__(self): self.k, self.v, self.positions = {}, {}, None
@@ -280,6 +304,10 @@ class DraftCache:
         for i in self.k: self.k[i], self.v[i] = self.k[i][:, :, :n], self.v[i][:, :, :n]
         if self.positions is not None: self.positions = self.positions[:, :n]
 
+def _layer_with_context(layer, h, ctx, cos_c, sin_c, cos_q, sin_q, mask):
+    "One draft layer including its context K/V projection (the unit of gradient checkpointing)."
+    return layer(h, layer.self_attn.kv(ctx, cos_c, sin_c), cos_q, sin_q, mask)
+
 class DFlashDrafter(nn.Module):
     "The DFlash draft model: fc + hidden_norm fusion, `num_hidden_layers` KV-injection layers, final norm."
     def __init__(self, cfg: DFlashConfig):
@@ -289,6 +317,7 @@ class DFlashDrafter(nn.Module):
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.layers = nn.ModuleList([DFlashDecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.gradient_checkpointing = False   # True: recompute each layer (context K/V included) in the backward
 
     def init_weights(self, seed: int | None = 0, std: float = 0.02):
         "Linear weights ~ N(0, std) from a seeded generator, norms = 1 (the Qwen3 initialization)."
@@ -312,15 +341,20 @@ class DFlashDrafter(nn.Module):
         cos_c, sin_c = rope_cos_sin(ctx_positions, cfg.head_dim, cfg.rope_theta, ctx.dtype)
         cos_q, sin_q = rope_cos_sin(block_positions, cfg.head_dim, cfg.rope_theta, dt)
         h = noise_embedding
+        ckpt = self.gradient_checkpointing and cache is None and torch.is_grad_enabled()
         for i, layer in enumerate(self.layers):
+            m = None if masks is None else masks.get(layer.self_attn.layer_type)
+            if ckpt:
+                from torch.utils.checkpoint import checkpoint
+                h = checkpoint(_layer_with_context, layer, h, ctx, cos_c, sin_c, cos_q, sin_q, m, use_reentrant=False)
+                continue
             kc, vc = layer.self_attn.kv(ctx, cos_c, sin_c)
             if cache is not None: kc, vc = cache.update(i, kc, vc)
-            m = None if masks is None else masks.get(layer.self_attn.layer_type)
             h = layer(h, (kc, vc), cos_q, sin_q, m)
         if cache is not None: cache.add_positions(ctx_positions)
         return self.norm(h)
 
-# %% ../nbs/70_drafter.ipynb #0b17d098
+# %% ../nbs/70_drafter.ipynb #be49a15d
 def dflash_mask_mod(anchors, T: int, block_size: int, document_ids=None, window: int | None = None, causal: bool = False):
     """The mask predicate `(b, h, q_idx, kv_idx) -> visible` of the training layout (works on scalars for flex and on
     broadcast index grids for the dense mask). `anchors [b, n]` long; `document_ids [b, T]` for packed rows."""
@@ -367,12 +401,13 @@ def build_masks(cfg: DFlashConfig, anchors, T: int, document_ids=None, backend: 
                              causal=swa and cfg.sliding_window_causal)
         if backend == 'flex':
             from torch.nn.attention.flex_attention import create_block_mask
-            out[lt] = create_block_mask(mm, b, None, Q, K, device=anchors.device)
+            cbm = compiled('create_block_mask', create_block_mask) if flex_compiles(anchors.device) else create_block_mask
+            out[lt] = cbm(mm, b, None, Q, K, device=anchors.device)
         elif backend == 'sdpa': out[lt] = dense_mask(mm, b, Q, K, anchors.device)
         else: raise ValueError(f'unknown attention backend {backend!r} (flex | sdpa)')
     return out
 
-# %% ../nbs/70_drafter.ipynb #bb4653d8
+# %% ../nbs/70_drafter.ipynb #991a4742
 def anchor_candidates(loss_mask, block_size: int, full_block: bool = True):
     "Positions that may anchor a block in a sequence with `loss_mask [T]` (0/1)."
     lm = torch.as_tensor(loss_mask).bool()
@@ -392,16 +427,29 @@ def sample_anchors(loss_mask, num_anchors: int, block_size: int, seed: int = 0, 
     g = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(epoch) * 7_919 + int(index) * 104_729) % (2**63 - 1))
     return cand[torch.randperm(cand.numel(), generator=g)[:k]].sort().values
 
-def pad_anchors(anchor_lists):
-    "Stack per-sequence anchors into `anchors [b, n_max]` (padding 0) and `valid [b, n_max]`."
-    n = max([len(a) for a in anchor_lists] + [1])
+def pad_anchors(anchor_lists, n: int | None = None):
+    "Stack per-sequence anchors into `anchors [b, max(n_max, n)]` (padding 0) and `valid` (padding anchors are invalid: weight 0)."
+    n = max([len(a) for a in anchor_lists] + [1, n or 1])
     anchors = torch.zeros(len(anchor_lists), n, dtype=torch.long)
     valid = torch.zeros(len(anchor_lists), n, dtype=torch.bool)
     for i, a in enumerate(anchor_lists):
         anchors[i, :len(a)] = torch.as_tensor(a, dtype=torch.long); valid[i, :len(a)] = True
     return anchors, valid
 
-# %% ../nbs/70_drafter.ipynb #ea64169d
+# %% ../nbs/70_drafter.ipynb #dd7727da
+def linear_buckets(max_value: int, count: int = 4, multiple: int = 1) -> list[int]:
+    "`count` bucket sizes up to `max_value` (rounded up to `multiple`), in equal steps."
+    m, k, r = max(int(max_value), 1), max(int(count), 1), max(int(multiple), 1)
+    return sorted({-(-math.ceil(m * i / k) // r) * r for i in range(1, k + 1)})
+
+def bucket_size(n: int, buckets) -> int:
+    "The smallest bucket `>= n`; past the largest, the next multiple of the largest."
+    for b in sorted(buckets):
+        if b >= n: return b
+    top = max(buckets)
+    return -(-int(n) // top) * top
+
+# %% ../nbs/70_drafter.ipynb #6c8de2bf
 def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
     "Decay weights `[B]`: 0 for slot 0, `exp(-(k-1)/gamma)` for slot k >= 1."
     k = torch.arange(block_size, dtype=torch.float32)
@@ -430,7 +478,7 @@ def acceptance_length(acc) -> float:
     acc = torch.tensor([0.0 if a is None else float(a) for a in acc], dtype=torch.float64)
     return float(1.0 + torch.cumprod(acc, 0).sum())
 
-# %% ../nbs/70_drafter.ipynb #10cf1c9e
+# %% ../nbs/70_drafter.ipynb #f22e80d0
 CE_CHUNK_ELEMS = 2 ** 26     # logits elements per chunk (256 MB in fp32)
 
 def ce_chunks(n: int, V: int, chunk_rows: int | None = None, chunk_vocab: int | None = None,
@@ -442,7 +490,7 @@ def ce_chunks(n: int, V: int, chunk_rows: int | None = None, chunk_vocab: int | 
     cr = chunk_rows or max(max_elems // cv, 1)
     return max(1, min(int(cr), max(n, 1))), cv
 
-# %% ../nbs/70_drafter.ipynb #983d9071
+# %% ../nbs/70_drafter.ipynb #4d3be4ff
 def _acc(cdt): return torch.float64 if cdt == torch.float64 else torch.float32   # reduction dtype
 
 def _ce_logits(x, W, v0, v1, cdt): return (x @ W[v0:v1].to(cdt).t()).to(_acc(cdt))
@@ -486,7 +534,7 @@ def _ce_grad_chunk(x, W, y, lse, g, cv: int, cdt, need_w: bool):
         if need_w: dW[v0:v1] += (pc.t() @ x).to(dW.dtype)
     return dx, dW
 
-# %% ../nbs/70_drafter.ipynb #4e148077
+# %% ../nbs/70_drafter.ipynb #fdacd1df
 class ChunkedLinearCE(torch.autograd.Function):
     "Per-row CE and argmax of `x @ W.T` in chunks; differentiable in `x` (row gradients precomputed when `W` is frozen) and `W`."
     @staticmethod
@@ -528,7 +576,7 @@ def linear_cross_entropy_stats(x, weight, target, chunk_rows: int | None = None,
     cr, cv = ce_chunks(x.shape[0], weight.shape[0], chunk_rows, chunk_vocab)
     return ChunkedLinearCE.apply(x, weight, target, cr, cv, cdt)
 
-# %% ../nbs/70_drafter.ipynb #9bcc77c5
+# %% ../nbs/70_drafter.ipynb #ba979d78
 def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
     "CE `[N]` (fp32) and argmax `[N]` of the LM head on hidden states `h [N, H]`: `'chunked'` (never the full logits) or `'full'`."
     if getattr(lm_head, 'bias', None) is not None: raise ValueError('the LM head has a bias: the chunked loss supports none')
@@ -564,7 +612,7 @@ def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, fe
           'count': torch.bincount(slot, minlength=B - 1).double()}
     return {'loss': loss, 'weight_sum': wsum.detach(), 'ce_sum': xent.detach().sum(), **st}
 
-# %% ../nbs/70_drafter.ipynb #4e1f8203
+# %% ../nbs/70_drafter.ipynb #b5f1dcb0
 def inference_masks(cfg: DFlashConfig, ctx_positions, start):
     "Masks for one block at positions `start + 0..B-1` over cached context keys at `ctx_positions [b, S]`."
     if 'sliding_attention' not in cfg.layer_types: return None
@@ -602,7 +650,7 @@ def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features
     h = drafter(noise, new_features.to(dev), new_positions.to(dev), blk_pos, masks, cache=cache)
     return lm_head(h[:, 1:].to(lm_head.weight.dtype)).float()
 
-# %% ../nbs/70_drafter.ipynb #4feff4cb
+# %% ../nbs/70_drafter.ipynb #b4048592
 def draft_weight_names(cfg: DFlashConfig) -> list[str]:
     "The exact tensor names of a DFlash checkpoint for `cfg` (11 per layer + fc, hidden_norm, norm)."
     per = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
