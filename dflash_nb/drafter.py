@@ -16,12 +16,14 @@ import torch.nn.functional as F
 from .core import default_target_layer_ids, check_target_layer_ids, write_json, read_json, atomic_dir
 
 # %% auto #0
-__all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'default_gamma', 'DFlashConfig', 'build_config', 'resolve_mask_token_id',
-           'RMSNorm', 'rope_cos_sin', 'apply_rope', 'attend', 'DFlashAttention', 'DFlashMLP', 'DFlashDecoderLayer',
-           'DraftCache', 'DFlashDrafter', 'dflash_mask_mod', 'dense_mask', 'flex_available', 'build_masks',
-           'anchor_candidates', 'sample_anchors', 'pad_anchors', 'slot_weights', 'block_labels', 'per_slot_stats',
-           'acceptance_length', 'dflash_loss', 'inference_masks', 'draft_block', 'draft_weight_names', 'export_drafter',
-           'load_drafter']
+__all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'FLEX_COMPILE', 'FLEX_COMPILE_BACKEND', 'CE_CHUNK_ELEMS',
+           'default_gamma', 'DFlashConfig', 'build_config', 'resolve_mask_token_id', 'flex_compiles', 'compiled',
+           'compile_count', 'ensure_recompile_limit', 'RMSNorm', 'rope_cos_sin', 'apply_rope', 'attend',
+           'DFlashAttention', 'DFlashMLP', 'DFlashDecoderLayer', 'DraftCache', 'DFlashDrafter', 'dflash_mask_mod',
+           'dense_mask', 'flex_available', 'build_masks', 'anchor_candidates', 'sample_anchors', 'pad_anchors',
+           'linear_buckets', 'bucket_size', 'slot_weights', 'block_labels', 'per_slot_stats', 'acceptance_length',
+           'ce_chunks', 'ChunkedLinearCE', 'linear_cross_entropy_stats', 'slot_cross_entropy', 'dflash_loss',
+           'inference_masks', 'draft_block', 'draft_weight_names', 'export_drafter', 'load_drafter']
 
 # %% ../nbs/70_drafter.ipynb #b71a4a82
 LAYER_TYPES = ('full_attention', 'sliding_attention')
@@ -173,7 +175,34 @@ def resolve_mask_token_id(tokenizer=None, vocab_size: int | None = None, explici
                      f'(len(tokenizer) = {len(tokenizer)} = vocab_size {vocab_size}); pass mask_token_id explicitly '
                      '(an id or a token string that the training data never contains)')
 
-# %% ../nbs/70_drafter.ipynb #eeee19c0
+# %% ../nbs/70_drafter.ipynb #69e2d006
+FLEX_COMPILE = None                 # None: compile flex attention and block masks on CUDA only; True / False force it
+FLEX_COMPILE_BACKEND = 'inductor'
+_COMPILED = {}
+
+def flex_compiles(device) -> bool:
+    "Whether flex attention and its block masks run compiled on `device`."
+    return FLEX_COMPILE if FLEX_COMPILE is not None else torch.device(device).type == 'cuda'
+
+def compiled(name: str, fn):
+    "`torch.compile(fn, dynamic=False)` with `FLEX_COMPILE_BACKEND`, made once per (name, backend)."
+    key = (name, FLEX_COMPILE_BACKEND)
+    if key not in _COMPILED: _COMPILED[key] = torch.compile(fn, dynamic=False, backend=FLEX_COMPILE_BACKEND)
+    return _COMPILED[key]
+
+def compile_count() -> int:
+    "Graphs dynamo has compiled in this process so far (each new shape of a compiled function adds one)."
+    from torch._dynamo.utils import counters
+    return int(counters['stats']['unique_graphs'])
+
+def ensure_recompile_limit(n: int):
+    "Raise dynamo's per-function recompile limit to at least `n`, so that `n` shape buckets never fall back to eager."
+    import torch._dynamo.config as dc
+    for name in ('recompile_limit', 'cache_size_limit'):
+        if hasattr(dc, name) and getattr(dc, name) < n: setattr(dc, name, int(n))
+    if getattr(dc, 'accumulated_recompile_limit', n) < n: dc.accumulated_recompile_limit = int(n)
+
+# %% ../nbs/70_drafter.ipynb #bcc51369
 class RMSNorm(nn.Module):
     "Qwen3 RMSNorm: normalize in fp32, cast back, then scale by the weight."
     def __init__(self, n: int, eps: float = 1e-6):
@@ -196,14 +225,10 @@ def _rotate_half(x):
 
 def apply_rope(x, cos, sin): return x * cos + _rotate_half(x) * sin
 
-_flex_compiled = None
 def _flex(q, k, v, block_mask, scale):
-    global _flex_compiled
     from torch.nn.attention.flex_attention import flex_attention
-    if q.is_cuda:
-        if _flex_compiled is None: _flex_compiled = torch.compile(flex_attention, dynamic=False)
-        return _flex_compiled(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)
-    return flex_attention(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)
+    fn = compiled('flex_attention', flex_attention) if flex_compiles(q.device) else flex_attention
+    return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)
 
 def attend(q, k, v, mask=None, scale=None):
     "Attention of `q [b, nh, Q, hd]` over `k, v [b, nkv, K, hd]`: a flex `BlockMask`, a boolean mask `[b, 1, Q, K]` (True = visible) or None (all visible)."
@@ -211,7 +236,7 @@ def attend(q, k, v, mask=None, scale=None):
     if mask is not None and not isinstance(mask, torch.Tensor): return _flex(q, k, v, mask, scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
-# %% ../nbs/70_drafter.ipynb #89213be0
+# %% ../nbs/70_drafter.ipynb #c63df5b3
 class DFlashAttention(nn.Module):
     "Attention with KV injection: keys/values = [context ; block] through the same k/v projections and k_norm; queries from the block."
     def __init__(self, cfg: DFlashConfig, layer_idx: int):
@@ -263,7 +288,7 @@ class DFlashDecoderLayer(nn.Module):
         h = h + self.self_attn(self.input_layernorm(h), ctx_kv, cos, sin, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-# %% ../nbs/70_drafter.ipynb #da57da37
+# %% ../nbs/70_drafter.ipynb #c4c2838f
 class DraftCache:
     "Per-layer context keys/values of the drafter (after k_norm and RoPE) and their positions; holds no block K/V."
     def __init__(self): self.k, self.v, self.positions = {}, {}, None
@@ -279,6 +304,10 @@ class DraftCache:
         for i in self.k: self.k[i], self.v[i] = self.k[i][:, :, :n], self.v[i][:, :, :n]
         if self.positions is not None: self.positions = self.positions[:, :n]
 
+def _layer_with_context(layer, h, ctx, cos_c, sin_c, cos_q, sin_q, mask):
+    "One draft layer including its context K/V projection (the unit of gradient checkpointing)."
+    return layer(h, layer.self_attn.kv(ctx, cos_c, sin_c), cos_q, sin_q, mask)
+
 class DFlashDrafter(nn.Module):
     "The DFlash draft model: fc + hidden_norm fusion, `num_hidden_layers` KV-injection layers, final norm."
     def __init__(self, cfg: DFlashConfig):
@@ -288,6 +317,7 @@ class DFlashDrafter(nn.Module):
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.layers = nn.ModuleList([DFlashDecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.gradient_checkpointing = False   # True: recompute each layer (context K/V included) in the backward
 
     def init_weights(self, seed: int | None = 0, std: float = 0.02):
         "Linear weights ~ N(0, std) from a seeded generator, norms = 1 (the Qwen3 initialization)."
@@ -311,15 +341,20 @@ class DFlashDrafter(nn.Module):
         cos_c, sin_c = rope_cos_sin(ctx_positions, cfg.head_dim, cfg.rope_theta, ctx.dtype)
         cos_q, sin_q = rope_cos_sin(block_positions, cfg.head_dim, cfg.rope_theta, dt)
         h = noise_embedding
+        ckpt = self.gradient_checkpointing and cache is None and torch.is_grad_enabled()
         for i, layer in enumerate(self.layers):
+            m = None if masks is None else masks.get(layer.self_attn.layer_type)
+            if ckpt:
+                from torch.utils.checkpoint import checkpoint
+                h = checkpoint(_layer_with_context, layer, h, ctx, cos_c, sin_c, cos_q, sin_q, m, use_reentrant=False)
+                continue
             kc, vc = layer.self_attn.kv(ctx, cos_c, sin_c)
             if cache is not None: kc, vc = cache.update(i, kc, vc)
-            m = None if masks is None else masks.get(layer.self_attn.layer_type)
             h = layer(h, (kc, vc), cos_q, sin_q, m)
         if cache is not None: cache.add_positions(ctx_positions)
         return self.norm(h)
 
-# %% ../nbs/70_drafter.ipynb #0b17d098
+# %% ../nbs/70_drafter.ipynb #be49a15d
 def dflash_mask_mod(anchors, T: int, block_size: int, document_ids=None, window: int | None = None, causal: bool = False):
     """The mask predicate `(b, h, q_idx, kv_idx) -> visible` of the training layout (works on scalars for flex and on
     broadcast index grids for the dense mask). `anchors [b, n]` long; `document_ids [b, T]` for packed rows."""
@@ -366,12 +401,13 @@ def build_masks(cfg: DFlashConfig, anchors, T: int, document_ids=None, backend: 
                              causal=swa and cfg.sliding_window_causal)
         if backend == 'flex':
             from torch.nn.attention.flex_attention import create_block_mask
-            out[lt] = create_block_mask(mm, b, None, Q, K, device=anchors.device)
+            cbm = compiled('create_block_mask', create_block_mask) if flex_compiles(anchors.device) else create_block_mask
+            out[lt] = cbm(mm, b, None, Q, K, device=anchors.device)
         elif backend == 'sdpa': out[lt] = dense_mask(mm, b, Q, K, anchors.device)
         else: raise ValueError(f'unknown attention backend {backend!r} (flex | sdpa)')
     return out
 
-# %% ../nbs/70_drafter.ipynb #bb4653d8
+# %% ../nbs/70_drafter.ipynb #991a4742
 def anchor_candidates(loss_mask, block_size: int, full_block: bool = True):
     "Positions that may anchor a block in a sequence with `loss_mask [T]` (0/1)."
     lm = torch.as_tensor(loss_mask).bool()
@@ -391,16 +427,29 @@ def sample_anchors(loss_mask, num_anchors: int, block_size: int, seed: int = 0, 
     g = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(epoch) * 7_919 + int(index) * 104_729) % (2**63 - 1))
     return cand[torch.randperm(cand.numel(), generator=g)[:k]].sort().values
 
-def pad_anchors(anchor_lists):
-    "Stack per-sequence anchors into `anchors [b, n_max]` (padding 0) and `valid [b, n_max]`."
-    n = max([len(a) for a in anchor_lists] + [1])
+def pad_anchors(anchor_lists, n: int | None = None):
+    "Stack per-sequence anchors into `anchors [b, max(n_max, n)]` (padding 0) and `valid` (padding anchors are invalid: weight 0)."
+    n = max([len(a) for a in anchor_lists] + [1, n or 1])
     anchors = torch.zeros(len(anchor_lists), n, dtype=torch.long)
     valid = torch.zeros(len(anchor_lists), n, dtype=torch.bool)
     for i, a in enumerate(anchor_lists):
         anchors[i, :len(a)] = torch.as_tensor(a, dtype=torch.long); valid[i, :len(a)] = True
     return anchors, valid
 
-# %% ../nbs/70_drafter.ipynb #ea64169d
+# %% ../nbs/70_drafter.ipynb #dd7727da
+def linear_buckets(max_value: int, count: int = 4, multiple: int = 1) -> list[int]:
+    "`count` bucket sizes up to `max_value` (rounded up to `multiple`), in equal steps."
+    m, k, r = max(int(max_value), 1), max(int(count), 1), max(int(multiple), 1)
+    return sorted({-(-math.ceil(m * i / k) // r) * r for i in range(1, k + 1)})
+
+def bucket_size(n: int, buckets) -> int:
+    "The smallest bucket `>= n`; past the largest, the next multiple of the largest."
+    for b in sorted(buckets):
+        if b >= n: return b
+    top = max(buckets)
+    return -(-int(n) // top) * top
+
+# %% ../nbs/70_drafter.ipynb #6c8de2bf
 def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
     "Decay weights `[B]`: 0 for slot 0, `exp(-(k-1)/gamma)` for slot k >= 1."
     k = torch.arange(block_size, dtype=torch.float32)
@@ -429,10 +478,116 @@ def acceptance_length(acc) -> float:
     acc = torch.tensor([0.0 if a is None else float(a) for a in acc], dtype=torch.float64)
     return float(1.0 + torch.cumprod(acc, 0).sum())
 
-# %% ../nbs/70_drafter.ipynb #2e19c60a
+# %% ../nbs/70_drafter.ipynb #f22e80d0
+CE_CHUNK_ELEMS = 2 ** 26     # logits elements per chunk (256 MB in fp32)
+
+def ce_chunks(n: int, V: int, chunk_rows: int | None = None, chunk_vocab: int | None = None,
+              max_elems: int | None = None) -> tuple[int, int]:
+    "`(rows, vocab)` chunk sizes: the whole vocabulary while 64 rows of it fit in `max_elems` (default `CE_CHUNK_ELEMS`) logits, and as many rows as fit."
+    max_elems = max_elems or CE_CHUNK_ELEMS
+    cv = chunk_vocab or (V if 64 * V <= max_elems else max(max_elems // 64, 1))
+    cv = max(1, min(int(cv), V))
+    cr = chunk_rows or max(max_elems // cv, 1)
+    return max(1, min(int(cr), max(n, 1))), cv
+
+# %% ../nbs/70_drafter.ipynb #4d3be4ff
+def _acc(cdt): return torch.float64 if cdt == torch.float64 else torch.float32   # reduction dtype
+
+def _ce_logits(x, W, v0, v1, cdt): return (x @ W[v0:v1].to(cdt).t()).to(_acc(cdt))
+
+def _ce_chunk(x, W, y, cv: int, cdt, grad: bool):
+    "CE `[r]`, argmax `[r]`, log-sum-exp `[r]` and (if `grad`) `d CE / d x` `[r, H]` of rows `x [r, H]` (already in `cdt`)."
+    V, r = W.shape[0], x.shape[0]
+    m = torch.full((r,), -math.inf, device=x.device, dtype=_acc(cdt)); s = torch.zeros_like(m)
+    pred = torch.zeros(r, dtype=torch.long, device=x.device); tgt = torch.zeros_like(m)
+    for v0 in range(0, V, cv):
+        z = _ce_logits(x, W, v0, min(v0 + cv, V), cdt)
+        cm, ci = z.max(-1)
+        pred = torch.where(cm > m, ci + v0, pred)
+        inside = (y >= v0) & (y < v0 + z.shape[1])
+        tgt = torch.where(inside, z.gather(1, (y - v0).clamp(0, z.shape[1] - 1)[:, None])[:, 0], tgt)
+        nm = torch.maximum(m, cm)
+        s = s * torch.exp(m - nm) + torch.exp(z - nm[:, None]).sum(-1)
+        m = nm
+        if cv >= V and grad:   # one chunk holds the whole vocabulary: the row gradient from the same logits
+            lse = m + s.log()
+            p = z.sub_(lse[:, None]).exp_(); p[torch.arange(r, device=x.device), y] -= 1.0
+            return lse - tgt, pred, lse, (p.to(cdt) @ W.to(cdt)).to(_acc(cdt))
+    lse = m + s.log()
+    dx = _ce_grad_chunk(x, W, y, lse, None, cv, cdt, False)[0] if grad else None
+    return lse - tgt, pred, lse, dx
+
+def _ce_grad_chunk(x, W, y, lse, g, cv: int, cdt, need_w: bool):
+    "`(d/dx, d/dW or None)` of `sum_i g_i * CE_i` over a chunk of rows (`g=None`: all ones), recomputing the logits."
+    V, r = W.shape[0], x.shape[0]
+    dx = torch.zeros(r, W.shape[1], device=x.device, dtype=_acc(cdt))
+    dW = torch.zeros(W.shape, device=x.device, dtype=_acc(cdt)) if need_w else None
+    rows = torch.arange(r, device=x.device)
+    for v0 in range(0, V, cv):
+        v1 = min(v0 + cv, V)
+        p = _ce_logits(x, W, v0, v1, cdt).sub_(lse[:, None]).exp_()
+        hit = (y >= v0) & (y < v1)
+        p[rows[hit], y[hit] - v0] -= 1.0
+        if g is not None: p.mul_(g[:, None])
+        pc = p.to(cdt)
+        dx += (pc @ W[v0:v1].to(cdt)).to(dx.dtype)
+        if need_w: dW[v0:v1] += (pc.t() @ x).to(dW.dtype)
+    return dx, dW
+
+# %% ../nbs/70_drafter.ipynb #fdacd1df
+class ChunkedLinearCE(torch.autograd.Function):
+    "Per-row CE and argmax of `x @ W.T` in chunks; differentiable in `x` (row gradients precomputed when `W` is frozen) and `W`."
+    @staticmethod
+    def forward(ctx, x, W, y, chunk_rows: int, chunk_vocab: int, cdt):
+        fold = ctx.needs_input_grad[0] and not ctx.needs_input_grad[1]
+        ce, pred, lse, dxs = [], [], [], []
+        with torch.autocast(x.device.type, enabled=False):
+            for r0 in range(0, x.shape[0], chunk_rows):
+                c, p, l, d = _ce_chunk(x[r0:r0 + chunk_rows].to(cdt), W, y[r0:r0 + chunk_rows], chunk_vocab, cdt, fold)
+                ce.append(c); pred.append(p); lse.append(l); dxs.append(d)
+        ce, pred, lse = torch.cat(ce), torch.cat(pred), torch.cat(lse)
+        dx = torch.cat(dxs) if fold and dxs else None
+        ctx.save_for_backward(x, W, y, lse, dx if dx is not None else lse[:0])
+        ctx.fold, ctx.chunks, ctx.cdt = fold, (chunk_rows, chunk_vocab), cdt
+        ctx.mark_non_differentiable(pred)
+        return ce, pred
+
+    @staticmethod
+    def backward(ctx, g, _g_pred):
+        x, W, y, lse, dx = ctx.saved_tensors
+        if g is None: g = torch.zeros_like(lse)
+        g = g.to(lse.dtype)
+        if ctx.fold: return (g[:, None] * dx).to(x.dtype), None, None, None, None, None
+        cr, cv = ctx.chunks
+        gx = torch.zeros(x.shape, device=x.device, dtype=lse.dtype)
+        gW = torch.zeros(W.shape, device=W.device, dtype=lse.dtype) if ctx.needs_input_grad[1] else None
+        with torch.autocast(x.device.type, enabled=False):
+            for r0 in range(0, x.shape[0], cr):
+                sl = slice(r0, r0 + cr)
+                d, dw = _ce_grad_chunk(x[sl].to(ctx.cdt), W, y[sl], lse[sl], g[sl], cv, ctx.cdt, gW is not None)
+                gx[sl] = d
+                if gW is not None: gW += dw
+        return (gx.to(x.dtype) if ctx.needs_input_grad[0] else None), (gW.to(W.dtype) if gW is not None else None), None, None, None, None
+
+def linear_cross_entropy_stats(x, weight, target, chunk_rows: int | None = None, chunk_vocab: int | None = None):
+    "Per-row CE `[N]` (fp32) and argmax `[N]` of the logits `x @ weight.T`, holding at most one chunk of logits (see `ce_chunks`)."
+    dev = x.device.type
+    cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else weight.dtype
+    cr, cv = ce_chunks(x.shape[0], weight.shape[0], chunk_rows, chunk_vocab)
+    return ChunkedLinearCE.apply(x, weight, target, cr, cv, cdt)
+
+# %% ../nbs/70_drafter.ipynb #ba979d78
+def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
+    "CE `[N]` (fp32) and argmax `[N]` of the LM head on hidden states `h [N, H]`: `'chunked'` (never the full logits) or `'full'`."
+    if getattr(lm_head, 'bias', None) is not None: raise ValueError('the LM head has a bias: the chunked loss supports none')
+    if ce == 'chunked': return linear_cross_entropy_stats(h, lm_head.weight, y)
+    if ce != 'full': raise ValueError(f"ce must be 'chunked' or 'full', got {ce!r}")
+    logits = lm_head(h.to(lm_head.weight.dtype)).float()
+    return F.cross_entropy(logits, y, reduction='none'), logits.detach().argmax(-1)
+
 def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, features, anchors, valid,
-                gamma: float | None = None, lengths=None, document_ids=None, backend: str = 'sdpa') -> dict:
-    "Loss and per-slot statistics of one micro-batch (see the normalization note above)."
+                gamma: float | None = None, lengths=None, document_ids=None, backend: str = 'sdpa', ce: str = 'chunked') -> dict:
+    "Loss and per-slot statistics of one micro-batch (see the normalization note above); `ce`: 'chunked' | 'full' logits."
     cfg = drafter.config
     B, (b, T) = cfg.block_size, input_ids.shape
     gamma = default_gamma(B) if gamma is None else gamma
@@ -447,18 +602,17 @@ def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, fe
     h = h.view(b, n, B, -1)[:, :, 1:]
     lab, s = labels[:, :, 1:], sup[:, :, 1:]
     slot = torch.arange(B - 1, device=h.device).expand_as(lab)[s]       # logits only for supervised slots
-    logits = lm_head(h[s].to(lm_head.weight.dtype)).float()
     y = lab[s]
-    ce = F.cross_entropy(logits, y, reduction='none')
-    w = slot_weights(B, gamma).to(ce.device)[1:][slot]
+    xent, pred = slot_cross_entropy(h[s], lm_head, y, ce)
+    w = slot_weights(B, gamma).to(xent.device)[1:][slot]
     wsum = w.sum()
-    loss = (ce * w).sum() / (wsum + 1e-6)
-    hit = (logits.detach().argmax(-1) == y).double()
+    loss = (xent * w).sum() / (wsum + 1e-6)
+    hit = (pred == y).double()
     st = {'correct': torch.zeros(B - 1, dtype=torch.float64, device=h.device).index_add_(0, slot, hit),
           'count': torch.bincount(slot, minlength=B - 1).double()}
-    return {'loss': loss, 'weight_sum': wsum.detach(), 'ce_sum': ce.detach().sum(), **st}
+    return {'loss': loss, 'weight_sum': wsum.detach(), 'ce_sum': xent.detach().sum(), **st}
 
-# %% ../nbs/70_drafter.ipynb #ff431858
+# %% ../nbs/70_drafter.ipynb #b5f1dcb0
 def inference_masks(cfg: DFlashConfig, ctx_positions, start):
     "Masks for one block at positions `start + 0..B-1` over cached context keys at `ctx_positions [b, S]`."
     if 'sliding_attention' not in cfg.layer_types: return None
@@ -496,7 +650,7 @@ def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features
     h = drafter(noise, new_features.to(dev), new_positions.to(dev), blk_pos, masks, cache=cache)
     return lm_head(h[:, 1:].to(lm_head.weight.dtype)).float()
 
-# %% ../nbs/70_drafter.ipynb #5b121f93
+# %% ../nbs/70_drafter.ipynb #b4048592
 def draft_weight_names(cfg: DFlashConfig) -> list[str]:
     "The exact tensor names of a DFlash checkpoint for `cfg` (11 per layer + fc, hidden_norm, norm)."
     per = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',

@@ -153,3 +153,62 @@ def test_target_features_use_layer_outputs_not_the_final_norm():
     assert torch.allclose(_hf_features(m, ids, [0, 2]), target_features(m, ids, [0, 2]), atol=1e-5)
     with pytest.raises(ValueError, match='no raw output'): _hf_features(m, ids, [0, 3])
     assert not torch.allclose(f[:, :, 1], hs[-1], atol=1e-3)       # layer 3's raw output, not the post-norm last entry
+
+
+def _varied_rows(n=30, seed=3, dim=16):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        T = int(torch.randint(8, 200, (1,), generator=g))
+        out.append({'input_ids': torch.randint(0, 28, (T,), generator=g), 'loss_mask': torch.tensor([0, 0] + [1] * (T - 2)),
+                    'hidden_states': torch.randn(T, 2, dim, generator=g)})
+    return out
+
+
+def test_bucket_padding_changes_nothing():
+    "Padding a batch to its buckets (length, anchors, rows) leaves the loss, the per-slot stats and the gradients unchanged."
+    from dflash_nb.drafter import dflash_loss
+    rows = _varied_rows(4)
+    emb, head = tiny_head()
+    res = {}
+    for mode in ('off', 'on'):
+        tc = TrainConfig(num_anchors=12, buckets=2, batch_size=3, bucketing=mode)
+        tr = Trainer(tiny_drafter(), emb, head, rows, tc, log=lambda m: None)
+        b = tr._batch([0, 1], 0)
+        out = dflash_loss(tr.model, tr.embed, tr.lm_head, b['input_ids'], b['loss_mask'], b['features'], b['anchors'],
+                          b['valid'], tr.gamma, b['lengths'])
+        out['loss'].backward()
+        res[mode] = b, out, [p.grad for p in tr.model.parameters()]
+    (b0, o0, g0), (b1, o1, g1) = res['off'], res['on']
+    assert b1['input_ids'].shape[0] == 3 and b1['input_ids'].shape[1] > b0['input_ids'].shape[1]
+    assert b1['anchors'].shape[1] == 16 > b0['anchors'].shape[1]
+    torch.testing.assert_close(o1['loss'], o0['loss'])
+    assert torch.equal(o1['correct'], o0['correct']) and torch.equal(o1['count'], o0['count'])
+    for x, y in zip(g0, g1): torch.testing.assert_close(x, y)
+
+
+def test_compiles_at_most_once_per_bucket(monkeypatch):
+    """30 batches of varying length and anchor count through compiled flex attention + compiled block masks: at most
+    one compilation of each per bucket (dynamo's counters; CPU, the 'eager' backend: same guards, no code generation)."""
+    import dflash_nb.drafter as D
+    from dflash_nb.drafter import dflash_loss, flex_available, compile_count
+    if not flex_available(): pytest.skip('flex attention not available')
+    monkeypatch.setattr(D, 'FLEX_COMPILE', True); monkeypatch.setattr(D, 'FLEX_COMPILE_BACKEND', 'eager')
+    monkeypatch.setattr(D, '_COMPILED', {})
+    torch._dynamo.reset()
+    rows = _varied_rows(30)
+    emb, head = tiny_head()
+    tr = Trainer(tiny_drafter(), emb, head, rows, TrainConfig(num_anchors=12, buckets=2, attn_backend='flex'), log=lambda m: None)
+    assert tr.bucketing and tr.seq_buckets == [104, 200] and tr.anchor_buckets == [8, 16]
+    c0, raw, seen = compile_count(), set(), set()
+    with torch.no_grad():                      # flex attention has no backward on CPU
+        for epoch in range(2):
+            for i in range(len(rows)):
+                b = tr._batch([i], epoch)
+                raw.add((len(rows[i]['input_ids']), int(b['valid'].sum()))); seen.add(tuple(b['anchors'].shape) + (b['input_ids'].shape[1],))
+                dflash_loss(tr.model, tr.embed, tr.lm_head, b['input_ids'], b['loss_mask'], b['features'], b['anchors'],
+                            b['valid'], tr.gamma, b['lengths'], backend='flex')
+    n = compile_count() - c0
+    print(f'{len(raw)} raw shapes -> {len(seen)} buckets, {n} compiled graphs')
+    assert len(raw) > 20 and 2 <= len(seen) <= 4
+    assert 1 <= n <= 2 * len(seen)               # per bucket: one block-mask graph and one attention graph
