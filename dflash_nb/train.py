@@ -18,7 +18,7 @@ from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_conf
 
 # %% auto #0
 __all__ = ['CKPT_RE', 'TRAIN_PARAMS', 'TrainConfig', 'load_target_head', 'target_features', 'TokenRows', 'eligible_rows',
-           'collate', 'latest_checkpoint', 'Trainer', 'plot_curves', 'train_stage', 'register_cli']
+           'collate', 'latest_checkpoint', 'Trainer', 'init_from_target', 'plot_curves', 'train_stage', 'register_cli']
 
 # %% ../nbs/80_train.ipynb #0ade5e2d
 @dataclass
@@ -346,7 +346,52 @@ class _DDPView(nn.Module):
     def fc(self): return self.ddp.module.fc
     def forward(self, *a, **kw): return self.ddp(*a, **kw)
 
-# %% ../nbs/80_train.ipynb #0f8df665
+# %% ../nbs/80_train.ipynb #94023aa3
+_LAYER_PARTS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
+                'self_attn.k_norm', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm',
+                'post_attention_layernorm')
+
+def init_from_target(drafter: DFlashDrafter, target, layers=None, log=None) -> dict:
+    """Copy target decoder `layers` (default: the last `num_hidden_layers`) into the drafter's layers, the target's
+    final norm into `norm`, and start `fc`/`hidden_norm` as the pass-through of the feature below the first copied layer."""
+    from safetensors import safe_open
+    from dflash_nb.targets import resolve_target
+    p = Path(target) if Path(str(target)).is_dir() else Path(resolve_target(str(target)))
+    cfg = drafter.config
+    n, N = cfg.num_hidden_layers, cfg.num_target_layers
+    layers = list(range(N - n, N)) if layers is None else [int(x) for x in layers]
+    if len(layers) != n or not all(0 <= L < N for L in layers):
+        raise ValueError(f'layers {layers}: need {n} decoder layer indices in [0, {N})')
+    idx = p / 'model.safetensors.index.json'
+    files = sorted(set(read_json(idx)['weight_map'].values())) if idx.exists() else ['model.safetensors']
+    W = {}
+    for f in files:
+        with safe_open(str(p / f), 'pt') as fh:
+            for k in fh.keys():
+                if '.layers.' in k or k.endswith('norm.weight'): W[k.split('model.', 1)[-1] if 'model.' in k else k] = fh.get_tensor(k)
+    copied, sd = [], drafter.state_dict()
+    def put(dst, src):
+        if src not in W: return
+        if W[src].shape != sd[dst].shape: raise ValueError(f'{src} {tuple(W[src].shape)} does not fit {dst} {tuple(sd[dst].shape)}')
+        sd[dst].copy_(W[src].to(sd[dst].dtype)); copied.append(dst)
+    with torch.no_grad():
+        for j, L in enumerate(layers):
+            for part in _LAYER_PARTS: put(f'layers.{j}.{part}.weight', f'layers.{L}.{part}.weight')
+        put('norm.weight', 'norm.weight')
+        ids = list(cfg.target_layer_ids)
+        below = [i for i, t in enumerate(ids) if t < layers[0]]
+        f = below[-1] if below else 0                      # feature = output of layer ids[f] ~ input of layers[0]
+        H = cfg.hidden_size
+        sd['fc.weight'].zero_(); sd['fc.weight'][:, f * H:(f + 1) * H] = torch.eye(H)
+        put('hidden_norm.weight', f'layers.{layers[0]}.input_layernorm.weight')
+        copied.append('fc.weight')
+    drafter.load_state_dict(sd)
+    info = {'target_layers': layers, 'feature': ids[f], 'copied': len(copied),
+            'kept': sorted(k for k in sd if k not in copied)}
+    if log: log(f'drafter initialized from target layers {layers} (context = feature of layer {ids[f]}); kept: {info["kept"]}')
+    return info
+
+# %% ../nbs/80_train.ipynb #be0aec37
 def plot_curves(history, path=None):
     "Loss, implied acceptance length and per-slot accuracy (first and last logged window) as one PNG figure."
     import matplotlib; matplotlib.use('Agg')
@@ -365,7 +410,7 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #f5c5266d
+# %% ../nbs/80_train.ipynb #acfbd3a2
 TRAIN_PARAMS = ('target', 'seed', 'device', 'source', 'num_hidden_layers', 'block_size', 'mask_token', 'target_layer_ids',
                 'num_feature_layers', 'num_anchors', 'gamma', 'epochs', 'batch_size', 'grad_accum', 'lr', 'warmup_ratio',
                 'max_grad_norm', 'max_steps', 'max_minutes', 'log_every', 'ckpt_every', 'attn_backend', 'export_dtype')
@@ -427,6 +472,7 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
         write_json(ck_dir / 'params.json', {'hash': ph, 'params': P})
     if world > 1: torch.distributed.barrier()
     drafter = DFlashDrafter(dcfg).init_weights(P['seed'])
+    if P['init_from_target']: init_from_target(drafter, P['target'], log=log)
     trainer = Trainer(drafter, embed, lm_head, data, tconf, out_dir=stage.dir, feature_fn=feature_fn, device=dev,
                       rows=keep, log=log)
     with stage.timer('train'): res = trainer.fit()
@@ -450,7 +496,10 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
     if world > 1: torch.distributed.barrier()
     return summary
 
-# %% ../nbs/80_train.ipynb #0a0c06f9
+# %% ../nbs/80_train.ipynb #a21f5582
+if 'init_from_target' not in TRAIN_PARAMS: TRAIN_PARAMS += ('init_from_target',)   # see "Initializing the drafter from the target's last layers"
+
+# %% ../nbs/80_train.ipynb #57d4db0d
 def register_cli(sub):
     "Add `dflash-nb train RUN_DIR [CONFIG] [--set train.k=v]` (works under torchrun) to the CLI."
     p = sub.add_parser('train', help='run the 80_train stage on a run folder (e.g. under torchrun for several GPUs)')
