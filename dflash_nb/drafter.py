@@ -16,12 +16,13 @@ import torch.nn.functional as F
 from .core import default_target_layer_ids, check_target_layer_ids, write_json, read_json, atomic_dir
 
 # %% auto #0
-__all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'default_gamma', 'DFlashConfig', 'build_config', 'resolve_mask_token_id',
-           'RMSNorm', 'rope_cos_sin', 'apply_rope', 'attend', 'DFlashAttention', 'DFlashMLP', 'DFlashDecoderLayer',
-           'DraftCache', 'DFlashDrafter', 'dflash_mask_mod', 'dense_mask', 'flex_available', 'build_masks',
-           'anchor_candidates', 'sample_anchors', 'pad_anchors', 'slot_weights', 'block_labels', 'per_slot_stats',
-           'acceptance_length', 'dflash_loss', 'inference_masks', 'draft_block', 'draft_weight_names', 'export_drafter',
-           'load_drafter']
+__all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'CE_CHUNK_ELEMS', 'default_gamma', 'DFlashConfig', 'build_config',
+           'resolve_mask_token_id', 'RMSNorm', 'rope_cos_sin', 'apply_rope', 'attend', 'DFlashAttention', 'DFlashMLP',
+           'DFlashDecoderLayer', 'DraftCache', 'DFlashDrafter', 'dflash_mask_mod', 'dense_mask', 'flex_available',
+           'build_masks', 'anchor_candidates', 'sample_anchors', 'pad_anchors', 'slot_weights', 'block_labels',
+           'per_slot_stats', 'acceptance_length', 'ce_chunks', 'ChunkedLinearCE', 'linear_cross_entropy_stats',
+           'slot_cross_entropy', 'dflash_loss', 'inference_masks', 'draft_block', 'draft_weight_names',
+           'export_drafter', 'load_drafter']
 
 # %% ../nbs/70_drafter.ipynb #b71a4a82
 LAYER_TYPES = ('full_attention', 'sliding_attention')
@@ -429,10 +430,116 @@ def acceptance_length(acc) -> float:
     acc = torch.tensor([0.0 if a is None else float(a) for a in acc], dtype=torch.float64)
     return float(1.0 + torch.cumprod(acc, 0).sum())
 
-# %% ../nbs/70_drafter.ipynb #2e19c60a
+# %% ../nbs/70_drafter.ipynb #10cf1c9e
+CE_CHUNK_ELEMS = 2 ** 26     # logits elements per chunk (256 MB in fp32)
+
+def ce_chunks(n: int, V: int, chunk_rows: int | None = None, chunk_vocab: int | None = None,
+              max_elems: int | None = None) -> tuple[int, int]:
+    "`(rows, vocab)` chunk sizes: the whole vocabulary while 64 rows of it fit in `max_elems` (default `CE_CHUNK_ELEMS`) logits, and as many rows as fit."
+    max_elems = max_elems or CE_CHUNK_ELEMS
+    cv = chunk_vocab or (V if 64 * V <= max_elems else max(max_elems // 64, 1))
+    cv = max(1, min(int(cv), V))
+    cr = chunk_rows or max(max_elems // cv, 1)
+    return max(1, min(int(cr), max(n, 1))), cv
+
+# %% ../nbs/70_drafter.ipynb #983d9071
+def _acc(cdt): return torch.float64 if cdt == torch.float64 else torch.float32   # reduction dtype
+
+def _ce_logits(x, W, v0, v1, cdt): return (x @ W[v0:v1].to(cdt).t()).to(_acc(cdt))
+
+def _ce_chunk(x, W, y, cv: int, cdt, grad: bool):
+    "CE `[r]`, argmax `[r]`, log-sum-exp `[r]` and (if `grad`) `d CE / d x` `[r, H]` of rows `x [r, H]` (already in `cdt`)."
+    V, r = W.shape[0], x.shape[0]
+    m = torch.full((r,), -math.inf, device=x.device, dtype=_acc(cdt)); s = torch.zeros_like(m)
+    pred = torch.zeros(r, dtype=torch.long, device=x.device); tgt = torch.zeros_like(m)
+    for v0 in range(0, V, cv):
+        z = _ce_logits(x, W, v0, min(v0 + cv, V), cdt)
+        cm, ci = z.max(-1)
+        pred = torch.where(cm > m, ci + v0, pred)
+        inside = (y >= v0) & (y < v0 + z.shape[1])
+        tgt = torch.where(inside, z.gather(1, (y - v0).clamp(0, z.shape[1] - 1)[:, None])[:, 0], tgt)
+        nm = torch.maximum(m, cm)
+        s = s * torch.exp(m - nm) + torch.exp(z - nm[:, None]).sum(-1)
+        m = nm
+        if cv >= V and grad:   # one chunk holds the whole vocabulary: the row gradient from the same logits
+            lse = m + s.log()
+            p = z.sub_(lse[:, None]).exp_(); p[torch.arange(r, device=x.device), y] -= 1.0
+            return lse - tgt, pred, lse, (p.to(cdt) @ W.to(cdt)).to(_acc(cdt))
+    lse = m + s.log()
+    dx = _ce_grad_chunk(x, W, y, lse, None, cv, cdt, False)[0] if grad else None
+    return lse - tgt, pred, lse, dx
+
+def _ce_grad_chunk(x, W, y, lse, g, cv: int, cdt, need_w: bool):
+    "`(d/dx, d/dW or None)` of `sum_i g_i * CE_i` over a chunk of rows (`g=None`: all ones), recomputing the logits."
+    V, r = W.shape[0], x.shape[0]
+    dx = torch.zeros(r, W.shape[1], device=x.device, dtype=_acc(cdt))
+    dW = torch.zeros(W.shape, device=x.device, dtype=_acc(cdt)) if need_w else None
+    rows = torch.arange(r, device=x.device)
+    for v0 in range(0, V, cv):
+        v1 = min(v0 + cv, V)
+        p = _ce_logits(x, W, v0, v1, cdt).sub_(lse[:, None]).exp_()
+        hit = (y >= v0) & (y < v1)
+        p[rows[hit], y[hit] - v0] -= 1.0
+        if g is not None: p.mul_(g[:, None])
+        pc = p.to(cdt)
+        dx += (pc @ W[v0:v1].to(cdt)).to(dx.dtype)
+        if need_w: dW[v0:v1] += (pc.t() @ x).to(dW.dtype)
+    return dx, dW
+
+# %% ../nbs/70_drafter.ipynb #4e148077
+class ChunkedLinearCE(torch.autograd.Function):
+    "Per-row CE and argmax of `x @ W.T` in chunks; differentiable in `x` (row gradients precomputed when `W` is frozen) and `W`."
+    @staticmethod
+    def forward(ctx, x, W, y, chunk_rows: int, chunk_vocab: int, cdt):
+        fold = ctx.needs_input_grad[0] and not ctx.needs_input_grad[1]
+        ce, pred, lse, dxs = [], [], [], []
+        with torch.autocast(x.device.type, enabled=False):
+            for r0 in range(0, x.shape[0], chunk_rows):
+                c, p, l, d = _ce_chunk(x[r0:r0 + chunk_rows].to(cdt), W, y[r0:r0 + chunk_rows], chunk_vocab, cdt, fold)
+                ce.append(c); pred.append(p); lse.append(l); dxs.append(d)
+        ce, pred, lse = torch.cat(ce), torch.cat(pred), torch.cat(lse)
+        dx = torch.cat(dxs) if fold and dxs else None
+        ctx.save_for_backward(x, W, y, lse, dx if dx is not None else lse[:0])
+        ctx.fold, ctx.chunks, ctx.cdt = fold, (chunk_rows, chunk_vocab), cdt
+        ctx.mark_non_differentiable(pred)
+        return ce, pred
+
+    @staticmethod
+    def backward(ctx, g, _g_pred):
+        x, W, y, lse, dx = ctx.saved_tensors
+        if g is None: g = torch.zeros_like(lse)
+        g = g.to(lse.dtype)
+        if ctx.fold: return (g[:, None] * dx).to(x.dtype), None, None, None, None, None
+        cr, cv = ctx.chunks
+        gx = torch.zeros(x.shape, device=x.device, dtype=lse.dtype)
+        gW = torch.zeros(W.shape, device=W.device, dtype=lse.dtype) if ctx.needs_input_grad[1] else None
+        with torch.autocast(x.device.type, enabled=False):
+            for r0 in range(0, x.shape[0], cr):
+                sl = slice(r0, r0 + cr)
+                d, dw = _ce_grad_chunk(x[sl].to(ctx.cdt), W, y[sl], lse[sl], g[sl], cv, ctx.cdt, gW is not None)
+                gx[sl] = d
+                if gW is not None: gW += dw
+        return (gx.to(x.dtype) if ctx.needs_input_grad[0] else None), (gW.to(W.dtype) if gW is not None else None), None, None, None, None
+
+def linear_cross_entropy_stats(x, weight, target, chunk_rows: int | None = None, chunk_vocab: int | None = None):
+    "Per-row CE `[N]` (fp32) and argmax `[N]` of the logits `x @ weight.T`, holding at most one chunk of logits (see `ce_chunks`)."
+    dev = x.device.type
+    cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else weight.dtype
+    cr, cv = ce_chunks(x.shape[0], weight.shape[0], chunk_rows, chunk_vocab)
+    return ChunkedLinearCE.apply(x, weight, target, cr, cv, cdt)
+
+# %% ../nbs/70_drafter.ipynb #9bcc77c5
+def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
+    "CE `[N]` (fp32) and argmax `[N]` of the LM head on hidden states `h [N, H]`: `'chunked'` (never the full logits) or `'full'`."
+    if getattr(lm_head, 'bias', None) is not None: raise ValueError('the LM head has a bias: the chunked loss supports none')
+    if ce == 'chunked': return linear_cross_entropy_stats(h, lm_head.weight, y)
+    if ce != 'full': raise ValueError(f"ce must be 'chunked' or 'full', got {ce!r}")
+    logits = lm_head(h.to(lm_head.weight.dtype)).float()
+    return F.cross_entropy(logits, y, reduction='none'), logits.detach().argmax(-1)
+
 def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, features, anchors, valid,
-                gamma: float | None = None, lengths=None, document_ids=None, backend: str = 'sdpa') -> dict:
-    "Loss and per-slot statistics of one micro-batch (see the normalization note above)."
+                gamma: float | None = None, lengths=None, document_ids=None, backend: str = 'sdpa', ce: str = 'chunked') -> dict:
+    "Loss and per-slot statistics of one micro-batch (see the normalization note above); `ce`: 'chunked' | 'full' logits."
     cfg = drafter.config
     B, (b, T) = cfg.block_size, input_ids.shape
     gamma = default_gamma(B) if gamma is None else gamma
@@ -447,18 +554,17 @@ def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, fe
     h = h.view(b, n, B, -1)[:, :, 1:]
     lab, s = labels[:, :, 1:], sup[:, :, 1:]
     slot = torch.arange(B - 1, device=h.device).expand_as(lab)[s]       # logits only for supervised slots
-    logits = lm_head(h[s].to(lm_head.weight.dtype)).float()
     y = lab[s]
-    ce = F.cross_entropy(logits, y, reduction='none')
-    w = slot_weights(B, gamma).to(ce.device)[1:][slot]
+    xent, pred = slot_cross_entropy(h[s], lm_head, y, ce)
+    w = slot_weights(B, gamma).to(xent.device)[1:][slot]
     wsum = w.sum()
-    loss = (ce * w).sum() / (wsum + 1e-6)
-    hit = (logits.detach().argmax(-1) == y).double()
+    loss = (xent * w).sum() / (wsum + 1e-6)
+    hit = (pred == y).double()
     st = {'correct': torch.zeros(B - 1, dtype=torch.float64, device=h.device).index_add_(0, slot, hit),
           'count': torch.bincount(slot, minlength=B - 1).double()}
-    return {'loss': loss, 'weight_sum': wsum.detach(), 'ce_sum': ce.detach().sum(), **st}
+    return {'loss': loss, 'weight_sum': wsum.detach(), 'ce_sum': xent.detach().sum(), **st}
 
-# %% ../nbs/70_drafter.ipynb #ff431858
+# %% ../nbs/70_drafter.ipynb #4e1f8203
 def inference_masks(cfg: DFlashConfig, ctx_positions, start):
     "Masks for one block at positions `start + 0..B-1` over cached context keys at `ctx_positions [b, S]`."
     if 'sliding_attention' not in cfg.layer_types: return None
@@ -496,7 +602,7 @@ def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features
     h = drafter(noise, new_features.to(dev), new_positions.to(dev), blk_pos, masks, cache=cache)
     return lm_head(h[:, 1:].to(lm_head.weight.dtype)).float()
 
-# %% ../nbs/70_drafter.ipynb #5b121f93
+# %% ../nbs/70_drafter.ipynb #4feff4cb
 def draft_weight_names(cfg: DFlashConfig) -> list[str]:
     "The exact tensor names of a DFlash checkpoint for `cfg` (11 per layer + fc, hidden_norm, norm)."
     per = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',

@@ -199,6 +199,54 @@ def test_loss_weights_and_normalization():
     assert out['count'].tolist() == [3.0, 4.0, 4.0, 3.0]    # lm[0, 7] = 0 removes slot 4 of anchor 3 and slot 1 of anchor 6
 
 
+@pytest.mark.parametrize('head_trainable', [False, True])
+@pytest.mark.parametrize('max_elems', [None, 64 * 60, 40])   # default; whole vocabulary in row chunks of 64; vocab chunks of 1 x 40
+def test_chunked_loss_equals_full_logits(monkeypatch, head_trainable, max_elems):
+    "The chunked CE gives the full computation's loss, per-slot stats and gradients (drafter and, if trainable, LM head)."
+    import dflash_nb.drafter as D
+    if max_elems: monkeypatch.setattr(D, 'CE_CHUNK_ELEMS', max_elems)
+    cfg = tiny_cfg(block_size=5)
+    torch.manual_seed(2)
+    emb, head0 = nn.Embedding(60, 32).requires_grad_(False), torch.randn(60, 32) * 0.3
+    ids = torch.randint(0, 58, (2, 40)); lm = torch.ones(2, 40); lm[1, :6] = 0
+    anchors, valid = pad_anchors([sample_anchors(lm[i], 30, 5, seed=i) for i in range(2)])
+    feats = torch.randn(2, 40, 3, 32)
+    res = {}
+    for mode in ('full', 'chunked'):
+        m = DFlashDrafter(cfg).init_weights(3)
+        head = nn.Linear(32, 60, bias=False); head.weight = nn.Parameter(head0.clone(), requires_grad=head_trainable)
+        out = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, lengths=torch.tensor([40, 37]), ce=mode)
+        out['loss'].backward()
+        res[mode] = out, {k: p.grad.clone() for k, p in m.named_parameters()}, head.weight.grad
+    (of, gf, hf), (oc, gc, hc) = res['full'], res['chunked']
+    assert of['count'].sum() > 100                      # enough rows for several chunks
+    torch.testing.assert_close(oc['loss'], of['loss'], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(oc['ce_sum'], of['ce_sum'], rtol=1e-5, atol=1e-5)
+    assert torch.equal(oc['correct'], of['correct']) and torch.equal(oc['count'], of['count'])
+    for k in gf: torch.testing.assert_close(gc[k], gf[k], rtol=1e-4, atol=1e-6, msg=k)
+    if head_trainable: torch.testing.assert_close(hc, hf, rtol=1e-4, atol=1e-6)
+    else: assert hc is None and hf is None
+
+
+def test_chunked_loss_bf16_autocast_close_to_full():
+    "Under bf16 autocast the chunked CE forms logits in bf16 like nn.Linear would; loss and grads stay close to the full path."
+    cfg = tiny_cfg()
+    torch.manual_seed(5)
+    emb, head = nn.Embedding(60, 32).requires_grad_(False), nn.Linear(32, 60, bias=False).requires_grad_(False)
+    ids = torch.randint(0, 58, (1, 24)); lm = torch.ones(1, 24)
+    anchors, valid = pad_anchors([sample_anchors(lm[0], 8, 4)])
+    feats = torch.randn(1, 24, 3, 32)
+    loss, grads = {}, {}
+    for mode in ('full', 'chunked'):
+        m = DFlashDrafter(cfg).init_weights(3)
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            out = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, ce=mode)
+        out['loss'].backward()
+        loss[mode], grads[mode] = out['loss'].item(), m.fc.weight.grad
+    assert abs(loss['chunked'] - loss['full']) < 2e-2 * abs(loss['full'])
+    assert torch.nn.functional.cosine_similarity(grads['chunked'].flatten(), grads['full'].flatten(), 0) > 0.99
+
+
 def test_only_draft_weights_train():
     cfg = tiny_cfg()
     m = DFlashDrafter(cfg).init_weights(0)
