@@ -16,7 +16,7 @@ __all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'RUN_KEYS', 'repo_root', 'nbs_dir', 'cach
            'atomic_dir', 'file_hash', 'obj_hash', 'versions', 'Stage', 'read_manifest', 'ConfigError',
            'default_config_path', 'apply_override', 'validate_run_section', 'load_config', 'seed_everything',
            'get_device', 'setup_logging', 'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids',
-           'from_aux_layer_ids', 'Quarantine']
+           'from_aux_layer_ids', 'Quarantine', 'prompt_set_name', 'read_prompt_file']
 
 # %% ../nbs/00_core.ipynb #27ef1d77
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().parent / 'dflash_nb'
@@ -378,3 +378,64 @@ class Quarantine:
     def save(self, path=None) -> Path:
         "Write the rejected rows (an empty file when none were rejected)."
         path = Path(path or self.path); write_jsonl(path, self.rows); return path
+
+# %% ../nbs/00_core.ipynb #33a9f2f3
+def _open_text(path):
+    import gzip
+    return gzip.open(path, 'rt', encoding='utf-8') if str(path).endswith('.gz') else open(path, encoding='utf-8')
+
+def _prompt_record(obj: dict, stem: str, n: int) -> dict:
+    "One prompt record from one parsed line (`n` = 1-based line number); raises ValueError with the reason."
+    def text(x, what):
+        if not isinstance(x, str) or not x.strip(): raise ValueError(f'{what} is empty or not a string')
+        return x
+    if 'messages' in obj:
+        msgs = obj['messages']
+        if not isinstance(msgs, list) or not all(isinstance(m, dict) and 'role' in m for m in msgs):
+            raise ValueError('messages must be a list of {"role", "content"} objects')
+        users = [i for i, m in enumerate(msgs) if m['role'] == 'user']
+        if not users: raise ValueError('canonical row has no user turn')
+        text(msgs[users[-1]].get('content'), 'the last user turn')
+        rec = {'id': str(obj.get('id', f'{stem}/{n}')), 'kind': 'canonical', 'messages': msgs[:users[-1] + 1]}
+        if obj.get('tools'): rec['tools'] = obj['tools']
+        return rec
+    if 'turns' in obj:
+        turns = obj['turns']
+        if not isinstance(turns, list) or not turns: raise ValueError('MT-Bench turns must be a non-empty list')
+        for i, t in enumerate(turns): text(t, f'turn {i}')
+        return {'id': f"mt_bench/{obj.get('question_id', n)}", 'kind': 'mt_bench', 'category': obj.get('category'),
+                'messages': [{'role': 'user', 'content': turns[0]}], 'turns': list(turns)}
+    if 'task_id' in obj and 'prompt' in obj:
+        return {'id': str(obj['task_id']), 'kind': 'humaneval', 'messages': [{'role': 'user', 'content': text(obj['prompt'], 'prompt')}]}
+    if 'prompt' in obj:
+        return {'id': str(obj.get('id', f'{stem}/{n}')), 'kind': 'prompt', 'messages': [{'role': 'user', 'content': text(obj['prompt'], 'prompt')}]}
+    raise ValueError(f'unknown prompt layout (keys {sorted(obj)[:8]}); expected "messages" (canonical row), "prompt", '
+                     '"turns" (MT-Bench) or "task_id" + "prompt" (HumanEval)')
+
+def prompt_set_name(path) -> str:
+    "A prompt file's set name: its file name without `.jsonl`/`.json`/`.gz`."
+    name = Path(path).name
+    for ext in ('.gz', '.jsonl', '.json'):
+        if name.endswith(ext): name = name[:-len(ext)]
+    return name
+
+def read_prompt_file(path) -> list[dict]:
+    """Prompt records `{'id', 'kind', 'messages', ...}` of a JSONL (or `.jsonl.gz`) file of canonical rows,
+    `{"prompt"}` lines, MT-Bench questions or HumanEval tasks. Raises one-line errors naming the file and line."""
+    path = Path(path)
+    if not path.is_file(): raise FileNotFoundError(f'prompt file {path} does not exist')
+    stem, out = prompt_set_name(path), []
+    try:
+        with _open_text(path) as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip(): continue
+                try:
+                    obj = json.loads(line)
+                    if not isinstance(obj, dict): raise ValueError(f'expected a JSON object, got {type(obj).__name__}')
+                    out.append(_prompt_record(obj, stem, n))
+                except ValueError as e:
+                    raise JSONLError(path, n, f'invalid JSON: {e}' if isinstance(e, json.JSONDecodeError) else str(e)) from None
+    except (OSError, UnicodeDecodeError, EOFError) as e:
+        raise ValueError(f'{path}: cannot read the prompt file ({type(e).__name__}: {e})') from None
+    if not out: raise ValueError(f'{path}: empty prompt file (no prompt lines)')
+    return out
