@@ -11,12 +11,12 @@ from typing import Any, Iterable, Iterator
 import yaml
 
 # %% auto #0
-__all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'RUN_KEYS', 'repo_root', 'nbs_dir', 'cache_dir', 'fixtures_dir', 'expand_path',
-           'atomic_write', 'write_text', 'write_json', 'read_json', 'write_jsonl', 'JSONLError', 'iter_jsonl',
-           'atomic_dir', 'file_hash', 'obj_hash', 'versions', 'Stage', 'read_manifest', 'ConfigError',
+__all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'RUN_KEYS', 'STAGE_LOG_ENV', 'repo_root', 'nbs_dir', 'cache_dir', 'fixtures_dir',
+           'expand_path', 'atomic_write', 'write_text', 'write_json', 'read_json', 'write_jsonl', 'JSONLError',
+           'iter_jsonl', 'atomic_dir', 'file_hash', 'obj_hash', 'versions', 'Stage', 'read_manifest', 'ConfigError',
            'default_config_path', 'apply_override', 'validate_run_section', 'load_config', 'seed_everything',
            'get_device', 'setup_logging', 'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids',
-           'from_aux_layer_ids', 'Quarantine', 'prompt_set_name', 'read_prompt_file']
+           'from_aux_layer_ids', 'Quarantine', 'prompt_set_name', 'read_prompt_file', 'Progress', 'progress']
 
 # %% ../nbs/00_core.ipynb #27ef1d77
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().parent / 'dflash_nb'
@@ -439,3 +439,67 @@ def read_prompt_file(path) -> list[dict]:
         raise ValueError(f'{path}: cannot read the prompt file ({type(e).__name__}: {e})') from None
     if not out: raise ValueError(f'{path}: empty prompt file (no prompt lines)')
     return out
+
+# %% ../nbs/00_core.ipynb #ce861211
+STAGE_LOG_ENV = 'DFLASH_NB_STAGE_LOG'
+
+def _fmt_secs(s: float) -> str:
+    s = int(max(s, 0)); h, m = divmod(s, 3600); m, s = divmod(m, 60)
+    return f'{h}:{m:02d}:{s:02d}' if h else f'{m}:{s:02d}'
+
+class Progress:
+    "Work done of a total, with rate and time left: a tqdm bar on a terminal, else throttled plain lines (stderr and the stage log)."
+    def __init__(self, iterable=None, total: int | None = None, desc: str = '', unit: str = 'it', every: float | None = None):
+        if total is None and iterable is not None and hasattr(iterable, '__len__'): total = len(iterable)
+        self.iterable, self.total, self.desc, self.unit, self.n = iterable, total, desc, unit, 0
+        self.every = float(os.environ.get('DFLASH_NB_PROGRESS_EVERY', 10)) if every is None else float(every)
+        self.log_path = os.environ.get(STAGE_LOG_ENV) or None
+        self.t0 = self._last = time.time(); self._closed = False; self._bar = None
+        if getattr(sys.stderr, 'isatty', lambda: False)() and _has('tqdm'):
+            from tqdm import tqdm
+            self._bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
+        self._emit(bar_too=False)
+
+    def line(self) -> str:
+        "The current state as one line: `desc: n/total unit (pct), rate, elapsed, left`."
+        el = time.time() - self.t0
+        rate = self.n / el if el > 0 else 0.0
+        done = f'{self.n}/{self.total}' if self.total is not None else f'{self.n}'
+        pct = f' ({100 * self.n / self.total:.0f}%)' if self.total else ''
+        left = f', {_fmt_secs((self.total - self.n) / rate)} left' if self.total is not None and rate > 0 and self.n < self.total else ''
+        return f'{self.desc}: {done} {self.unit}{pct}, {rate:.3g} {self.unit}/s, {_fmt_secs(el)} elapsed{left}'
+
+    def _emit(self, bar_too: bool = True):
+        self._last = time.time()
+        text = self.line()
+        if self._bar is None: print(text, file=sys.stderr, flush=True)
+        if self.log_path:
+            with contextlib.suppress(OSError), open(self.log_path, 'a', encoding='utf-8') as f:
+                f.write(f"{time.strftime('%H:%M:%S')} PROGRESS {text}\n")
+
+    def update(self, n: int = 1):
+        "Count `n` more units done."
+        self.n += n
+        if self._bar is not None: self._bar.update(n)
+        if time.time() - self._last >= self.every: self._emit()
+
+    def close(self):
+        "Write the last line (once)."
+        if self._closed: return
+        self._closed = True
+        if self._bar is not None: self._bar.close()
+        self._emit()
+
+    def __iter__(self):
+        try:
+            for x in self.iterable:
+                yield x
+                self.update()
+        finally: self.close()
+    def __enter__(self): return self
+    def __exit__(self, *a): self.close()
+
+def progress(iterable=None, desc: str = '', unit: str = 'it', total: int | None = None, every: float | None = None) -> Progress:
+    "Wrap `iterable` (or count to `total` with `.update(n)`) with progress reporting; see `Progress`."
+    if isinstance(iterable, int) and total is None: iterable, total = None, iterable
+    return Progress(iterable, total, desc, unit, every)
