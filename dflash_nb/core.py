@@ -440,7 +440,7 @@ def read_prompt_file(path) -> list[dict]:
     if not out: raise ValueError(f'{path}: empty prompt file (no prompt lines)')
     return out
 
-# %% ../nbs/00_core.ipynb #ce861211
+# %% ../nbs/00_core.ipynb #b4f4aa4c
 STAGE_LOG_ENV = 'DFLASH_NB_STAGE_LOG'
 
 def _fmt_secs(s: float) -> str:
@@ -470,7 +470,7 @@ class Progress:
         return f'{self.desc}: {done} {self.unit}{pct}, {rate:.3g} {self.unit}/s, {_fmt_secs(el)} elapsed{left}'
 
     def _emit(self, bar_too: bool = True):
-        self._last = time.time()
+        self._last, self._last_n = time.time(), self.n
         text = self.line()
         if self._bar is None: print(text, file=sys.stderr, flush=True)
         if self.log_path:
@@ -488,7 +488,7 @@ class Progress:
         if self._closed: return
         self._closed = True
         if self._bar is not None: self._bar.close()
-        self._emit()
+        if self.n != self._last_n: self._emit()
 
     def __iter__(self):
         try:

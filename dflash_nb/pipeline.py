@@ -13,8 +13,8 @@ from .core import (ConfigError, STAGE_NAME_RE, file_hash, load_config, nbs_dir, 
 
 # %% auto #0
 __all__ = ['GLOBAL_PARAMS', 'NON_STAGE_SECTIONS', 'StageSpec', 'parse_parameters', 'discover_stages', 'resolve_params',
-           'check_config', 'stage_status', 'ChainError', 'execute_stage', 'run_chain', 'smoke_run_dir',
-           'prepare_upstream', 'make_stage_notebook']
+           'check_config', 'stage_status', 'ChainError', 'ipc_kernel_manager', 'LogTail', 'execute_stage', 'run_chain',
+           'smoke_run_dir', 'prepare_upstream', 'make_stage_notebook']
 
 # %% ../nbs/02_pipeline.ipynb #a6978339
 GLOBAL_PARAMS = ('target', 'seed', 'device', 'dtype')   # run-section keys injected into every stage that declares them
@@ -106,7 +106,7 @@ def stage_status(run_dir, stage: StageSpec, params: dict) -> tuple[bool, str]:
         if p.is_file() and p.stat().st_size != e['bytes']: return False, f'output {e["path"]} changed'
     return True, 'manifest matches parameters and inputs'
 
-# %% ../nbs/02_pipeline.ipynb #028c2982
+# %% ../nbs/02_pipeline.ipynb #8cdcd9e7
 class ChainError(RuntimeError):
     "A stage of the chain failed; the message names the stage, the error and the executed notebook."
 
@@ -117,28 +117,73 @@ def _pick(stages, name, what):
         if name in (s.name, s.short): return s
     raise ConfigError(f'{what}: no stage {name!r}; stages are: {", ".join(s.name for s in stages)}')
 
+_KERNEL_SEQ = [0]
+
+def ipc_kernel_manager():
+    "A jupyter kernel manager class on IPC sockets in a private temporary folder (no TCP ports, no unencrypted-TCP warning)."
+    from jupyter_client.manager import AsyncKernelManager
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            d = Path(tempfile.gettempdir()) / f'dflash-nb-kernels-{os.getuid() if hasattr(os, "getuid") else 0}'
+            d.mkdir(mode=0o700, exist_ok=True)
+            _KERNEL_SEQ[0] += 1
+            self.transport, self.ip = 'ipc', str(d / f'k{os.getpid()}-{_KERNEL_SEQ[0]}')
+    return IPCKernelManager
+
+class LogTail:
+    "Echo the lines appended to a file while a block runs (polled by a thread; a partial last line waits for its end)."
+    def __init__(self, path, echo=print, prefix: str = '', interval: float = 0.5):
+        import threading
+        self.path, self.echo, self.prefix, self.interval = Path(path), echo, prefix, interval
+        self.pos = self.path.stat().st_size if self.path.exists() else 0
+        self._stop, self._buf = threading.Event(), ''
+        self._t = threading.Thread(target=self._run, daemon=True)
+    def poll(self):
+        "Echo the complete lines appended since the last poll."
+        if not self.path.exists(): return
+        with open(self.path, encoding='utf-8', errors='replace') as f:
+            f.seek(self.pos); chunk = f.read(); self.pos = f.tell()
+        *lines, self._buf = (self._buf + chunk).split('\n')
+        for l in lines:
+            if l.strip(): self.echo(self.prefix + l)
+    def _run(self):
+        while not self._stop.wait(self.interval): self.poll()
+    def __enter__(self): self._t.start(); return self
+    def __exit__(self, *a):
+        self._stop.set(); self._t.join(); self.poll()
+        if self._buf.strip(): self.echo(self.prefix + self._buf); self._buf = ''
+
 def execute_stage(stage: StageSpec, run_dir, params: dict, progress: bool = True, log_output: bool = False,
-                  kernel_name: str = 'python3') -> Path:
-    "Execute one stage notebook with papermill into its stage folder; returns the executed notebook's path."
+                  kernel_name: str = 'python3', echo=print) -> Path:
+    """Execute one stage notebook with papermill into its stage folder; returns the executed notebook's path.
+    With `progress` (and not `log_output`), the lines the stage appends to its `log.txt` are echoed as it runs."""
+    import contextlib
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
+    from dflash_nb.core import STAGE_LOG_ENV
     run_dir = Path(run_dir).resolve()
     out_dir = run_dir / stage.name; out_dir.mkdir(parents=True, exist_ok=True)
     out_nb = out_dir / f'{stage.name}.ipynb'
     # the kernel inherits this environment: IN_TEST makes the notebook's closing export cell a no-op
-    # (papermill ignores nbdev's `#| hide`), so running a stage never rewrites the package
-    saved = os.environ.get('IN_TEST'); os.environ['IN_TEST'] = '1'
+    # (papermill ignores nbdev's `#| hide`), so running a stage never rewrites the package;
+    # the stage log is where core.progress appends its lines
+    env = {'IN_TEST': '1', STAGE_LOG_ENV: str(out_dir / 'log.txt')}
+    saved = {k: os.environ.get(k) for k in env}; os.environ.update(env)
+    tail = LogTail(out_dir / 'log.txt', echo, f'  {stage.name} | ') if progress and not log_output else contextlib.nullcontext()
     try:
-        pm.execute_notebook(str(stage.path), str(out_nb), parameters={**params, 'run_dir': str(run_dir)},
-                            kernel_name=kernel_name, cwd=str(stage.path.parent), progress_bar=progress,
-                            log_output=log_output, report_mode=False)
+        with tail:
+            pm.execute_notebook(str(stage.path), str(out_nb), parameters={**params, 'run_dir': str(run_dir)},
+                                kernel_name=kernel_name, cwd=str(stage.path.parent), progress_bar=False,
+                                log_output=log_output, report_mode=False, kernel_manager_class=ipc_kernel_manager())
     except PapermillExecutionError as e:
         tb = _ANSI.sub('', '\n'.join(e.traceback[-12:])) if e.traceback else ''
         raise ChainError(f'stage {stage.name} failed in cell {e.exec_count}: {e.ename}: {e.evalue}\n{tb}\n'
                          f'executed notebook: {out_nb}') from None
     finally:
-        if saved is None: os.environ.pop('IN_TEST', None)
-        else: os.environ['IN_TEST'] = saved
+        for k, v in saved.items():
+            if v is None: os.environ.pop(k, None)
+            else: os.environ[k] = v
     if read_manifest(out_dir) is None:
         raise ChainError(f'stage {stage.name} ran but wrote no manifest.json; executed notebook: {out_nb}')
     return out_nb
@@ -186,7 +231,7 @@ def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None =
             continue
         echo(f'[{i}/{len(todo)}] {st.name}: running ({reason})')
         t = time.time()
-        try: nb = execute_stage(st, run_dir, params, progress=progress, log_output=log_output)
+        try: nb = execute_stage(st, run_dir, params, progress=progress, log_output=log_output, echo=echo)
         except ChainError:
             summary['stages'].append({'stage': st.name, 'status': 'failed', 'reason': reason, 'seconds': round(time.time() - t, 2)})
             if record: write_json(run_dir / 'run.json', {**summary, 'status': 'failed'})

@@ -176,3 +176,136 @@ def test_held_out_prompts(tmp_path):
     items, rej = held_out_prompts(tmp_path / 'ds', exclude_ids=['b'])
     assert items == [{'id': 'a', 'input_ids': [1, 2]}]
     assert sorted(r['id'] for r, _ in rej) == ['c', 'd'] and all(':' in why for _, why in rej)
+
+
+# --- issue 13: any drafter on any prompts, enforced losslessness, prompt lookup ---------------------------------
+
+import json
+from dflash_nb.cli import main as cli_main
+from dflash_nb.core import read_prompt_file, write_jsonl
+from dflash_nb.drafter import export_drafter
+from dflash_nb.evaluate import LosslessError, PromptLookupDrafter, evaluate_prompts
+
+REPETITIVE = 'Repeat after me: red green blue, red green blue, red green blue, red green blue, red green'
+
+
+def tiny_drafter_dir(path, name='tiny-qwen3', **kw):
+    "A DFlash drafter folder (random init) for a tiny target, exported in the checkpoint format."
+    model, _ = target(name)
+    cfg = build_config(model.config, mask_token_id=model.config.vocab_size - 1, num_hidden_layers=1, block_size=4,
+                       target_layer_ids=kw.pop('target_layer_ids', [0, 2]), **kw)
+    return export_drafter(DFlashDrafter(cfg).init_weights(0), path, 'float32')
+
+
+def run_cli(capsys, *args):
+    code = cli_main(['evaluate', *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_evaluate_cli_on_a_tiny_drafter(tmp_path, capsys):
+    d = tiny_drafter_dir(tmp_path / 'drafter')
+    write_jsonl(tmp_path / 'mine.jsonl', [{'prompt': 'Hello there'}, {'id': 'rep', 'prompt': REPETITIVE},
+                                          {'id': 'c', 'source': 's', 'messages': [{'role': 'user', 'content': 'Hi'},
+                                           {'role': 'assistant', 'content': 'Hey'}, {'role': 'user', 'content': 'More?'},
+                                           {'role': 'assistant', 'content': 'dropped: after the last user turn'}]}])
+    code, out, err = run_cli(capsys, d, '--target', 'tiny-qwen3', '--prompts', tmp_path / 'mine.jsonl', '--max-new-tokens', 8,
+                             '--device', 'cpu', '--out', tmp_path / 'out', '--variants', 'trained,untrained,prompt_lookup')
+    assert code == 0, err
+    ev = json.loads((tmp_path / 'out' / 'eval.json').read_text())
+    m = ev['sets']['mine']['variants']
+    assert set(m) == {'trained', 'untrained', 'prompt_lookup'}
+    for v in m.values():
+        assert v['prompts'] == 3 and v['identical'] == 1.0 and v['tau'] >= 1.0 and len(v['accept_at']) == 3 and v['speedup'] > 0
+    assert ev['block_size'] == 4 and (tmp_path / 'out' / 'report.md').read_text().count('| trained |') == 1
+    recs = [json.loads(l) for l in (tmp_path / 'out' / 'records.jsonl').read_text().splitlines()]
+    assert len(recs) == 3 * 4 and {r['id'] for r in recs} == {'mine/1', 'rep', 'c'}
+    # --block-size: fewer drafts per cycle
+    code, _, err = run_cli(capsys, d, '--target', 'tiny-qwen3', '--prompts', tmp_path / 'mine.jsonl', '--max-new-tokens', 6,
+                           '--max-prompts', 1, '--block-size', 2, '--device', 'cpu', '--out', tmp_path / 'out2')
+    assert code == 0, err
+    ev2 = json.loads((tmp_path / 'out2' / 'eval.json').read_text())
+    assert ev2['block_size'] == 2 and len(ev2['sets']['mine']['variants']['trained']['accept_at']) == 1
+
+
+def test_evaluate_cli_bad_input(tmp_path, capsys):
+    good = tmp_path / 'p.jsonl'; write_jsonl(good, [{'prompt': 'Hi'}])
+    (tmp_path / 'empty.jsonl').write_text('\n')
+    broken = tmp_path / 'broken'; broken.mkdir(); (broken / 'config.json').write_text('{"hidden_size": ')
+    d = tiny_drafter_dir(tmp_path / 'drafter')
+    wide = tiny_drafter_dir(tmp_path / 'wide', target_layer_ids=[0, 9])          # tiny-qwen3 has 4 layers
+    cases = [((tmp_path / 'missing', good), 'does not exist'),
+             ((broken, good), 'not a readable DFlash drafter folder'),
+             ((wide, good), 'out of range'),
+             ((d, tmp_path / 'empty.jsonl'), 'empty prompt file')]
+    for (drafter, prompts), msg in cases:
+        code, out, err = run_cli(capsys, drafter, '--target', 'tiny-qwen3', '--prompts', prompts, '--device', 'cpu',
+                                 '--out', tmp_path / 'o')
+        assert code != 0 and msg in err, (drafter, err)
+        assert len(err.strip().splitlines()) == 1, err                            # one line, no traceback
+    # a drafter made for another target (SmolLM2: hidden size 576): it does not fit tiny-qwen3 (64)
+    from transformers import AutoConfig
+    from dflash_nb.targets import resolve_target
+    other = build_config(AutoConfig.from_pretrained(resolve_target('smollm2')), mask_token_id=0, num_hidden_layers=1, block_size=4)
+    export_drafter(DFlashDrafter(other).init_weights(0), tmp_path / 'other', 'bfloat16')
+    code, _, err = run_cli(capsys, tmp_path / 'other', '--target', 'tiny-qwen3', '--prompts', good, '--device', 'cpu', '--out', tmp_path / 'o')
+    assert code != 0 and 'hidden_size 576 does not fit the target (hidden_size 64)' in err and len(err.strip().splitlines()) == 1, err
+
+
+class BrokenVerify:
+    "Patch a target so that multi-position forwards (the verify forward; prefill and plain steps keep only the last logits) favour `token` at position `pos`."
+    def __init__(self, model, token, pos=1):
+        self.h = model.lm_head.register_forward_hook(self.hook); self.token, self.pos = token, pos
+    def hook(self, mod, args, out):
+        if out.shape[1] > self.pos: out = out.clone(); out[:, self.pos, self.token] += 1e4
+        return out
+    def remove(self): self.h.remove()
+
+
+def test_lossless_failure_is_detected_and_named(tmp_path, monkeypatch, capsys):
+    model, tok = target('tiny-qwen3')
+    items = [{'id': 'p0', 'messages': [{'role': 'user', 'content': 'Write a short poem about the sea'}]}]
+    variants = {'trained': (dflash_session(model, block_size=4), 0)}
+    ok = evaluate_prompts(model, tok, items, variants, 8, enforce_lossless=True, log=None)      # unpatched: passes
+    assert ok['trained'][0].tokens == ok['plain'][0].tokens
+    plain = ok['plain'][0].tokens
+    bad = (plain[2] + 1) % model.config.vocab_size
+    b = BrokenVerify(model, bad)
+    try:
+        with pytest.raises(LosslessError, match=r'prompts/p0 turn 0, variant trained: output differs from plain decoding at generated token (\d+) \(position \d+\)'):
+            evaluate_prompts(model, tok, items, variants, 8, enforce_lossless=True, log=None)
+        # the command fails too, with one line naming the prompt and the position
+        d = tiny_drafter_dir(tmp_path / 'drafter')
+        write_jsonl(tmp_path / 'one.jsonl', [{'id': 'p0', 'prompt': 'Write a short poem about the sea'}])
+        import dflash_nb.targets as T
+        monkeypatch.setattr(T, 'load_target', lambda *a, **k: (model, tok))
+        code, _, err = run_cli(capsys, d, '--target', 'tiny-qwen3', '--prompts', tmp_path / 'one.jsonl', '--max-new-tokens', 8,
+                               '--device', 'cpu', '--out', tmp_path / 'o', '--variants', 'trained')
+        assert code == 1 and 'one/p0' in err and 'differs from plain decoding at generated token' in err, err
+        # report mode counts it instead of failing
+        r = evaluate_prompts(model, tok, items, variants, 8, enforce_lossless=False, log=None)
+        assert r['trained'][0].tokens != r['plain'][0].tokens
+    finally: b.remove()
+
+
+def test_prompt_lookup_lossless_and_useful():
+    model, tok = target('smollm2')
+    prompt = prompt_of(tok, REPETITIVE)
+    ref = plain_generate(model, prompt, 24)
+    g = speculative_generate(model, PromptLookupDrafter(8), prompt, 24)
+    assert g.tokens == ref.tokens and g.tau > 1.5, g.tau
+    assert g.target_forwards < ref.target_forwards
+    # on the tiny hybrid target too (rollback path) and when nothing matches (drafts nothing: plain steps)
+    hm, ht = target('tiny-qwen3_5')
+    hp = prompt_of(ht, REPETITIVE)
+    assert speculative_generate(hm, PromptLookupDrafter(8), hp, 16).tokens == plain_generate(hm, hp, 16).tokens
+    assert PromptLookupDrafter(4).draft(5, context=[1, 2, 3, 5])[0].tolist() == []
+
+
+def test_read_prompt_file_layouts(tmp_path):
+    write_jsonl(tmp_path / 'a.jsonl', [{'prompt': 'x'}, {'question_id': 1, 'turns': ['t1', 't2']}, {'task_id': 'H/0', 'prompt': 'def f():'}])
+    assert [r['kind'] for r in read_prompt_file(tmp_path / 'a.jsonl')] == ['prompt', 'mt_bench', 'humaneval']
+    write_jsonl(tmp_path / 'b.jsonl', [{'prompt': '   '}])
+    with pytest.raises(ValueError, match=r'b.jsonl:1: prompt is empty'): read_prompt_file(tmp_path / 'b.jsonl')
+    (tmp_path / 'c.jsonl').write_text('{"prompt": "ok"}\n{not json\n')
+    with pytest.raises(ValueError, match=r'c.jsonl:2: invalid JSON'): read_prompt_file(tmp_path / 'c.jsonl')
