@@ -652,7 +652,7 @@ REPORT_NOTE = ('These numbers come from a few prompts and short generations: the
                'run (`dflash-nb run configs/smollm2_quality.yaml`) or `dflash-nb evaluate DRAFTER --target SPEC --prompts FILE` '
                'with hundreds of prompts and long generations.')
 
-# %% ../nbs/90_evaluate.ipynb #19f9f1d4
+# %% ../nbs/90_evaluate.ipynb #a53e3906
 def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), out_dir='eval', max_new_tokens: int = 64,
                      max_prompts: int | None = None, temperature: float = 0.0, block_size: int | None = None,
                      variants=('trained', 'prompt_lookup'), seed: int = 0, device: str = 'auto', dtype=None,
@@ -678,6 +678,9 @@ def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), ou
     dr = open_drafter(drafter_dir)
     target = target or dr.config.target
     if not target: raise ValueError(f'{drafter_dir}: the drafter does not name its target; pass --target SPEC')
+    from transformers import AutoConfig
+    from dflash_nb.targets import resolve_target
+    check_drafter_fits(dr.config, AutoConfig.from_pretrained(resolve_target(target)), where=str(drafter_dir))   # before loading weights
     model, tok = load_target(target, device=dev, dtype=dtype)
     wdtype = next(model.parameters()).dtype
     check_drafter_fits(dr.config, model.config, where=str(drafter_dir))

@@ -233,10 +233,14 @@ def test_evaluate_cli_bad_input(tmp_path, capsys):
     (tmp_path / 'empty.jsonl').write_text('\n')
     broken = tmp_path / 'broken'; broken.mkdir(); (broken / 'config.json').write_text('{"hidden_size": ')
     d = tiny_drafter_dir(tmp_path / 'drafter')
-    wide = tiny_drafter_dir(tmp_path / 'wide', target_layer_ids=[0, 9])          # tiny-qwen3 has 4 layers
+    import copy                                           # a drafter for a deeper target (12 layers, features at 9)
+    deep = copy.deepcopy(target('tiny-qwen3')[0].config); deep.num_hidden_layers = 12
+    if getattr(deep, 'layer_types', None): deep.layer_types = [deep.layer_types[0]] * 12
+    wide = export_drafter(DFlashDrafter(build_config(deep, mask_token_id=0, num_hidden_layers=1, block_size=4,
+                                                     target_layer_ids=[0, 9])).init_weights(0), tmp_path / 'wide', 'float32')
     cases = [((tmp_path / 'missing', good), 'does not exist'),
              ((broken, good), 'not a readable DFlash drafter folder'),
-             ((wide, good), 'out of range'),
+             ((wide, good), 'made for a target of 12 layers; this target has 4'),
              ((d, tmp_path / 'empty.jsonl'), 'empty prompt file')]
     for (drafter, prompts), msg in cases:
         code, out, err = run_cli(capsys, drafter, '--target', 'tiny-qwen3', '--prompts', prompts, '--device', 'cpu',
@@ -253,11 +257,12 @@ def test_evaluate_cli_bad_input(tmp_path, capsys):
 
 
 class BrokenVerify:
-    "Patch a target so that multi-position forwards (the verify forward; prefill and plain steps keep only the last logits) favour `token` at position `pos`."
-    def __init__(self, model, token, pos=1):
-        self.h = model.lm_head.register_forward_hook(self.hook); self.token, self.pos = token, pos
+    """Patch a target so that its multi-position forwards (the verify forwards; prefill and plain steps keep only the
+    last logits) pick `token` at the block's first position: a verify kernel that disagrees with plain decoding."""
+    def __init__(self, model, token):
+        self.h = model.lm_head.register_forward_hook(self.hook); self.token = token
     def hook(self, mod, args, out):
-        if out.shape[1] > self.pos: out = out.clone(); out[:, self.pos, self.token] += 1e4
+        if out.shape[1] > 1: out = out.clone(); out[:, 0, self.token] += 1e4
         return out
     def remove(self): self.h.remove()
 
@@ -269,7 +274,7 @@ def test_lossless_failure_is_detected_and_named(tmp_path, monkeypatch, capsys):
     ok = evaluate_prompts(model, tok, items, variants, 8, enforce_lossless=True, log=None)      # unpatched: passes
     assert ok['trained'][0].tokens == ok['plain'][0].tokens
     plain = ok['plain'][0].tokens
-    bad = (plain[2] + 1) % model.config.vocab_size
+    bad = (plain[1] + 1) % model.config.vocab_size
     b = BrokenVerify(model, bad)
     try:
         with pytest.raises(LosslessError, match=r'prompts/p0 turn 0, variant trained: output differs from plain decoding at generated token (\d+) \(position \d+\)'):
