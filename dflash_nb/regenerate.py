@@ -546,7 +546,7 @@ def regenerate_chunk(rows: list, backend, gen: GenConfig, mode: str = 'final', s
             else: recs[i] = {'kind': 'row', 'status': 'regenerated', 'row': new}
     return recs
 
-# %% ../nbs/40_regenerate.ipynb #72b0eb52
+# %% ../nbs/40_regenerate.ipynb #6be8040f
 def _settings_key(input_path, chunk_size, gen, mode, select, tool_turns, keep_truncated, limit, backend) -> dict:
     return {'input_sha256': file_hash(input_path), 'chunk_size': int(chunk_size), 'gen': asdict(gen), 'mode': mode,
             'select': select, 'tool_turns': tool_turns, 'keep_truncated': bool(keep_truncated), 'limit': limit,
@@ -567,7 +567,9 @@ def _chunk_worker(init_kwargs, input_path, parts, todo, gen, mode, select, tool_
     seed_everything(gen.seed)
     backend = HFBackend(**init_kwargs)
     validate = _validator()
+    parent = os.getppid()
     for k, rows in enumerate(_chunks(input_path, int(chunk_size), limit)):
+        if os.getppid() != parent: return          # the stage was killed: stop after the last whole part
         if k not in todo or (Path(parts) / f'part-{k:06d}.jsonl').exists(): continue
         recs = regenerate_chunk(rows, backend, gen, mode, select, tool_turns, keep_truncated, validate, set(seen[k]))
         write_jsonl(Path(parts) / f'part-{k:06d}.jsonl', recs)
