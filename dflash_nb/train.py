@@ -410,7 +410,7 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #acfbd3a2
+# %% ../nbs/80_train.ipynb #487de0a3
 TRAIN_PARAMS = ('target', 'seed', 'device', 'source', 'num_hidden_layers', 'block_size', 'mask_token', 'target_layer_ids',
                 'num_feature_layers', 'num_anchors', 'gamma', 'epochs', 'batch_size', 'grad_accum', 'lr', 'warmup_ratio',
                 'max_grad_norm', 'max_steps', 'max_minutes', 'log_every', 'ckpt_every', 'attn_backend', 'export_dtype')
@@ -473,6 +473,7 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
     if world > 1: torch.distributed.barrier()
     drafter = DFlashDrafter(dcfg).init_weights(P['seed'])
     if P['init_from_target']: init_from_target(drafter, P['target'], log=log)
+    tconf.keep_checkpoints = int(P['keep_checkpoints'])
     trainer = Trainer(drafter, embed, lm_head, data, tconf, out_dir=stage.dir, feature_fn=feature_fn, device=dev,
                       rows=keep, log=log)
     with stage.timer('train'): res = trainer.fit()
@@ -496,8 +497,8 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
     if world > 1: torch.distributed.barrier()
     return summary
 
-# %% ../nbs/80_train.ipynb #a21f5582
-if 'init_from_target' not in TRAIN_PARAMS: TRAIN_PARAMS += ('init_from_target',)   # see "Initializing the drafter from the target's last layers"
+# %% ../nbs/80_train.ipynb #a38a51ad
+TRAIN_PARAMS += tuple(k for k in ('init_from_target', 'keep_checkpoints') if k not in TRAIN_PARAMS)   # the quality run's options (init: see "Initializing the drafter from the target's last layers")
 
 # %% ../nbs/80_train.ipynb #57d4db0d
 def register_cli(sub):
