@@ -235,7 +235,7 @@ class RowJob:
         row['meta'] = meta
         return row
 
-# %% ../nbs/40_regenerate.ipynb #4bc7e7d5
+# %% ../nbs/40_regenerate.ipynb #0b7eb710
 class HFBackend:
     "In-process generation with transformers: batched, length-sorted, left-padded; CPU or GPU."
     name = 'hf'
@@ -243,9 +243,12 @@ class HFBackend:
                  max_batch_tokens: int | None = None, threads: int | None = None):
         if threads:   # CPU threads of torch (process-wide); 1 avoids OpenMP spin-waiting on a crowded machine
             import torch; torch.set_num_threads(int(threads))
+        self.init_kwargs = None            # how to build this backend again in another process (workers)
         if isinstance(model, (str, Path)):
             from dflash_nb.targets import load_target, resolve_target
             self.spec = str(model)
+            self.init_kwargs = dict(model=self.spec, device=device, dtype=dtype, batch_size=batch_size,
+                                    max_batch_tokens=max_batch_tokens, threads=threads)
             self.model, tok = load_target(self.spec, device=device, dtype=dtype)
         else:
             self.model, tok, self.spec = model, tokenizer, getattr(model.config, '_name_or_path', 'model')
@@ -543,17 +546,68 @@ def regenerate_chunk(rows: list, backend, gen: GenConfig, mode: str = 'final', s
             else: recs[i] = {'kind': 'row', 'status': 'regenerated', 'row': new}
     return recs
 
-# %% ../nbs/40_regenerate.ipynb #0b150502
+# %% ../nbs/40_regenerate.ipynb #0990a490
 def _settings_key(input_path, chunk_size, gen, mode, select, tool_turns, keep_truncated, limit, backend) -> dict:
     return {'input_sha256': file_hash(input_path), 'chunk_size': int(chunk_size), 'gen': asdict(gen), 'mode': mode,
             'select': select, 'tool_turns': tool_turns, 'keep_truncated': bool(keep_truncated), 'limit': limit,
             'backend': backend.name, 'model': backend.info().get('model')}   # not the endpoint: a restarted server may move
 
+def _seen_before(input_path, chunk_size: int, limit=None) -> list:
+    "Per chunk: the ids of its rows that a valid row of an earlier chunk already used (so chunks can run in any order)."
+    validate, seen, out = _validator(), set(), []
+    for rows in _chunks(input_path, int(chunk_size), limit):
+        ids = [r.get('id') for r in rows if '_error' not in r and not validate(r)]
+        out.append({i for i in ids if i in seen})
+        seen.update(ids)
+    return out
+
+def _chunk_worker(init_kwargs, input_path, parts, todo, gen, mode, select, tool_turns, keep_truncated, chunk_size, limit, seen):
+    "Worker process: build its own backend and regenerate the chunks `todo` into `parts`."
+    gen = GenConfig(**gen)
+    seed_everything(gen.seed)
+    backend = HFBackend(**init_kwargs)
+    validate = _validator()
+    parent = os.getppid()
+    for k, rows in enumerate(_chunks(input_path, int(chunk_size), limit)):
+        if os.getppid() != parent: return          # the stage was killed: stop after the last whole part
+        if k not in todo or (Path(parts) / f'part-{k:06d}.jsonl').exists(): continue
+        recs = regenerate_chunk(rows, backend, gen, mode, select, tool_turns, keep_truncated, validate, set(seen[k]))
+        write_jsonl(Path(parts) / f'part-{k:06d}.jsonl', recs)
+
+def _run_workers(workers, backend, input_path, parts, gen, mode, select, tool_turns, keep_truncated, chunk_size, limit,
+                 bar=None, log=None) -> int:
+    "Regenerate the missing chunks in `workers` processes (one model each); returns the number of chunks run."
+    import multiprocessing as mp
+    if getattr(backend, 'init_kwargs', None) is None:
+        raise ValueError('workers > 1 needs an in-process backend built from a target spec (HFBackend(spec, ...))')
+    seen = _seen_before(input_path, chunk_size, limit)
+    todo = [k for k in range(len(seen)) if not (parts / f'part-{k:06d}.jsonl').exists()]
+    if bar is not None: bar.update(sum(len(c) for k, c in enumerate(_chunks(input_path, int(chunk_size), limit)) if k not in todo))
+    from dflash_nb import regenerate as mod   # the package's functions and classes: a notebook's __main__ cannot be unpickled
+    ctx = mp.get_context('spawn')
+    procs = [ctx.Process(target=mod._chunk_worker, daemon=True,
+                         args=(backend.init_kwargs, str(input_path), str(parts), set(todo[w::workers]), asdict(gen), mode, select,
+                               tool_turns, keep_truncated, chunk_size, limit, seen)) for w in range(workers)]
+    for p in procs: p.start()
+    if log: log.info('regenerating %d chunks in %d worker processes', len(todo), workers)
+    done = set()
+    while any(p.is_alive() for p in procs):
+        time.sleep(2)
+        for k in todo:
+            if k not in done and (parts / f'part-{k:06d}.jsonl').exists():
+                done.add(k)
+                if bar is not None: bar.update(sum(1 for _ in iter_jsonl(parts / f'part-{k:06d}.jsonl')))
+    bad = [w for w, p in enumerate(procs) if p.exitcode != 0]
+    if bad: raise RuntimeError(f'regeneration worker(s) {bad} failed (exit codes {[procs[w].exitcode for w in bad]}); '
+                               'finished chunks are kept: run again to resume')
+    return len(todo)
+
 def regenerate_file(input_path, output_path, backend, gen: GenConfig | None = None, failures_path=None, mode: str = 'final',
                     select: str = 'all', tool_turns: str = 'keep', keep_truncated: bool = True, chunk_size: int = 64,
-                    limit: int | None = None, parts_dir=None, progress: bool = True, log=None) -> dict:
+                    limit: int | None = None, parts_dir=None, progress: bool = True, log=None, workers: int = 1) -> dict:
     """Regenerate the assistant turns of the canonical JSONL `input_path` into `output_path` (resumable, see above).
-    Returns a summary: counts, failure reasons, tokens, timings."""
+    `workers > 1` runs the chunks in that many processes (in-process backend only). Returns a summary: counts,
+    failure reasons, tokens, timings."""
     gen = gen or GenConfig()
     if mode not in MODES: raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
     if select not in SELECTS: raise ValueError(f'select must be one of {SELECTS}, got {select!r}')
@@ -583,7 +637,11 @@ def regenerate_file(input_path, output_path, backend, gen: GenConfig | None = No
             dt = max(time.time() - t0, 1e-9)
             bar.set_postfix_str(f'{stats["tokens"] / dt:.1f} tok/s', refresh=False)
     validate, seen, resumed, done_chunks = _validator(), set(), 0, 0
-    for k, rows in enumerate(_chunks(input_path, int(chunk_size), limit)):
+    if int(workers) > 1:
+        resumed = len(list(parts.glob('part-*.jsonl')))
+        done_chunks = _run_workers(int(workers), backend, input_path, parts, gen, mode, select, tool_turns,
+                                   keep_truncated, chunk_size, limit, bar, log)
+    for k, rows in enumerate(() if int(workers) > 1 else _chunks(input_path, int(chunk_size), limit)):
         part = parts / f'part-{k:06d}.jsonl'
         if part.exists():   # finished before a restart: only remember its ids
             for rec in iter_jsonl(part):
@@ -625,13 +683,14 @@ def regenerate_file(input_path, output_path, backend, gen: GenConfig | None = No
     shutil.rmtree(parts)
     dt = time.time() - t0
     summary = {**counts, 'failure_reasons': reasons, 'chunks_resumed': resumed, 'chunks_run': done_chunks,
-               'seconds': round(dt, 3), 'rows_per_s': round(stats['rows'] / dt, 3) if dt else None,
-               'tokens_per_s': round(stats['tokens'] / dt, 3) if dt else None, 'output': str(output_path),
+               'seconds': round(dt, 3), 'workers': int(workers),
+               'rows_per_s': round((stats['rows'] or counts['rows_in']) / dt, 3) if dt else None,
+               'tokens_per_s': round((stats['tokens'] or counts['new_tokens']) / dt, 3) if dt else None, 'output': str(output_path),
                'failures': str(failures_path), **backend.info()}
     assert counts['rows_in'] == counts['rows_out'] + counts['failed'] == total, (counts, total)
     return summary
 
-# %% ../nbs/40_regenerate.ipynb #eaafa126
+# %% ../nbs/40_regenerate.ipynb #c45688e3
 def assistant_token_counts(rows: Iterable[dict], tokenizer) -> dict:
     "{row id: tokens of its assistant turns' text} (content + reasoning + tool calls as JSON)."
     out = {}
@@ -666,7 +725,7 @@ def length_histogram(new_tokens: list, path, max_new_tokens: int | None = None, 
     plt.close(fig)
     return Path(path)
 
-# %% ../nbs/40_regenerate.ipynb #b3c32998
+# %% ../nbs/40_regenerate.ipynb #2d97275f
 def _bool(s):
     if s is None or isinstance(s, bool): return s
     s = str(s).lower()
@@ -715,6 +774,7 @@ def register_cli(sub):
     p.add_argument('--limit', type=int, default=None, help='only the first N rows')
     p.add_argument('--device', default='cpu'); p.add_argument('--dtype', default=None)
     p.add_argument('--threads', type=int, default=None, help='torch CPU threads (in-process backend)')
+    p.add_argument('--workers', type=int, default=1, help='processes, one model each (in-process backend)')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--quiet', action='store_true')
     def run(a):
@@ -726,7 +786,7 @@ def register_cli(sub):
                           timeout_s=a.timeout, max_retries=a.max_retries, threads=a.threads)
         s = regenerate_file(a.input, a.output, be, gen, failures_path=a.failures, mode=a.mode, select=a.select,
                             tool_turns=a.tool_turns, keep_truncated=not a.drop_truncated, chunk_size=a.chunk_size,
-                            limit=a.limit, progress=not a.quiet)
+                            limit=a.limit, progress=not a.quiet, workers=a.workers)
         print(json.dumps(s, indent=2))
         return 0
     p.set_defaults(func=run)

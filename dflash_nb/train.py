@@ -19,8 +19,8 @@ from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_conf
 
 # %% auto #0
 __all__ = ['CKPT_RE', 'TRAIN_PARAMS', 'TrainConfig', 'load_target_head', 'target_features', 'TokenRows', 'eligible_rows',
-           'collate', 'pad_batch', 'max_row_length', 'shard_drafter', 'latest_checkpoint', 'Trainer', 'benchmark_step',
-           'plot_curves', 'train_stage', 'register_cli']
+           'collate', 'pad_batch', 'max_row_length', 'shard_drafter', 'latest_checkpoint', 'Trainer',
+           'init_from_target', 'benchmark_step', 'plot_curves', 'train_stage', 'register_cli']
 
 # %% ../nbs/80_train.ipynb #ab324071
 @dataclass
@@ -425,7 +425,52 @@ class _DDPView(nn.Module):
     def fc(self): return self.ddp.module.fc
     def forward(self, *a, **kw): return self.ddp(*a, **kw)
 
-# %% ../nbs/80_train.ipynb #2f76eded
+# %% ../nbs/80_train.ipynb #039f9f26
+_LAYER_PARTS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
+                'self_attn.k_norm', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm',
+                'post_attention_layernorm')
+
+def init_from_target(drafter: DFlashDrafter, target, layers=None, log=None) -> dict:
+    """Copy target decoder `layers` (default: the last `num_hidden_layers`) into the drafter's layers, the target's
+    final norm into `norm`, and start `fc`/`hidden_norm` as the pass-through of the feature below the first copied layer."""
+    from safetensors import safe_open
+    from dflash_nb.targets import resolve_target
+    p = Path(target) if Path(str(target)).is_dir() else Path(resolve_target(str(target)))
+    cfg = drafter.config
+    n, N = cfg.num_hidden_layers, cfg.num_target_layers
+    layers = list(range(N - n, N)) if layers is None else [int(x) for x in layers]
+    if len(layers) != n or not all(0 <= L < N for L in layers):
+        raise ValueError(f'layers {layers}: need {n} decoder layer indices in [0, {N})')
+    idx = p / 'model.safetensors.index.json'
+    files = sorted(set(read_json(idx)['weight_map'].values())) if idx.exists() else ['model.safetensors']
+    W = {}
+    for f in files:
+        with safe_open(str(p / f), 'pt') as fh:
+            for k in fh.keys():
+                if '.layers.' in k or k.endswith('norm.weight'): W[k.split('model.', 1)[-1] if 'model.' in k else k] = fh.get_tensor(k)
+    copied, sd = [], drafter.state_dict()
+    def put(dst, src):
+        if src not in W: return
+        if W[src].shape != sd[dst].shape: raise ValueError(f'{src} {tuple(W[src].shape)} does not fit {dst} {tuple(sd[dst].shape)}')
+        sd[dst].copy_(W[src].to(sd[dst].dtype)); copied.append(dst)
+    with torch.no_grad():
+        for j, L in enumerate(layers):
+            for part in _LAYER_PARTS: put(f'layers.{j}.{part}.weight', f'layers.{L}.{part}.weight')
+        put('norm.weight', 'norm.weight')
+        ids = list(cfg.target_layer_ids)
+        below = [i for i, t in enumerate(ids) if t < layers[0]]
+        f = below[-1] if below else 0                      # feature = output of layer ids[f] ~ input of layers[0]
+        H = cfg.hidden_size
+        sd['fc.weight'].zero_(); sd['fc.weight'][:, f * H:(f + 1) * H] = torch.eye(H)
+        put('hidden_norm.weight', f'layers.{layers[0]}.input_layernorm.weight')
+        copied.append('fc.weight')
+    drafter.load_state_dict(sd)
+    info = {'target_layers': layers, 'feature': ids[f], 'copied': len(copied),
+            'kept': sorted(k for k in sd if k not in copied)}
+    if log: log(f'drafter initialized from target layers {layers} (context = feature of layer {ids[f]}); kept: {info["kept"]}')
+    return info
+
+# %% ../nbs/80_train.ipynb #1cc1e2b1
 def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_attention_heads: int = 40,
                    num_key_value_heads: int = 8, head_dim: int = 128, vocab_size: int = 248_320, num_hidden_layers: int = 5,
                    n_features: int = 5, seq_len: int = 3072, num_anchors: int = 512, block_size: int = 16,
@@ -472,7 +517,7 @@ def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_
             'compiles': compile_count() - tr.compiles0, 'loss': round(loss if times else float('nan'), 5),
             'drafter_params': sum(p.numel() for p in tr.model.parameters())}
 
-# %% ../nbs/80_train.ipynb #d4f4a4ec
+# %% ../nbs/80_train.ipynb #416407f8
 def plot_curves(history, path=None):
     "Loss, implied acceptance length and per-slot accuracy (first and last logged window) as one PNG figure."
     import matplotlib; matplotlib.use('Agg')
@@ -491,7 +536,7 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #c13970b2
+# %% ../nbs/80_train.ipynb #945127ed
 TRAIN_PARAMS = ('target', 'seed', 'device', 'source', 'num_hidden_layers', 'block_size', 'mask_token', 'target_layer_ids',
                 'num_feature_layers', 'num_anchors', 'gamma', 'epochs', 'batch_size', 'grad_accum', 'lr', 'warmup_ratio',
                 'max_grad_norm', 'max_steps', 'max_minutes', 'log_every', 'ckpt_every', 'attn_backend', 'export_dtype')
@@ -553,6 +598,8 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
         write_json(ck_dir / 'params.json', {'hash': ph, 'params': P})
     if world > 1: torch.distributed.barrier()
     drafter = DFlashDrafter(dcfg).init_weights(P['seed'])
+    if P['init_from_target']: init_from_target(drafter, P['target'], log=log)
+    tconf.keep_checkpoints = int(P['keep_checkpoints'])
     trainer = Trainer(drafter, embed, lm_head, data, tconf, out_dir=stage.dir, feature_fn=feature_fn, device=dev,
                       rows=keep, log=log)
     with stage.timer('train'): res = trainer.fit()
@@ -576,7 +623,10 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
     if world > 1: torch.distributed.barrier()
     return summary
 
-# %% ../nbs/80_train.ipynb #28a51664
+# %% ../nbs/80_train.ipynb #a1dc26b5
+TRAIN_PARAMS += tuple(k for k in ('init_from_target', 'keep_checkpoints') if k not in TRAIN_PARAMS)   # the quality run's options (init: see "Initializing the drafter from the target's last layers")
+
+# %% ../nbs/80_train.ipynb #44893578
 def register_cli(sub):
     "Add `dflash-nb train RUN_DIR [CONFIG] [--set train.k=v]` (works under torchrun) to the CLI."
     p = sub.add_parser('train', help='run the 80_train stage on a run folder (e.g. under torchrun for several GPUs)')
