@@ -163,7 +163,7 @@ def train_step_once(a, dev, layers: int) -> dict:
     res = {'layers': layers, 'hidden_size': cfg.hidden_size, 'vocab_size': cfg.vocab_size, 'seq_len': T, 'num_anchors': A,
            'batch': b, 'blocks': n_blocks, 'backend': backend, 'drafter_params': sum(p.numel() for p in m.parameters()),
            'loss': round(loss, 4), 'warmup_s': round(warm_s, 2), 'step_s': round(s, 4), 'tokens_per_s': round(T * b / s, 1),
-           'block_tokens_per_s': round(n_blocks * B / s, 1), 'tflop_per_step': round(flops / 1e12, 3),
+           'block_tokens_per_s': round(n_blocks * B / s, 1), 'flop_per_step': int(flops), 'tflop_per_step': round(flops / 1e12, 3),
            'achieved_tflops': round(flops / s / 1e12, 2), 'bf16_peak_tflops': peak,
            'mfu': round(flops / s / 1e12 / peak, 4) if peak else None, 'peak_memory_gb': peak_gb(dev),
            'compilations': compile_count() - g0 if g0 >= 0 else None, 'finite': math.isfinite(loss)}
