@@ -21,8 +21,8 @@ __all__ = ['CATEGORIES', 'NORMALIZERS', 'REGISTRY', 'Source', 'NormalizeError', 
            'norm_agentic_trajectories', 'norm_swe_agent', 'parse_functioncall', 'json_objects', 'norm_glaive_v2',
            'norm_qwen35_toolcalling', 'norm_hermes_fc', 'norm_llamafactory_tools', 'norm_xlam', 'norm_mt_bench',
            'norm_humaneval', 'get_source', 'SourceUnavailable', 'hub_reachable', 'resolve_path', 'read_file',
-           'read_source', 'normalize_record', 'normalize_stream', 'row_chars', 'survey_source', 'scale_quotas',
-           'norm_text', 'dedup_keys', 'allocate', 'build_mix', 'plot_mix', 'plot_lengths', 'normalize_file',
+           'read_source', 'normalize_record', 'normalize_stream', 'row_chars', 'survey_source', 'norm_text',
+           'dedup_keys', 'scale_quotas', 'allocate', 'build_mix', 'plot_mix', 'plot_lengths', 'normalize_file',
            'cmd_sources_list', 'cmd_sources_normalize', 'register_cli']
 
 # %% ../nbs/10_sources.ipynb #ee32beb5
@@ -697,18 +697,7 @@ def survey_source(src: Source, n: int = 200, count_all: bool = True) -> dict:
                 lengths={'chars': chars, 'turns': turns}, seconds=round(time.time() - t, 3))
     return info
 
-# %% ../nbs/10_sources.ipynb #6c7b2afa
-def scale_quotas(total: int | None, quotas: dict | None) -> dict:
-    "`quotas` scaled down proportionally to add up to `total` when they exceed it (largest remainder); else unchanged."
-    q = {k: int(v) for k, v in (quotas or {}).items()}
-    s = sum(q.values())
-    if not total or int(total) <= 0 or s <= int(total): return q
-    raw = {k: v * int(total) / s for k, v in q.items()}
-    out = {k: int(v) for k, v in raw.items()}
-    for k in sorted(raw, key=lambda k: (out[k] - raw[k], k))[:int(total) - sum(out.values())]: out[k] += 1
-    return out
-
-# %% ../nbs/10_sources.ipynb #c0839175
+# %% ../nbs/10_sources.ipynb #70e99628
 _PUNCT = re.compile(r'[\W_]+', re.U)
 
 def norm_text(s: str) -> str:
@@ -721,8 +710,20 @@ def dedup_keys(row) -> tuple[str, str]:
     normd = hashlib.blake2b(norm_text(user_text(row)).encode(), digest_size=16).hexdigest()
     return exact, normd
 
+def scale_quotas(total: int | None, quotas: dict | None) -> dict:
+    "`quotas` scaled down proportionally to add up to `total` when they exceed it (largest remainder); else unchanged."
+    # quotas are written for the configured total: a smaller total (a trial slice) scales them all by the same factor
+    # instead of being silently overridden by them; `total <= 0` means no total. `dflash-nb plan` uses the same rule.
+    q = {k: int(v) for k, v in (quotas or {}).items()}
+    s = sum(q.values())
+    if not total or int(total) <= 0 or s <= int(total): return q
+    raw = {k: v * int(total) / s for k, v in q.items()}
+    out = {k: int(v) for k, v in raw.items()}
+    for k in sorted(raw, key=lambda k: (out[k] - raw[k], k))[:int(total) - sum(out.values())]: out[k] += 1
+    return out
+
 def allocate(total: int, sources: list[Source], quotas: dict | None = None, category_weights: dict | None = None) -> dict:
-    "Per-source row quotas: explicit `quotas` win (scaled down when they exceed `total`); the rest of `total` is split by category weight, then evenly (largest remainder)."
+    "Per-source row quotas: explicit `quotas` win (scaled by `scale_quotas` when they exceed `total`); the rest of `total` is split by category weight, then evenly (largest remainder)."
     quotas = scale_quotas(total, quotas); cw = dict(category_weights or {})
     bad = [k for k in quotas if k not in {s.name for s in sources}]
     if bad: raise ValueError(f'quotas name sources not in the mix: {bad}')
@@ -785,7 +786,7 @@ def build_mix(sources: list[Source], total: int, quotas: dict | None = None, cat
     random.Random(seed).shuffle(mix)
     return mix, counts
 
-# %% ../nbs/10_sources.ipynb #3777d478
+# %% ../nbs/10_sources.ipynb #a46e15f4
 def plot_mix(counts: dict, path) -> Path:
     "Bar charts of the kept rows by source and by category."
     import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt
@@ -817,7 +818,7 @@ def plot_lengths(survey: list[dict], path) -> Path:
     fig.tight_layout(); fig.savefig(path, dpi=80); plt.close(fig)
     return Path(path)
 
-# %% ../nbs/10_sources.ipynb #770ec589
+# %% ../nbs/10_sources.ipynb #58c8a5f4
 def normalize_file(source: str, input, output, quarantine=None, limit: int | None = None, extra: dict | None = None) -> dict:
     "Normalize a local file with the normalizer of registry entry `source`; returns counts."
     base = get_source(source, extra)

@@ -135,3 +135,10 @@ def test_offline_hub_target_fails_at_once(tmp_path):
     assert r.returncode != 0 and time.time() - t < 20
     err = (r.stdout + r.stderr).strip().splitlines()
     assert any('hub is out of reach' in l and '--target-config' in l for l in err)
+
+def test_scale_quotas():
+    from dflash_nb.sources import scale_quotas
+    assert scale_quotas(100, {'a': 30, 'b': 20}) == {'a': 30, 'b': 20}               # they fit: unchanged
+    assert scale_quotas(10, {'a': 300, 'b': 100, 'c': 100}) == {'a': 6, 'b': 2, 'c': 2}
+    assert sum(scale_quotas(7, {'a': 1, 'b': 1, 'c': 1, 'd': 1, 'e': 5}).values()) == 7
+    assert scale_quotas(0, {'a': 5}) == {'a': 5} and scale_quotas(None, {'a': 5}) == {'a': 5}   # no total: face value
