@@ -14,8 +14,8 @@ from .core import (ConfigError, expand_path, check_target_layer_ids, default_tar
 __all__ = ['PLAN_DEFAULTS', 'INTERLEAVED', 'GPU_KINDS', 'MEM_DEFAULTS', 'hub_offline', 'load_target_config', 'target_dims',
            'validate', 'source_rows', 'mix_warnings', 'drafter_params', 'estimate', 'fmt_bytes', 'usable_bytes',
            'target_token_bytes', 'regen_memory', 'extract_memory', 'drafter_token_bytes', 'train_memory',
-           'separate_split', 'train_settings', 'train_fit', 'recommend_train', 'memory_plan', 'format_recommendation',
-           'format_memory', 'make_plan', 'format_plan', 'register_cli']
+           'separate_split', 'train_settings', 'train_fit', 'recommend_train', 'recommend_regen', 'memory_plan',
+           'format_recommendation', 'format_memory', 'make_plan', 'format_plan', 'register_cli']
 
 # %% ../nbs/95_plan.ipynb #d6b47a19
 def hub_offline(host: str = 'huggingface.co', timeout: float = 2.0) -> bool:
@@ -345,7 +345,7 @@ def train_memory(dims: dict, train: dict, seq: int, batch: int, placement: str =
     if placement == 'colocated': return {'trainer': {**tgt, **tr}, 'target': None}
     return {'trainer': {**tr, 'received features': batch * seq * n * H * 2}, 'target': tgt}
 
-# %% ../nbs/95_plan.ipynb #61882cba
+# %% ../nbs/95_plan.ipynb #a68f6914
 def _fits(mem: dict, usable: float) -> bool: return all(sum(v.values()) <= usable for v in mem.values() if v)
 
 def separate_split(dims: dict, train: dict, seq: int, num_gpus: int, P: dict | None = None) -> int:
@@ -372,10 +372,11 @@ def train_fit(dims: dict, train: dict, seq: int, kind: str, num_gpus: int, setti
     if sep and num_gpus < 2: return {**setting, 'batch': 0}
     tg = separate_split(dims, train, seq, num_gpus, P) if sep else 0
     world = num_gpus - tg
+    want = int(train.get('batch_size') or 1) * int(train.get('grad_accum') or 1) * num_gpus   # sequences per optimizer step
     for b in range(int(train.get('batch_size') or 1), 0, -1):
         m = train_memory(dims, train, seq, b, world=world, P=P, **setting)
         if _fits(m, usable):
-            return {**setting, 'batch': b, 'target_gpus': tg, 'trainer_gpus': world,
+            return {**setting, 'batch': b, 'grad_accum': math.ceil(want / (b * world)), 'target_gpus': tg, 'trainer_gpus': world,
                     'trainer_bytes': sum(m['trainer'].values()), 'target_bytes': sum(m['target'].values()) if m['target'] else None}
     return {**setting, 'batch': 0, 'target_gpus': tg, 'trainer_gpus': world}
 
@@ -388,7 +389,7 @@ def recommend_train(dims: dict, train: dict, seq: int, kind: str, num_gpus: int,
         if f['batch'] and (best is None or f['batch'] > best['batch']): best = f
     return best
 
-# %% ../nbs/95_plan.ipynb #b7f2fd90
+# %% ../nbs/95_plan.ipynb #2a4efeca
 def _regen_setting(cfg: dict, P: dict) -> dict:
     rg, src = cfg.get('regenerate') or {}, cfg.get('sources') or {}
     from dflash_nb.sources import get_source
@@ -408,6 +409,14 @@ def _max_batch(fn, usable: float, cap: int = 1 << 16) -> int:
         lo, hi = (mid, hi) if sum(fn(mid).values()) <= usable else (lo, mid)
     return lo
 
+def recommend_regen(dims: dict, rs: dict, kind: str, P: dict | None = None) -> dict:
+    "The smallest tensor parallelism (from the configured one) whose GPUs hold `rs['batch']` sequences, and the most they hold."
+    fn = lambda t: (lambda b: regen_memory(dims, b, rs['ctx'], rs['prompt'], t, P))
+    u = usable_bytes(kind, P)
+    tp = next((t for t in (1, 2, 4, 8) if t >= rs['tp'] and _max_batch(fn(t), u) >= rs['batch']), 8)
+    return {'tp': tp, 'max_batch': _max_batch(fn(tp), u)}
+
+# %% ../nbs/95_plan.ipynb #bd2a0a7c
 def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
     "Per-GPU memory of regeneration, extraction and training for `cfg`, what fits on each GPU kind, and recommendations."
     P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **(P or {})}
@@ -419,13 +428,8 @@ def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
     out = {'gpus': {k: {'label': GPU_KINDS[k]['label'], 'usable_bytes': usable[k]} for k in kinds}, 'stages': {}, 'warnings': []}
     # regeneration
     rs = _regen_setting(cfg, P)
-    fn = lambda b, tp=rs['tp']: regen_memory(dims, b, rs['ctx'], rs['prompt'], tp, P)
-    rec = {}
-    for k in kinds:
-        tp = next((t for t in (1, 2, 4, 8) if t >= rs['tp'] and _max_batch(lambda b: fn(b, t), usable[k]) >= rs['batch']), None)
-        tp = tp or 8
-        rec[k] = {'tp': tp, 'max_batch': _max_batch(lambda b: fn(b, tp), usable[k])}
-    out['stages']['40_regenerate'] = {'setting': rs, 'components': fn(rs['batch']), 'recommend': rec}
+    out['stages']['40_regenerate'] = {'setting': rs, 'components': regen_memory(dims, rs['batch'], rs['ctx'], rs['prompt'], rs['tp'], P),
+                                      'recommend': {k: recommend_regen(dims, rs, k, P) for k in kinds}}
     # extraction
     n_feat = int(tr.get('num_feature_layers') or hs.get('num_features') or 5) + (1 if hs.get('include_last') else 0)
     toks, rows = int(hs.get('max_batch_tokens') or 4096), int(hs.get('max_batch_size') or 32)
@@ -455,6 +459,7 @@ def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
                                        f"has {fmt_bytes(usable_bytes(g, P))} usable: OUT OF MEMORY. Use: {format_recommendation(name, r)}")
     return out
 
+# %% ../nbs/95_plan.ipynb #191fb582
 def format_recommendation(stage: str, r: dict | None) -> str:
     "One line: the recommended setting of a stage on one GPU kind."
     if not r: return 'nothing fits (more GPUs, a smaller drafter or shorter sequences)'
@@ -465,7 +470,8 @@ def format_recommendation(stage: str, r: dict | None) -> str:
     flags = [f for f, on in (('fsdp', r['fsdp']), ('grad_checkpoint', r['grad_checkpoint'])) if on]
     flags += [f"loss_chunk {r['loss_chunk']}"] if r['loss_chunk'] else []
     used = f"{fmt_bytes(r['trainer_bytes'])} per trainer GPU" + (f", {fmt_bytes(r['target_bytes'])} per target GPU" if r.get('target_bytes') else '')
-    return f"placement {where}" + (', ' + ', '.join(flags) if flags else '') + f", batch {r['batch']} per GPU ({used})"
+    return (f"placement {where}" + (', ' + ', '.join(flags) if flags else '') + f", batch {r['batch']} per GPU, grad_accum "
+            f"{r['grad_accum']} ({r['batch'] * r['trainer_gpus'] * r['grad_accum']} sequences per step; {used})")
 
 def format_memory(mem: dict) -> str:
     "The memory tables as text: components per stage, what fits on each GPU kind, the recommendations."
@@ -485,7 +491,7 @@ def format_memory(mem: dict) -> str:
         for k in kinds: lines.append(f"    recommended on {mem['gpus'][k]['label']}: {format_recommendation(name, st['recommend'].get(k))}")
     return '\n'.join(lines)
 
-# %% ../nbs/95_plan.ipynb #20ac41d2
+# %% ../nbs/95_plan.ipynb #532f9725
 def make_plan(config=None, overrides=(), target_config=None, tokenizer=None, out=None, echo=print) -> dict:
     "Validate and estimate a run config; print the plan; save it as JSON to `out` (if given). Raises ConfigError on errors."
     cfg = config if isinstance(config, dict) else load_config(config, overrides)
@@ -544,7 +550,7 @@ def format_plan(plan: dict) -> str:
     lines.append(f"free disk here: {fmt_bytes(plan['free_disk_bytes'])}; plan {'OK' if plan['ok'] else 'HAS ERRORS'}")
     return '\n'.join(lines)
 
-# %% ../nbs/95_plan.ipynb #66daf6e1
+# %% ../nbs/95_plan.ipynb #2c8ea98b
 def register_cli(sub):
     "Add `dflash-nb plan CONFIG` to the CLI."
     p = sub.add_parser('plan', help='validate a run config and estimate rows, tokens, disk, compute and GPU-hours')
