@@ -313,7 +313,7 @@ def extract_memory(dims: dict, tokens: int, rows: int, n_feat: int) -> dict:
             'features kept (bf16)': tokens * n_feat * dims['hidden_size'] * 2,
             'activations (one layer)': tokens * c['act_per_token']}
 
-# %% ../nbs/95_plan.ipynb #8dbff94e
+# %% ../nbs/95_plan.ipynb #c5de5eb8
 def drafter_token_bytes(dims: dict, train: dict) -> dict:
     "Training activation bytes of the drafter: per layer and query token, and per context token (all layers)."
     H = dims['hidden_size']; I = int(train.get('intermediate_size') or dims['intermediate_size'])
@@ -340,6 +340,9 @@ def train_memory(dims: dict, train: dict, seq: int, batch: int, placement: str =
           'embedding + LM head (frozen)': (1 if dims.get('tie_word_embeddings') else 2) * V * H * P['head_bytes'],
           'drafter activations': batch * (acts + seq * d['per_ctx_token']),
           'loss (logits)': min(rows, loss_chunk or rows) * V * P['logit_bytes']}
+    if train.get('attn_backend') == 'sdpa':   # dense masks (flex keeps none): fitted on CPU by bench/bench_plan_memory.py
+        n_att = 1 if grad_checkpoint else layers
+        tr['attention masks (dense sdpa)'] = batch * Q * (seq + Q) * (8 + 4 * n_att)
     tgt = {'target weights': 2 * dims['params_estimate'],
            'target forward (features + one layer)': batch * seq * (n * H * 2 + c['act_per_token'])}
     if placement == 'colocated': return {'trainer': {**tgt, **tr}, 'target': None}
