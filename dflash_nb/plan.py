@@ -264,7 +264,7 @@ def fmt_bytes(n: float) -> str:
         n /= 1000
     return f'{n:.1f} EB'
 
-# %% ../nbs/95_plan.ipynb #a070a782
+# %% ../nbs/95_plan.ipynb #3f493642
 GPU_KINDS = {'H100': {'label': 'H100 80 GB', 'memory_gb': 80.0, 'bf16_tflops': 989.0},
              'H200': {'label': 'H200 141 GB', 'memory_gb': 141.0, 'bf16_tflops': 989.0},
              'B200': {'label': 'B200 180 GB', 'memory_gb': 180.0, 'bf16_tflops': 2250.0}}
@@ -274,8 +274,8 @@ MEM_DEFAULTS = {
     'mem_headroom': 0.08,        # fraction of the card kept free (allocator fragmentation)
     'mem_reserved_gb': 2.0,      # CUDA context, cuBLAS workspaces, NCCL buffers
     'head_bytes': 4,             # bytes per element of the frozen embedding + LM head in training (fp32 as train loads them)
-    'logit_bytes': 14,           # per logit: bf16 logits 2 + fp32 copy 4 + saved log-softmax 4 + its gradient 4
-    'loss_chunk_candidate': 1024,  # block positions per loss chunk when the plan recommends chunking
+    'logit_bytes': 14,           # ce full, per logit: bf16 logits 2 + fp32 copy 4 + saved log-softmax 4 + its gradient 4
+    'ce_chunk_elems': 2 ** 26,   # ce chunked: logits per chunk (drafter.CE_CHUNK_ELEMS)
     'regen_tp': 1,               # tensor-parallel GPUs per regeneration server
     'prefill_chunk': 8192,       # tokens per prefill step of a serving engine (chunked prefill)
 }
@@ -313,7 +313,7 @@ def extract_memory(dims: dict, tokens: int, rows: int, n_feat: int) -> dict:
             'features kept (bf16)': tokens * n_feat * dims['hidden_size'] * 2,
             'activations (one layer)': tokens * c['act_per_token']}
 
-# %% ../nbs/95_plan.ipynb #c5de5eb8
+# %% ../nbs/95_plan.ipynb #d10ab822
 def drafter_token_bytes(dims: dict, train: dict) -> dict:
     "Training activation bytes of the drafter: per layer and query token, and per context token (all layers)."
     H = dims['hidden_size']; I = int(train.get('intermediate_size') or dims['intermediate_size'])
@@ -324,10 +324,11 @@ def drafter_token_bytes(dims: dict, train: dict) -> dict:
     return {'per_query_layer': per_q, 'per_ctx_token': per_ctx, 'layer_input': H * 4}
 
 def train_memory(dims: dict, train: dict, seq: int, batch: int, placement: str = 'colocated', fsdp: bool = False,
-                 grad_checkpoint: bool = False, loss_chunk: int | None = None, world: int = 1, P: dict | None = None) -> dict:
+                 grad_checkpoint: bool = False, ce: str = 'chunked', world: int = 1, P: dict | None = None) -> dict:
     "Bytes per GPU of one training step: `{'trainer': {...}, 'target': {...} or None}` (target GPUs when separate)."
     P = {**MEM_DEFAULTS, **(P or {})}
     if placement not in ('colocated', 'separate'): raise ValueError(f"placement must be colocated or separate, got {placement!r}")
+    if ce not in ('chunked', 'full'): raise ValueError(f"ce must be chunked or full, got {ce!r}")
     H, V = dims['hidden_size'], dims['vocab_size']
     layers = int(train.get('num_hidden_layers') or 5); n = int(train.get('num_feature_layers') or 5)
     Bk, A = int(train.get('block_size') or 16), int(train.get('num_anchors') or 512)
@@ -339,7 +340,8 @@ def train_memory(dims: dict, train: dict, seq: int, batch: int, placement: str =
           'AdamW states (fp32 m, v)': 8 * pd / shard,
           'embedding + LM head (frozen)': (1 if dims.get('tie_word_embeddings') else 2) * V * H * P['head_bytes'],
           'drafter activations': batch * (acts + seq * d['per_ctx_token']),
-          'loss (logits)': min(rows, loss_chunk or rows) * V * P['logit_bytes']}
+          'loss (logits)': rows * V * P['logit_bytes'] if ce == 'full' else
+                           min(rows * V, P['ce_chunk_elems']) * P['logit_bytes'] + rows * H * (4 + 2)}
     if train.get('attn_backend') == 'sdpa':   # dense masks (flex keeps none): fitted on CPU by bench/bench_plan_memory.py
         n_att = 1 if grad_checkpoint else layers
         tr['attention masks (dense sdpa)'] = batch * Q * (seq + Q) * (8 + 4 * n_att)
@@ -348,7 +350,7 @@ def train_memory(dims: dict, train: dict, seq: int, batch: int, placement: str =
     if placement == 'colocated': return {'trainer': {**tgt, **tr}, 'target': None}
     return {'trainer': {**tr, 'received features': batch * seq * n * H * 2}, 'target': tgt}
 
-# %% ../nbs/95_plan.ipynb #a68f6914
+# %% ../nbs/95_plan.ipynb #3c23d11d
 def _fits(mem: dict, usable: float) -> bool: return all(sum(v.values()) <= usable for v in mem.values() if v)
 
 def separate_split(dims: dict, train: dict, seq: int, num_gpus: int, P: dict | None = None) -> int:
@@ -359,14 +361,10 @@ def separate_split(dims: dict, train: dict, seq: int, num_gpus: int, P: dict | N
     b = 6 * drafter_params(dims, train) * (Q + seq) / P['util_training']
     return max(1, min(num_gpus - 1, round(num_gpus * a / (a + b))))
 
-def train_settings(chunk: int) -> list[dict]:
-    "The settings the plan tries, least intrusive first."
-    out = []
-    for placement in ('colocated', 'separate'):
-        for fsdp, ck, lc in ((False, False, None), (False, False, chunk), (True, False, chunk), (True, True, chunk)):
-            if placement == 'separate' and lc is None: continue
-            out.append({'placement': placement, 'fsdp': fsdp, 'grad_checkpoint': ck, 'loss_chunk': lc})
-    return out
+def train_settings() -> list[dict]:
+    "The settings the plan tries, least intrusive first (the chunked loss always: it is never worse)."
+    return [{'placement': p, 'fsdp': f, 'grad_checkpoint': c, 'ce': 'chunked'}
+            for p in ('colocated', 'separate') for f, c in ((False, False), (True, False), (True, True))]
 
 def train_fit(dims: dict, train: dict, seq: int, kind: str, num_gpus: int, setting: dict, P: dict | None = None) -> dict:
     "The largest per-GPU batch (up to the configured one) that fits `setting` on `num_gpus` GPUs of `kind`."
@@ -386,7 +384,7 @@ def train_fit(dims: dict, train: dict, seq: int, kind: str, num_gpus: int, setti
 def recommend_train(dims: dict, train: dict, seq: int, kind: str, num_gpus: int, P: dict | None = None) -> dict | None:
     "The first setting that fits the configured batch on `kind`, else the one with the largest batch; None if none fits."
     P = {**MEM_DEFAULTS, **(P or {})}; want = int(train.get('batch_size') or 1); best = None
-    for s in train_settings(int(P['loss_chunk_candidate'])):
+    for s in train_settings():
         f = train_fit(dims, train, seq, kind, num_gpus, s, P)
         if f['batch'] == want: return f
         if f['batch'] and (best is None or f['batch'] > best['batch']): best = f
@@ -419,7 +417,7 @@ def recommend_regen(dims: dict, rs: dict, kind: str, P: dict | None = None) -> d
     tp = next((t for t in (1, 2, 4, 8) if t >= rs['tp'] and _max_batch(fn(t), u) >= rs['batch']), 8)
     return {'tp': tp, 'max_batch': _max_batch(fn(tp), u)}
 
-# %% ../nbs/95_plan.ipynb #bd2a0a7c
+# %% ../nbs/95_plan.ipynb #8be0a6fd
 def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
     "Per-GPU memory of regeneration, extraction and training for `cfg`, what fits on each GPU kind, and recommendations."
     P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **(P or {})}
@@ -441,7 +439,7 @@ def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
                                          'components': efn(toks), 'recommend': {k: {'max_batch_tokens': _max_batch(efn, usable[k], 1 << 22)} for k in kinds}}
     # training
     ts = {'placement': tr.get('placement') or 'colocated', 'fsdp': bool(tr.get('fsdp', False)),
-          'grad_checkpoint': bool(tr.get('grad_checkpoint', False)), 'loss_chunk': tr.get('loss_chunk')}
+          'grad_checkpoint': bool(tr.get('grad_checkpoint', False)), 'ce': tr.get('ce') or 'chunked'}
     sep = ts['placement'] == 'separate'; tg = separate_split(dims, tr, seq, G, P) if sep else 0
     m = train_memory(dims, tr, seq, int(tr.get('batch_size') or 1), world=G - tg, P=P, **ts)
     out['stages']['80_train'] = {'setting': {**ts, 'batch': int(tr.get('batch_size') or 1), 'num_gpus': G, 'target_gpus': tg},
@@ -462,7 +460,7 @@ def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
                                        f"has {fmt_bytes(usable_bytes(g, P))} usable: OUT OF MEMORY. Use: {format_recommendation(name, r)}")
     return out
 
-# %% ../nbs/95_plan.ipynb #191fb582
+# %% ../nbs/95_plan.ipynb #93214d25
 def format_recommendation(stage: str, r: dict | None) -> str:
     "One line: the recommended setting of a stage on one GPU kind."
     if not r: return 'nothing fits (more GPUs, a smaller drafter or shorter sequences)'
@@ -471,7 +469,7 @@ def format_recommendation(stage: str, r: dict | None) -> str:
     if not r.get('batch'): return 'nothing fits'
     where = f"separate ({r['target_gpus']} target + {r['trainer_gpus']} trainer GPUs)" if r['placement'] == 'separate' else 'colocated'
     flags = [f for f, on in (('fsdp', r['fsdp']), ('grad_checkpoint', r['grad_checkpoint'])) if on]
-    flags += [f"loss_chunk {r['loss_chunk']}"] if r['loss_chunk'] else []
+    flags += [f"ce {r['ce']}"]
     used = f"{fmt_bytes(r['trainer_bytes'])} per trainer GPU" + (f", {fmt_bytes(r['target_bytes'])} per target GPU" if r.get('target_bytes') else '')
     return (f"placement {where}" + (', ' + ', '.join(flags) if flags else '') + f", batch {r['batch']} per GPU, grad_accum "
             f"{r['grad_accum']} ({r['batch'] * r['trainer_gpus'] * r['grad_accum']} sequences per step; {used})")
@@ -484,7 +482,7 @@ def format_memory(mem: dict) -> str:
         desc = {'40_regenerate': lambda: f"{s['batch']} sequences of {s['prompt']:,} + {s['ctx'] - s['prompt']:,} tokens, tensor parallel {s['tp']}",
                 '60_hidden_states': lambda: f"{s['max_batch_tokens']:,} tokens per forward" + (' (skipped: online features)' if s['skipped'] else ''),
                 '80_train': lambda: f"placement {s['placement']}, batch {s['batch']} per GPU, fsdp {s['fsdp']}, grad_checkpoint "
-                                    f"{s['grad_checkpoint']}, loss_chunk {s['loss_chunk']}"}[name]()
+                                    f"{s['grad_checkpoint']}, ce {s['ce']}"}[name]()
         lines.append(f"  {name}: {desc}")
         for k, v in st['components'].items(): lines.append(f"    {k:<44} {fmt_bytes(v):>10}")
         if st.get('target_components'):

@@ -62,7 +62,7 @@ def test_training_memory_by_hand():
     # drafter: 5 × (q,o 2·5120·6144 + k,v 2·5120·1024 + MLP 3·5120·17408 + norms 2·5120 + q/k norms 2·256) + fc 5·5120² + 2 norms
     pd = 5 * (2 * H * 6144 + 2 * H * 1024 + 3 * H * I + 2 * H + 2 * 256) + 5 * H * H + 2 * H
     assert drafter_params(dims, tr) == pd and 1.8e9 < pd < 1.9e9
-    m = train_memory(dims, tr, seq=3072, batch=4)['trainer']
+    m = train_memory(dims, tr, seq=3072, batch=4, ce='full')['trainer']
     assert m['target weights'] == 2 * dims['params_estimate']
     assert m['drafter parameters (fp32)'] + m['gradients (fp32)'] + m['AdamW states (fp32 m, v)'] == 16 * pd   # ~29 GB
     assert m['embedding + LM head (frozen)'] == 2 * V * H * 4                      # untied, fp32 as train loads them
@@ -71,10 +71,14 @@ def test_training_memory_by_hand():
     per_ctx = 5 * H * 2 + 2 * H * 4 + 5 * 2 * 1024 * 2
     assert m['drafter activations'] == 4 * (5 * 8192 * per_q + 3072 * per_ctx)
     assert m['target forward (features + one layer)'] == 4 * 3072 * (5 * H * 2 + (3 * I + 4 * H) * 2)
-    assert sum(m.values()) > usable_bytes('B200')                                 # as configured: no GPU holds it
-    # FSDP over 8 GPUs, chunked loss, checkpointed activations
-    f = train_memory(dims, tr, seq=3072, batch=4, fsdp=True, grad_checkpoint=True, loss_chunk=1024, world=8)['trainer']
-    assert f['AdamW states (fp32 m, v)'] == 8 * pd / 8 and f['loss (logits)'] == 1024 * V * 14
+    assert sum(m.values()) > usable_bytes('B200')                                 # full logits: no GPU holds it
+    # the chunked loss: one chunk of 2^26 logits (14 B each) + fp32 row gradients and bf16 rows of the 30,720 positions
+    c = train_memory(dims, tr, seq=3072, batch=4)['trainer']
+    assert c['loss (logits)'] == 2 ** 26 * 14 + 4 * 512 * 15 * H * 6
+    assert usable_bytes('H200') < sum(c.values()) < usable_bytes('B200')
+    # FSDP over 8 GPUs, checkpointed activations
+    f = train_memory(dims, tr, seq=3072, batch=4, fsdp=True, grad_checkpoint=True, world=8)['trainer']
+    assert f['AdamW states (fp32 m, v)'] == 8 * pd / 8
     assert f['drafter activations'] == 4 * (5 * 8192 * H * 4 + 8192 * per_q + 3072 * per_ctx)
 
 def test_regeneration_memory_by_hand():
@@ -95,7 +99,7 @@ def test_memory_recommendations_fit():
     assert h100['target_gpus'] + h100['trainer_gpus'] == 8
     assert h200['placement'] == 'colocated' and h200['batch'] == 4 and h200['trainer_bytes'] <= usable_bytes('H200')
     # a recommendation is what train_memory says fits, not a label
-    m = train_memory(dims, tr, 3072, h200['batch'], world=8, **{k: h200[k] for k in ('placement', 'fsdp', 'grad_checkpoint', 'loss_chunk')})
+    m = train_memory(dims, tr, 3072, h200['batch'], world=8, **{k: h200[k] for k in ('placement', 'fsdp', 'grad_checkpoint', 'ce')})
     assert sum(m['trainer'].values()) == h200['trainer_bytes']
 
 def check_memory_output(out, plan):
