@@ -22,7 +22,7 @@ SmolLM2: the converted weights in the dflash_nb cache when present (`--model PAT
 weights of SmolLM2-135M's architecture (throughput and the lossless identity do not need trained weights; the JSON
 says which). Nothing is downloaded. Results: `bench/results/gpu_check.json` (or `--out`).
 """
-import argparse, contextlib, json, math, os, platform, signal, sys, time, traceback
+import argparse, contextlib, inspect, json, math, os, platform, signal, sys, time, traceback
 from pathlib import Path
 
 import torch
@@ -145,9 +145,10 @@ def train_step_once(a, dev, layers: int) -> dict:
     c = dict(shape, num_hidden_layers=layers)
     flops = flops_per_step(c, T * b, n_blocks, B, visible)
 
+    ce = 'chunked' if 'ce' in inspect.signature(dflash_loss).parameters else 'full'
     def step():
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-            out = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, backend=backend)
+            out = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, backend=backend, **({'ce': ce} if ce == 'chunked' else {}))
         out['loss'].backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step(); opt.zero_grad(set_to_none=True)
@@ -166,9 +167,28 @@ def train_step_once(a, dev, layers: int) -> dict:
            'block_tokens_per_s': round(n_blocks * B / s, 1), 'flop_per_step': int(flops), 'tflop_per_step': round(flops / 1e12, 3),
            'achieved_tflops': round(flops / s / 1e12, 2), 'bf16_peak_tflops': peak,
            'mfu': round(flops / s / 1e12 / peak, 4) if peak else None, 'peak_memory_gb': peak_gb(dev),
-           'compilations': compile_count() - g0 if g0 >= 0 else None, 'finite': math.isfinite(loss)}
+           'compilations': compile_count() - g0 if g0 >= 0 else None, 'finite': math.isfinite(loss), 'ce': ce,
+           'planned_peak_gb': planned_train_gb(shape, layers, T, A, b, ce, backend, hd)}
     del m, opt, emb, head, feats
     return res
+
+
+def planned_train_gb(shape: dict, layers: int, T: int, A: int, b: int, ce: str, backend: str, head_dtype) -> float | None:
+    "What `dflash-nb plan`'s memory model says this step holds (trainer only, no target): to compare with the peak."
+    try:
+        from dflash_nb.plan import train_memory
+        dims = {'hidden_size': shape['hidden_size'], 'intermediate_size': shape['intermediate_size'], 'head_dim': shape['head_dim'],
+                'num_attention_heads': shape['num_attention_heads'], 'num_key_value_heads': shape['num_key_value_heads'],
+                'vocab_size': shape['vocab_size'], 'params_estimate': 0, 'tie_word_embeddings': False,
+                'full_attention_layers': 0, 'linear_attention_layers': 0}
+        tr = {'num_hidden_layers': layers, 'num_feature_layers': len(shape['target_layer_ids']), 'block_size': shape['block_size'],
+              'num_anchors': A, 'attn_backend': backend}
+        kw = {'ce': ce} if 'ce' in inspect.signature(train_memory).parameters else {}
+        m = train_memory(dims, tr, seq=T, batch=b, P={'head_bytes': torch.finfo(head_dtype).bits // 8}, **kw)['trainer']
+        inputs = b * T * (len(shape['target_layer_ids']) * shape['hidden_size'] * 2 + 16)
+        return round((sum(v for k, v in m.items() if not k.startswith('target')) + inputs) / 1e9, 4)
+    except Exception as e:
+        return None
 
 
 def sec_train_step(a, dev):

@@ -17,6 +17,7 @@ def test_gpu_check_cpu_tiny(tmp_path):
     assert set(res['sections']) == {'env', 'matmul', 'train_step', 'regenerate', 'extract', 'lossless'}
     step = res['sections']['train_step']['runs'][0]
     assert step['finite'] and step['tokens_per_s'] > 0 and step['flop_per_step'] > 0
+    assert step['planned_peak_gb'] > 0                                          # the plan's memory model for the same step
     assert res['sections']['regenerate']['generated_tokens'] == 4 * 8          # every row forced to max_new_tokens
     assert res['sections']['extract']['features_shape'] == [2, 32, 2, 64]
     assert res['sections']['lossless']['identical'] is True                  # fp32: speculative == plain greedy
