@@ -146,3 +146,11 @@ def test_scale_quotas():
     assert scale_quotas(10, {'a': 300, 'b': 100, 'c': 100}) == {'a': 6, 'b': 2, 'c': 2}
     assert sum(scale_quotas(7, {'a': 1, 'b': 1, 'c': 1, 'd': 1, 'e': 5}).values()) == 7
     assert scale_quotas(0, {'a': 5}) == {'a': 5} and scale_quotas(None, {'a': 5}) == {'a': 5}   # no total: face value
+
+def test_sources_stage_uses_the_same_rule():
+    "The mix builder scales the quotas as the plan does: 30 + 10 asked, total 8 -> 6 + 2 rows."
+    from dflash_nb.sources import build_mix, get_source
+    srcs = [get_source('demo-alpaca'), get_source('demo-sharegpt')]
+    rows, counts = build_mix(srcs, total=8, quotas={'demo-alpaca': 30, 'demo-sharegpt': 10}, log=lambda m: None)
+    assert (counts['demo-alpaca']['quota'], counts['demo-sharegpt']['quota']) == (6, 2)
+    assert len(rows) == 8
