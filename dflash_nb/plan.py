@@ -11,10 +11,22 @@ from .core import (ConfigError, expand_path, check_target_layer_ids, default_tar
                             write_json, PKG_DIR)
 
 # %% auto #0
-__all__ = ['PLAN_DEFAULTS', 'INTERLEAVED', 'load_target_config', 'target_dims', 'validate', 'drafter_params', 'estimate',
-           'fmt_bytes', 'make_plan', 'format_plan', 'register_cli']
+__all__ = ['PLAN_DEFAULTS', 'INTERLEAVED', 'GPU_KINDS', 'MEM_DEFAULTS', 'hub_offline', 'load_target_config', 'target_dims',
+           'validate', 'source_rows', 'mix_warnings', 'drafter_params', 'estimate', 'fmt_bytes', 'usable_bytes',
+           'target_token_bytes', 'regen_memory', 'extract_memory', 'drafter_token_bytes', 'train_memory',
+           'separate_split', 'train_settings', 'train_fit', 'recommend_train', 'recommend_regen', 'memory_plan',
+           'format_recommendation', 'format_memory', 'make_plan', 'format_plan', 'register_cli']
 
-# %% ../nbs/95_plan.ipynb #56e36450
+# %% ../nbs/95_plan.ipynb #d6b47a19
+def hub_offline(host: str = 'huggingface.co', timeout: float = 2.0) -> bool:
+    "True when the HF hub cannot be used: `HF_HUB_OFFLINE`/`TRANSFORMERS_OFFLINE` set, or no TCP connection in `timeout` s."
+    if any(os.environ.get(k, '').lower() in ('1', 'true', 'yes', 'on') for k in ('HF_HUB_OFFLINE', 'TRANSFORMERS_OFFLINE')):
+        return True
+    import socket
+    try:
+        with socket.create_connection((host, 443), timeout=timeout): return False
+    except OSError: return True
+
 def load_target_config(spec: str | None = None, config_file=None) -> dict:
     "The target's config as a dict: from `config_file` (a config.json), else from the target spec (folder/built-in/hub)."
     if config_file:
@@ -24,8 +36,12 @@ def load_target_config(spec: str | None = None, config_file=None) -> dict:
         return read_json(p)
     if spec is None: raise ConfigError('no target: set run.target or pass --target-config FILE')
     from dflash_nb.targets import resolve_target
+    path = resolve_target(spec)
+    if not Path(path).is_dir() and hub_offline():
+        raise ConfigError(f'target {spec!r} is a hub id and the hub is out of reach (offline): '
+                          'pass --target-config path/to/config.json (or set plan.target_config)')
     from transformers import AutoConfig
-    try: return AutoConfig.from_pretrained(resolve_target(spec)).to_dict()
+    try: return AutoConfig.from_pretrained(path).to_dict()
     except OSError as e:
         raise FileNotFoundError(f'cannot read the config of target {spec!r} ({e.__class__.__name__}: {str(e)[:200]}); '
                                 'on a machine without hub access pass --target-config path/to/config.json') from None
@@ -49,7 +65,10 @@ def target_dims(cfg: dict) -> dict:
     return {'model_type': t.get('model_type'), 'num_hidden_layers': N, 'hidden_size': H, 'intermediate_size': I,
             'vocab_size': V, 'num_attention_heads': nh, 'num_key_value_heads': nkv, 'head_dim': hd,
             'full_attention_layers': full, 'linear_attention_layers': lin,
-            'max_position_embeddings': t.get('max_position_embeddings'), 'params_estimate': int(params)}
+            'max_position_embeddings': t.get('max_position_embeddings'), 'params_estimate': int(params),
+            'tie_word_embeddings': bool(t.get('tie_word_embeddings', False)),
+            'linear_key_heads': lk, 'linear_value_heads': lv, 'linear_key_head_dim': lkd, 'linear_value_head_dim': lvd,
+            'linear_conv_kernel': int(t.get('linear_conv_kernel_dim') or 4)}
 
 # %% ../nbs/95_plan.ipynb #7a215457
 def _mask_token_id(train: dict, dims: dict, tokenizer=None):
@@ -136,7 +155,7 @@ def validate(cfg: dict, dims: dict, tokenizer=None) -> list[dict]:
         except Exception as e: add('chat template probe', False, f'probe failed: {e}', level='warning')
     return checks
 
-# %% ../nbs/95_plan.ipynb #f9c19e46
+# %% ../nbs/95_plan.ipynb #a1223ab3
 PLAN_DEFAULTS = {
     # (prompt tokens, answer tokens) per row, by category: assumptions, override in the config's `plan` section
     'tokens_per_row': {'general': [180, 420], 'code': [160, 480], 'multi-turn': [600, 700], 'tool-calling': [520, 160],
@@ -149,6 +168,24 @@ PLAN_DEFAULTS = {
 }
 
 INTERLEAVED = ('multi-turn', 'agentic')   # categories whose assistant turns are spread through the conversation
+
+def source_rows(s, quota: int) -> int:
+    "Rows a source can give for `quota`: at most its documented size (when the size counts records, i.e. no `group_by`)."
+    return min(quota, s.size) if (s.size and not s.group_by) else quota
+
+def mix_warnings(total: int, quotas: dict, alloc: dict, sources) -> list[str]:
+    "Say how the total and the quotas combine (the rule of `sources.scale_quotas`) and which sources fall short."
+    w, q = [], sum(quotas.values())
+    if total > 0 and q > total:
+        w.append(f'sources.total {total:,} is below the quotas ({q:,} rows): every quota is scaled by {total / q:.4g} '
+                 '(the sources stage applies the same rule)')
+    if total > 0 and sum(alloc.values()) < total:
+        w.append(f'the quotas give {sum(alloc.values()):,} rows, fewer than sources.total {total:,}: '
+                 'no source without a quota takes the rest')
+    for s in sources:
+        if source_rows(s, alloc[s.name]) < alloc[s.name]:
+            w.append(f'{s.name}: quota {alloc[s.name]:,} exceeds its documented size {s.size:,}: short by {alloc[s.name] - s.size:,}')
+    return w
 
 def drafter_params(dims: dict, train: dict) -> int:
     "Trainable drafter parameters: layers (Qwen3-style) + fc (n_feat·H -> H) + norms (embeddings/LM head are frozen target weights)."
@@ -165,19 +202,21 @@ def estimate(cfg: dict, dims: dict, plan: dict | None = None, free_disk: int | N
     src, tok, rg, hs, tr = (cfg.get(k) or {} for k in ('sources', 'tokenization', 'regenerate', 'hidden_states', 'train'))
     from dflash_nb.sources import allocate, get_source
     sources = [get_source(n, src.get('extra_sources') or {}) for n in src.get('sources') or []]
-    alloc = allocate(int(src.get('total') or 0), sources, src.get('quotas'), src.get('category_weights'))
+    total, quotas = int(src.get('total') or 0), {k: int(v) for k, v in (src.get('quotas') or {}).items()}
+    alloc = allocate(total, sources, quotas, src.get('category_weights'))
     L = int(tok.get('max_seq_len') or 3072); max_new = int(rg.get('max_new_tokens') or 2048)
-    rows = sum(alloc.values()); prompt_tok = answer_tok = seq_tok = 0; per_source = {}; warn = []
+    prompt_tok = answer_tok = seq_tok = 0; per_source = {}; warn = mix_warnings(total, quotas, alloc, sources)
     for s in sources:
-        n = alloc[s.name]; p, a = P['tokens_per_row'].get(s.category, [300, 400])
+        n = source_rows(s, alloc[s.name]); p, a = P['tokens_per_row'].get(s.category, [300, 400])
         a = min(a, max_new); t = min(p + a, L)
         # single-turn rows: the answer follows the prompt, truncation cuts the answer; multi-turn and agentic rows
         # interleave turns, so a truncated row keeps the same supervised fraction
         sup = (t * a / (p + a)) if s.category in INTERLEAVED else max(0, t - p)
-        per_source[s.name] = {'category': s.category, 'rows': n, 'tokens': n * t, 'supervised': int(n * sup), 'licence': s.license, 'gated': s.gated}
+        per_source[s.name] = {'category': s.category, 'quota': alloc[s.name], 'quota_in_config': quotas.get(s.name),
+                              'rows': n, 'tokens': n * t, 'supervised': int(n * sup), 'licence': s.license, 'gated': s.gated}
         if p >= L and s.category not in INTERLEAVED: warn.append(f'{s.name}: prompts (~{p} tokens) fill max_seq_len {L}: no supervised tokens after truncation')
         prompt_tok += n * min(p, L); answer_tok += n * a; seq_tok += n * t
-    sup_tok = sum(v['supervised'] for v in per_source.values())
+    sup_tok = sum(v['supervised'] for v in per_source.values()); rows = sum(v['rows'] for v in per_source.values())
     H, params = dims['hidden_size'], dims['params_estimate']
     n_feat = int(tr.get('num_feature_layers') or hs.get('num_features') or 5) + (1 if hs.get('include_last') else 0)
     feat_bytes_tok = n_feat * H * 2
@@ -225,7 +264,235 @@ def fmt_bytes(n: float) -> str:
         n /= 1000
     return f'{n:.1f} EB'
 
-# %% ../nbs/95_plan.ipynb #324a4b63
+# %% ../nbs/95_plan.ipynb #3f493642
+GPU_KINDS = {'H100': {'label': 'H100 80 GB', 'memory_gb': 80.0, 'bf16_tflops': 989.0},
+             'H200': {'label': 'H200 141 GB', 'memory_gb': 141.0, 'bf16_tflops': 989.0},
+             'B200': {'label': 'B200 180 GB', 'memory_gb': 180.0, 'bf16_tflops': 2250.0}}
+
+MEM_DEFAULTS = {
+    'gpu_kinds': ['H100', 'H200', 'B200'],
+    'mem_headroom': 0.08,        # fraction of the card kept free (allocator fragmentation)
+    'mem_reserved_gb': 2.0,      # CUDA context, cuBLAS workspaces, NCCL buffers
+    'head_bytes': 4,             # bytes per element of the frozen embedding + LM head in training (fp32 as train loads them)
+    'logit_bytes': 14,           # ce full, per logit: bf16 logits 2 + fp32 copy 4 + saved log-softmax 4 + its gradient 4
+    'ce_chunk_elems': 2 ** 26,   # ce chunked: logits per chunk (drafter.CE_CHUNK_ELEMS)
+    'regen_tp': 1,               # tensor-parallel GPUs per regeneration server
+    'prefill_chunk': 8192,       # tokens per prefill step of a serving engine (chunked prefill)
+}
+
+def usable_bytes(kind: str, P: dict | None = None) -> float:
+    "Bytes of GPU `kind` a stage may plan to use: capacity × (1 − headroom) − reserved."
+    P = {**MEM_DEFAULTS, **(P or {})}
+    return GPU_KINDS[kind]['memory_gb'] * 1e9 * (1 - P['mem_headroom']) - P['mem_reserved_gb'] * 1e9
+
+# %% ../nbs/95_plan.ipynb #023fad4c
+def target_token_bytes(dims: dict) -> dict:
+    "KV bytes per token, recurrent-state bytes per sequence and one layer's activation bytes per token (bf16 target)."
+    H, I = dims['hidden_size'], dims['intermediate_size']
+    kv = dims['full_attention_layers'] * 2 * dims['num_key_value_heads'] * dims['head_dim'] * 2
+    lk, lv = dims.get('linear_key_heads') or 0, dims.get('linear_value_heads') or 0
+    lkd, lvd, K = dims.get('linear_key_head_dim') or 0, dims.get('linear_value_head_dim') or 0, dims.get('linear_conv_kernel') or 4
+    state = dims['linear_attention_layers'] * (lv * lkd * lvd * 4 + (K - 1) * (2 * lk * lkd + lv * lvd) * 2) if lk else 0
+    return {'kv_per_token': kv, 'state_per_seq': state, 'act_per_token': (3 * I + 4 * H) * 2}
+
+# %% ../nbs/95_plan.ipynb #64492d58
+def regen_memory(dims: dict, batch: int, ctx: int, prompt: int, tp: int = 1, P: dict | None = None) -> dict:
+    "Bytes per GPU of serving the target for regeneration: `batch` sequences of `ctx` tokens, prompts of `prompt`."
+    P = {**MEM_DEFAULTS, **(P or {})}; c = target_token_bytes(dims)
+    return {'target weights': 2 * dims['params_estimate'] / tp,
+            'KV cache (full-attention layers)': batch * ctx * c['kv_per_token'] / tp,
+            'recurrent state (linear-attention layers)': batch * c['state_per_seq'] / tp,
+            'activations (one prefill chunk)': min(batch * prompt, P['prefill_chunk']) * c['act_per_token'] / tp,
+            'logits (last position, fp32)': batch * dims['vocab_size'] * 4 / tp}
+
+def extract_memory(dims: dict, tokens: int, rows: int, n_feat: int) -> dict:
+    "Bytes on one GPU of extracting features from a batch of `tokens` padded tokens in `rows` sequences."
+    c = target_token_bytes(dims)
+    return {'target weights': 2 * dims['params_estimate'],
+            'KV + recurrent state of the batch': tokens * c['kv_per_token'] + rows * c['state_per_seq'],
+            'features kept (bf16)': tokens * n_feat * dims['hidden_size'] * 2,
+            'activations (one layer)': tokens * c['act_per_token']}
+
+# %% ../nbs/95_plan.ipynb #d10ab822
+def drafter_token_bytes(dims: dict, train: dict) -> dict:
+    "Training activation bytes of the drafter: per layer and query token, and per context token (all layers)."
+    H = dims['hidden_size']; I = int(train.get('intermediate_size') or dims['intermediate_size'])
+    nh, nkv, hd = dims['num_attention_heads'], dims['num_key_value_heads'], dims['head_dim']
+    layers = int(train.get('num_hidden_layers') or 5); n = int(train.get('num_feature_layers') or 5)
+    per_q = 2 * (2 * nh * hd + 2 * nkv * hd + 2 * H + 4 * I) + 4 * 2 * H
+    per_ctx = n * H * 2 + 2 * H * 4 + layers * 2 * nkv * hd * 2
+    return {'per_query_layer': per_q, 'per_ctx_token': per_ctx, 'layer_input': H * 4}
+
+def train_memory(dims: dict, train: dict, seq: int, batch: int, placement: str = 'colocated', fsdp: bool = False,
+                 grad_checkpoint: bool = False, ce: str = 'chunked', world: int = 1, P: dict | None = None) -> dict:
+    "Bytes per GPU of one training step: `{'trainer': {...}, 'target': {...} or None}` (target GPUs when separate)."
+    P = {**MEM_DEFAULTS, **(P or {})}
+    if placement not in ('colocated', 'separate'): raise ValueError(f"placement must be colocated or separate, got {placement!r}")
+    if ce not in ('chunked', 'full'): raise ValueError(f"ce must be chunked or full, got {ce!r}")
+    H, V = dims['hidden_size'], dims['vocab_size']
+    layers = int(train.get('num_hidden_layers') or 5); n = int(train.get('num_feature_layers') or 5)
+    Bk, A = int(train.get('block_size') or 16), int(train.get('num_anchors') or 512)
+    Q = A * Bk; pd = drafter_params(dims, train); shard = world if fsdp else 1
+    d, c = drafter_token_bytes(dims, train), target_token_bytes(dims)
+    acts = (layers * Q * d['layer_input'] + Q * d['per_query_layer']) if grad_checkpoint else layers * Q * d['per_query_layer']
+    rows = batch * A * (Bk - 1)
+    tr = {'drafter parameters (fp32)': 4 * pd / shard, 'gradients (fp32)': 4 * pd / shard,
+          'AdamW states (fp32 m, v)': 8 * pd / shard,
+          'embedding + LM head (frozen)': (1 if dims.get('tie_word_embeddings') else 2) * V * H * P['head_bytes'],
+          'drafter activations': batch * (acts + seq * d['per_ctx_token']),
+          'loss (logits)': rows * V * P['logit_bytes'] if ce == 'full' else
+                           min(rows * V, P['ce_chunk_elems']) * P['logit_bytes'] + rows * H * (4 + 2)}
+    if train.get('attn_backend') == 'sdpa':   # dense masks (flex keeps none): fitted on CPU by bench/bench_plan_memory.py
+        n_att = 1 if grad_checkpoint else layers
+        tr['attention masks (dense sdpa)'] = batch * Q * (seq + Q) * (8 + 4 * n_att)
+    tgt = {'target weights': 2 * dims['params_estimate'],
+           'target forward (features + one layer)': batch * seq * (n * H * 2 + c['act_per_token'])}
+    if placement == 'colocated': return {'trainer': {**tgt, **tr}, 'target': None}
+    return {'trainer': {**tr, 'received features': batch * seq * n * H * 2}, 'target': tgt}
+
+# %% ../nbs/95_plan.ipynb #3c23d11d
+def _fits(mem: dict, usable: float) -> bool: return all(sum(v.values()) <= usable for v in mem.values() if v)
+
+def separate_split(dims: dict, train: dict, seq: int, num_gpus: int, P: dict | None = None) -> int:
+    "Target GPUs of the separate placement: their share of the per-sequence work (target forward vs drafter training)."
+    P = {**PLAN_DEFAULTS, **(P or {})}
+    Q = int(train.get('num_anchors') or 512) * int(train.get('block_size') or 16)
+    a = 2 * dims['params_estimate'] * seq / P['util_prefill']
+    b = 6 * drafter_params(dims, train) * (Q + seq) / P['util_training']
+    return max(1, min(num_gpus - 1, round(num_gpus * a / (a + b))))
+
+def train_settings() -> list[dict]:
+    "The settings the plan tries, least intrusive first (the chunked loss always: it is never worse)."
+    return [{'placement': p, 'fsdp': f, 'grad_checkpoint': c, 'ce': 'chunked'}
+            for p in ('colocated', 'separate') for f, c in ((False, False), (True, False), (True, True))]
+
+def train_fit(dims: dict, train: dict, seq: int, kind: str, num_gpus: int, setting: dict, P: dict | None = None) -> dict:
+    "The largest per-GPU batch (up to the configured one) that fits `setting` on `num_gpus` GPUs of `kind`."
+    P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **(P or {})}; usable = usable_bytes(kind, P)
+    sep = setting['placement'] == 'separate'
+    if sep and num_gpus < 2: return {**setting, 'batch': 0}
+    tg = separate_split(dims, train, seq, num_gpus, P) if sep else 0
+    world = num_gpus - tg
+    want = int(train.get('batch_size') or 1) * int(train.get('grad_accum') or 1) * num_gpus   # sequences per optimizer step
+    for b in range(int(train.get('batch_size') or 1), 0, -1):
+        m = train_memory(dims, train, seq, b, world=world, P=P, **setting)
+        if _fits(m, usable):
+            return {**setting, 'batch': b, 'grad_accum': math.ceil(want / (b * world)), 'target_gpus': tg, 'trainer_gpus': world,
+                    'trainer_bytes': sum(m['trainer'].values()), 'target_bytes': sum(m['target'].values()) if m['target'] else None}
+    return {**setting, 'batch': 0, 'target_gpus': tg, 'trainer_gpus': world}
+
+def recommend_train(dims: dict, train: dict, seq: int, kind: str, num_gpus: int, P: dict | None = None) -> dict | None:
+    "The first setting that fits the configured batch on `kind`, else the one with the largest batch; None if none fits."
+    P = {**MEM_DEFAULTS, **(P or {})}; want = int(train.get('batch_size') or 1); best = None
+    for s in train_settings():
+        f = train_fit(dims, train, seq, kind, num_gpus, s, P)
+        if f['batch'] == want: return f
+        if f['batch'] and (best is None or f['batch'] > best['batch']): best = f
+    return best
+
+# %% ../nbs/95_plan.ipynb #2a4efeca
+def _regen_setting(cfg: dict, P: dict) -> dict:
+    rg, src = cfg.get('regenerate') or {}, cfg.get('sources') or {}
+    from dflash_nb.sources import get_source
+    cats = {get_source(n, src.get('extra_sources') or {}).category for n in src.get('sources') or []}
+    prompt = max([P['tokens_per_row'].get(c, [300, 400])[0] for c in cats] or [300])
+    batch = int(rg.get('concurrency') or 8) if rg.get('backend') == 'http' else int(rg.get('batch_size') or 16)
+    return {'batch': batch, 'prompt': prompt, 'ctx': prompt + int(rg.get('max_new_tokens') or 2048), 'tp': int(P['regen_tp'])}
+
+def _max_batch(fn, usable: float, cap: int = 1 << 16) -> int:
+    "Largest b <= cap with sum(fn(b)) <= usable (fn grows with b)."
+    if sum(fn(1).values()) > usable: return 0
+    lo, hi = 1, 2
+    while hi <= cap and sum(fn(hi).values()) <= usable: lo, hi = hi, hi * 2
+    hi = min(hi, cap + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if sum(fn(mid).values()) <= usable else (lo, mid)
+    return lo
+
+def recommend_regen(dims: dict, rs: dict, kind: str, P: dict | None = None) -> dict:
+    "The smallest tensor parallelism (from the configured one) whose GPUs hold `rs['batch']` sequences, and the most they hold."
+    fn = lambda t: (lambda b: regen_memory(dims, b, rs['ctx'], rs['prompt'], t, P))
+    u = usable_bytes(kind, P)
+    tp = next((t for t in (1, 2, 4, 8) if t >= rs['tp'] and _max_batch(fn(t), u) >= rs['batch']), 8)
+    return {'tp': tp, 'max_batch': _max_batch(fn(tp), u)}
+
+# %% ../nbs/95_plan.ipynb #8be0a6fd
+def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
+    "Per-GPU memory of regeneration, extraction and training for `cfg`, what fits on each GPU kind, and recommendations."
+    P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **(P or {})}
+    P['tokens_per_row'] = {**PLAN_DEFAULTS['tokens_per_row'], **(P.get('tokens_per_row') or {})}
+    kinds = [k for k in P['gpu_kinds'] if k in GPU_KINDS]; usable = {k: usable_bytes(k, P) for k in kinds}
+    tr, hs, tok = (cfg.get(k) or {} for k in ('train', 'hidden_states', 'tokenization'))
+    seq, G = int(tok.get('max_seq_len') or 3072), int(P['num_gpus'])
+    online = (tr.get('source') or 'offline') == 'online'
+    out = {'gpus': {k: {'label': GPU_KINDS[k]['label'], 'usable_bytes': usable[k]} for k in kinds}, 'stages': {}, 'warnings': []}
+    # regeneration
+    rs = _regen_setting(cfg, P)
+    out['stages']['40_regenerate'] = {'setting': rs, 'components': regen_memory(dims, rs['batch'], rs['ctx'], rs['prompt'], rs['tp'], P),
+                                      'recommend': {k: recommend_regen(dims, rs, k, P) for k in kinds}}
+    # extraction
+    n_feat = int(tr.get('num_feature_layers') or hs.get('num_features') or 5) + (1 if hs.get('include_last') else 0)
+    toks, rows = int(hs.get('max_batch_tokens') or 4096), int(hs.get('max_batch_size') or 32)
+    efn = lambda t: extract_memory(dims, t, max(1, min(rows, t // seq + 1)), n_feat)
+    out['stages']['60_hidden_states'] = {'setting': {'max_batch_tokens': toks, 'skipped': online},
+                                         'components': efn(toks), 'recommend': {k: {'max_batch_tokens': _max_batch(efn, usable[k], 1 << 22)} for k in kinds}}
+    # training
+    ts = {'placement': tr.get('placement') or 'colocated', 'fsdp': bool(tr.get('fsdp', False)),
+          'grad_checkpoint': bool(tr.get('grad_checkpoint', False)), 'ce': tr.get('ce') or 'chunked'}
+    sep = ts['placement'] == 'separate'; tg = separate_split(dims, tr, seq, G, P) if sep else 0
+    m = train_memory(dims, tr, seq, int(tr.get('batch_size') or 1), world=G - tg, P=P, **ts)
+    out['stages']['80_train'] = {'setting': {**ts, 'batch': int(tr.get('batch_size') or 1), 'num_gpus': G, 'target_gpus': tg},
+                                 'components': m['trainer'], 'target_components': m['target'],
+                                 'recommend': {k: recommend_train(dims, tr, seq, k, G, P) for k in kinds}}
+    # fits + warnings for the plan's GPU
+    for name, st in out['stages'].items():
+        mem = {'trainer': st['components'], 'target': st.get('target_components')}
+        st['total_bytes'] = sum(st['components'].values())
+        st['fits'] = {k: _fits(mem, usable[k]) for k in kinds}
+    g = P['gpu'] if P['gpu'] in GPU_KINDS else None
+    if g:
+        for name, st in out['stages'].items():
+            if name == '60_hidden_states' and online: continue
+            if not _fits({'a': st['components'], 'b': st.get('target_components')}, usable_bytes(g, P)):
+                r = st['recommend'].get(g) if g in kinds else None
+                out['warnings'].append(f"{name} as configured needs {fmt_bytes(st['total_bytes'])} per GPU; a {GPU_KINDS[g]['label']} "
+                                       f"has {fmt_bytes(usable_bytes(g, P))} usable: OUT OF MEMORY. Use: {format_recommendation(name, r)}")
+    return out
+
+# %% ../nbs/95_plan.ipynb #93214d25
+def format_recommendation(stage: str, r: dict | None) -> str:
+    "One line: the recommended setting of a stage on one GPU kind."
+    if not r: return 'nothing fits (more GPUs, a smaller drafter or shorter sequences)'
+    if stage == '40_regenerate': return f"tensor parallel {r['tp']}: up to {r['max_batch']:,} sequences in flight per server"
+    if stage == '60_hidden_states': return f"max_batch_tokens up to {r['max_batch_tokens']:,}"
+    if not r.get('batch'): return 'nothing fits'
+    where = f"separate ({r['target_gpus']} target + {r['trainer_gpus']} trainer GPUs)" if r['placement'] == 'separate' else 'colocated'
+    flags = [f for f, on in (('fsdp', r['fsdp']), ('grad_checkpoint', r['grad_checkpoint'])) if on]
+    flags += [f"ce {r['ce']}"]
+    used = f"{fmt_bytes(r['trainer_bytes'])} per trainer GPU" + (f", {fmt_bytes(r['target_bytes'])} per target GPU" if r.get('target_bytes') else '')
+    return (f"placement {where}" + (', ' + ', '.join(flags) if flags else '') + f", batch {r['batch']} per GPU, grad_accum "
+            f"{r['grad_accum']} ({r['batch'] * r['trainer_gpus'] * r['grad_accum']} sequences per step; {used})")
+
+def format_memory(mem: dict) -> str:
+    "The memory tables as text: components per stage, what fits on each GPU kind, the recommendations."
+    kinds = list(mem['gpus']); lines = ['memory per GPU (' + ', '.join(f"{v['label']}: {fmt_bytes(v['usable_bytes'])} usable" for v in mem['gpus'].values()) + '):']
+    for name, st in mem['stages'].items():
+        s = st['setting']
+        desc = {'40_regenerate': lambda: f"{s['batch']} sequences of {s['prompt']:,} + {s['ctx'] - s['prompt']:,} tokens, tensor parallel {s['tp']}",
+                '60_hidden_states': lambda: f"{s['max_batch_tokens']:,} tokens per forward" + (' (skipped: online features)' if s['skipped'] else ''),
+                '80_train': lambda: f"placement {s['placement']}, batch {s['batch']} per GPU, fsdp {s['fsdp']}, grad_checkpoint "
+                                    f"{s['grad_checkpoint']}, ce {s['ce']}"}[name]()
+        lines.append(f"  {name}: {desc}")
+        for k, v in st['components'].items(): lines.append(f"    {k:<44} {fmt_bytes(v):>10}")
+        if st.get('target_components'):
+            lines.append(f"    (on each of the {s['target_gpus']} target GPUs: {fmt_bytes(sum(st['target_components'].values()))})")
+        lines.append(f"    {'total':<44} {fmt_bytes(st['total_bytes']):>10}   " +
+                     '  '.join(f"{mem['gpus'][k]['label']}: {'fits' if st['fits'][k] else 'NO'}" for k in kinds))
+        for k in kinds: lines.append(f"    recommended on {mem['gpus'][k]['label']}: {format_recommendation(name, st['recommend'].get(k))}")
+    return '\n'.join(lines)
+
+# %% ../nbs/95_plan.ipynb #532f9725
 def make_plan(config=None, overrides=(), target_config=None, tokenizer=None, out=None, echo=print) -> dict:
     "Validate and estimate a run config; print the plan; save it as JSON to `out` (if given). Raises ConfigError on errors."
     cfg = config if isinstance(config, dict) else load_config(config, overrides)
@@ -246,8 +513,10 @@ def make_plan(config=None, overrides=(), target_config=None, tokenizer=None, out
     runs_dir = Path((cfg.get('run') or {}).get('runs_dir') or 'runs')
     probe = runs_dir if runs_dir.exists() else Path('.')
     free = shutil.disk_usage(probe).free
-    est = estimate(cfg, dims, {k: v for k, v in (cfg.get('plan') or {}).items() if k not in ('target_config', 'tokenizer')}, free)
-    plan = {'config': cfg.get('run'), 'target': dims, 'checks': checks, 'estimates': est, 'free_disk_bytes': free,
+    assume = {k: v for k, v in (cfg.get('plan') or {}).items() if k not in ('target_config', 'tokenizer')}
+    est = estimate(cfg, dims, {k: v for k, v in assume.items() if k not in MEM_DEFAULTS}, free)
+    mem = memory_plan(cfg, dims, assume)
+    plan = {'config': cfg.get('run'), 'target': dims, 'checks': checks, 'estimates': est, 'memory': mem, 'free_disk_bytes': free,
             'ok': all(c['ok'] or c['level'] != 'error' for c in checks)}
     echo(format_plan(plan))
     if out: write_json(out, plan)
@@ -263,10 +532,11 @@ def format_plan(plan: dict) -> str:
     for c in plan['checks']:
         mark = 'ok ' if c['ok'] else ('ERR' if c['level'] == 'error' else 'warn')
         lines.append(f"  [{mark}] {c['check']}: {c['detail']}")
-    lines += ['', f"{'source':<30} {'category':<13} {'rows':>9} {'tokens':>14} {'supervised':>14}  licence"]
+    lines += ['', f"{'source':<30} {'category':<13} {'config':>9} {'rows':>9} {'tokens':>14} {'supervised':>14}  licence"]
     for k, v in e['per_source'].items():
-        lines.append(f"  {k:<28} {v['category']:<13} {v['rows']:>9,} {v['tokens']:>14,} {v['supervised']:>14,}  {v['licence']}{' (gated)' if v['gated'] else ''}")
-    lines += [f"  {'total':<28} {'':<13} {e['rows']:>9,} {e['tokens']:>14,} {e['supervised_tokens']:>14,}", '',
+        qc = v.get('quota_in_config'); qc = f'{qc:,}' if qc is not None else 'rest'
+        lines.append(f"  {k:<28} {v['category']:<13} {qc:>9} {v['rows']:>9,} {v['tokens']:>14,} {v['supervised']:>14,}  {v['licence']}{' (gated)' if v['gated'] else ''}")
+    lines += [f"  {'total':<28} {'':<13} {'':>9} {e['rows']:>9,} {e['tokens']:>14,} {e['supervised_tokens']:>14,}", '',
               f"{'stage':<18} {'disk':>12} {'PFLOP':>12} {'GPU-hours':>10}  notes"]
     for k, v in e['stages'].items():
         note = v.get('mode', '') or (f"{v.get('generated_tokens', 0):,} generated tokens" if 'generated_tokens' in v else '')
@@ -275,11 +545,13 @@ def format_plan(plan: dict) -> str:
     a = e['assumptions']
     lines += [f"  {'total':<16} {'':>12} {'':>12} {e['gpu_hours_total']:>10,.1f}  ~{e['wall_hours_on_cluster']:,.1f} h on {a['num_gpus']}x {a['gpu']} "
               f"(bf16 peak {a['gpu_bf16_tflops']} TFLOP/s; utilization: generation {a['util_generation']}, prefill {a['util_prefill']}, training {a['util_training']})"]
-    if e['warnings']: lines += ['', 'warnings:'] + [f'  - {w}' for w in e['warnings']]
+    if plan.get('memory'): lines += ['', format_memory(plan['memory'])]
+    warns = e['warnings'] + ((plan.get('memory') or {}).get('warnings') or [])
+    if warns: lines += ['', 'warnings:'] + [f'  - {w}' for w in warns]
     lines.append(f"free disk here: {fmt_bytes(plan['free_disk_bytes'])}; plan {'OK' if plan['ok'] else 'HAS ERRORS'}")
     return '\n'.join(lines)
 
-# %% ../nbs/95_plan.ipynb #4bb00c5e
+# %% ../nbs/95_plan.ipynb #2c8ea98b
 def register_cli(sub):
     "Add `dflash-nb plan CONFIG` to the CLI."
     p = sub.add_parser('plan', help='validate a run config and estimate rows, tokens, disk, compute and GPU-hours')

@@ -24,9 +24,9 @@ __all__ = ['CATEGORIES', 'NORMALIZERS', 'REGISTRY', 'SIGNATURES', 'Source', 'Nor
            'norm_humaneval', 'norm_openai_messages', 'norm_sharegpt_preference', 'norm_hh_rlhf',
            'norm_openai_preference', 'get_source', 'SourceUnavailable', 'hub_reachable', 'resolve_path', 'read_file',
            'read_source', 'normalize_record', 'normalize_stream', 'row_chars', 'survey_source', 'norm_text',
-           'dedup_keys', 'allocate', 'build_mix', 'plot_mix', 'plot_lengths', 'detect_format', 'auto_source',
-           'file_source', 'normalize_file', 'cmd_sources_list', 'cmd_sources_normalize', 'cmd_sources_detect',
-           'register_cli']
+           'dedup_keys', 'scale_quotas', 'allocate', 'build_mix', 'plot_mix', 'plot_lengths', 'detect_format',
+           'auto_source', 'file_source', 'normalize_file', 'cmd_sources_list', 'cmd_sources_normalize',
+           'cmd_sources_detect', 'register_cli']
 
 # %% ../nbs/10_sources.ipynb #e55b2a21
 CATEGORIES = ('general', 'code', 'multi-turn', 'tool-calling', 'agentic', 'eval')
@@ -783,7 +783,7 @@ def survey_source(src: Source, n: int = 200, count_all: bool = True) -> dict:
                 lengths={'chars': chars, 'turns': turns}, seconds=round(time.time() - t, 3))
     return info
 
-# %% ../nbs/10_sources.ipynb #fde8f4b7
+# %% ../nbs/10_sources.ipynb #a3479d87
 _PUNCT = re.compile(r'[\W_]+', re.U)
 
 def norm_text(s: str) -> str:
@@ -796,9 +796,21 @@ def dedup_keys(row) -> tuple[str, str]:
     normd = hashlib.blake2b(norm_text(user_text(row)).encode(), digest_size=16).hexdigest()
     return exact, normd
 
+def scale_quotas(total: int | None, quotas: dict | None) -> dict:
+    "`quotas` scaled down proportionally to add up to `total` when they exceed it (largest remainder); else unchanged."
+    # quotas are written for the configured total: a smaller total (a trial slice) scales them all by the same factor
+    # instead of being silently overridden by them; `total <= 0` means no total. `dflash-nb plan` uses the same rule.
+    q = {k: int(v) for k, v in (quotas or {}).items()}
+    s = sum(q.values())
+    if not total or int(total) <= 0 or s <= int(total): return q
+    raw = {k: v * int(total) / s for k, v in q.items()}
+    out = {k: int(v) for k, v in raw.items()}
+    for k in sorted(raw, key=lambda k: (out[k] - raw[k], k))[:int(total) - sum(out.values())]: out[k] += 1
+    return out
+
 def allocate(total: int, sources: list[Source], quotas: dict | None = None, category_weights: dict | None = None) -> dict:
-    "Per-source row quotas: explicit `quotas` win; the rest of `total` is split by category weight, then evenly (largest remainder)."
-    quotas = dict(quotas or {}); cw = dict(category_weights or {})
+    "Per-source row quotas: explicit `quotas` win (scaled by `scale_quotas` when they exceed `total`); the rest of `total` is split by category weight, then evenly (largest remainder)."
+    quotas = scale_quotas(total, quotas); cw = dict(category_weights or {})
     bad = [k for k in quotas if k not in {s.name for s in sources}]
     if bad: raise ValueError(f'quotas name sources not in the mix: {bad}')
     rest = [s for s in sources if s.name not in quotas]

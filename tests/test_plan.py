@@ -21,6 +21,7 @@ def test_plan_cli_offline(tmp_path):
     assert 900_000 < plan['estimates']['rows'] < 930_000
     assert plan['estimates']['stages']['60_hidden_states']['bytes_per_token'] == 51_200
     if fx: assert any(c['check'] == 'mask token' and 'spare embedding row' in c['detail'] for c in plan['checks'])
+    check_memory_output(r.stdout, plan)
 
 def test_estimates_by_hand():
     dims = target_dims(read_json(TCFG))
@@ -49,3 +50,107 @@ def test_unknown_source_is_an_error():
     cfg = load_config(PROD, ['sources.sources=[openorca, no-such-dataset]', 'sources.quotas={openorca: 10}'])
     bad = [c for c in validate(cfg, dims) if not c['ok']]
     assert any('no-such-dataset' in c['check'] for c in bad)
+
+# -- memory per GPU (issue 15) ------------------------------------------------------------------------------------------
+from dflash_nb.plan import (memory_plan, train_memory, regen_memory, usable_bytes, recommend_train, drafter_params,
+                            target_token_bytes, format_memory)
+
+def test_training_memory_by_hand():
+    "The production drafter (5 layers at width 5120) on Qwen3.6-27B, colocated, batch 4: every component worked by hand."
+    dims = target_dims(read_json(TCFG)); cfg = load_config(PROD)
+    tr = cfg['train']; H, I, V = 5120, 17408, 248320
+    # drafter: 5 × (q,o 2·5120·6144 + k,v 2·5120·1024 + MLP 3·5120·17408 + norms 2·5120 + q/k norms 2·256) + fc 5·5120² + 2 norms
+    pd = 5 * (2 * H * 6144 + 2 * H * 1024 + 3 * H * I + 2 * H + 2 * 256) + 5 * H * H + 2 * H
+    assert drafter_params(dims, tr) == pd and 1.8e9 < pd < 1.9e9
+    m = train_memory(dims, tr, seq=3072, batch=4, ce='full')['trainer']
+    assert m['target weights'] == 2 * dims['params_estimate']
+    assert m['drafter parameters (fp32)'] + m['gradients (fp32)'] + m['AdamW states (fp32 m, v)'] == 16 * pd   # ~29 GB
+    assert m['embedding + LM head (frozen)'] == 2 * V * H * 4                      # untied, fp32 as train loads them
+    assert m['loss (logits)'] == 4 * 512 * 15 * V * 14                             # 30,720 block positions × vocab × 14 B
+    per_q = 2 * (2 * 6144 + 2 * 1024 + 2 * H + 4 * I) + 8 * H                     # per layer and query token
+    per_ctx = 5 * H * 2 + 2 * H * 4 + 5 * 2 * 1024 * 2
+    assert m['drafter activations'] == 4 * (5 * 8192 * per_q + 3072 * per_ctx)
+    assert m['target forward (features + one layer)'] == 4 * 3072 * (5 * H * 2 + (3 * I + 4 * H) * 2)
+    assert sum(m.values()) > usable_bytes('B200')                                 # full logits: no GPU holds it
+    # the chunked loss: one chunk of 2^26 logits (14 B each) + fp32 row gradients and bf16 rows of the 30,720 positions
+    c = train_memory(dims, tr, seq=3072, batch=4)['trainer']
+    assert c['loss (logits)'] == 2 ** 26 * 14 + 4 * 512 * 15 * H * 6
+    assert usable_bytes('H200') < sum(c.values()) < usable_bytes('B200')
+    # FSDP over 8 GPUs, checkpointed activations
+    f = train_memory(dims, tr, seq=3072, batch=4, fsdp=True, grad_checkpoint=True, world=8)['trainer']
+    assert f['AdamW states (fp32 m, v)'] == 8 * pd / 8
+    assert f['drafter activations'] == 4 * (5 * 8192 * H * 4 + 8192 * per_q + 3072 * per_ctx)
+
+def test_regeneration_memory_by_hand():
+    dims = target_dims(read_json(TCFG))
+    c = target_token_bytes(dims)
+    assert c['kv_per_token'] == 16 * 2 * 4 * 256 * 2                              # 16 full-attention layers, bf16
+    assert c['state_per_seq'] == 48 * (48 * 128 * 128 * 4 + 3 * (2 * 16 * 128 + 48 * 128) * 2)
+    m = regen_memory(dims, batch=64, ctx=4096, prompt=2048, tp=4)
+    assert m['KV cache (full-attention layers)'] == 64 * 4096 * c['kv_per_token'] / 4
+    assert m['target weights'] == 2 * dims['params_estimate'] / 4
+
+def test_memory_recommendations_fit():
+    "H100 80 GB: target and drafter do not fit together -> separate placement; H200 and B200: colocated."
+    dims = target_dims(read_json(TCFG)); tr = load_config(PROD)['train']
+    h100, h200 = recommend_train(dims, tr, 3072, 'H100', 8), recommend_train(dims, tr, 3072, 'H200', 8)
+    assert h100['placement'] == 'separate' and h100['batch'] >= 1
+    assert h100['trainer_bytes'] <= usable_bytes('H100') and h100['target_bytes'] <= usable_bytes('H100')
+    assert h100['target_gpus'] + h100['trainer_gpus'] == 8
+    assert h200['placement'] == 'colocated' and h200['batch'] == 4 and h200['trainer_bytes'] <= usable_bytes('H200')
+    # a recommendation is what train_memory says fits, not a label
+    m = train_memory(dims, tr, 3072, h200['batch'], world=8, **{k: h200[k] for k in ('placement', 'fsdp', 'grad_checkpoint', 'ce')})
+    assert sum(m['trainer'].values()) == h200['trainer_bytes']
+
+def check_memory_output(out, plan):
+    "The memory table of the production plan (called from test_plan_cli_offline: one CLI run for both)."
+    assert 'memory per GPU' in out and 'loss (logits)' in out and 'AdamW states' in out
+    assert 'recommended on H100 80 GB: placement separate' in out
+    assert 'recommended on H200 141 GB: placement colocated' in out
+    assert '80_train as configured needs' in out and 'OUT OF MEMORY' in out
+    assert set(plan['memory']['stages']) == {'40_regenerate', '60_hidden_states', '80_train'}
+    assert plan['memory']['stages']['40_regenerate']['fits']['H100']          # 4-way tensor parallel, 256 in flight
+
+# -- what the config really does ---------------------------------------------------------------------------------------
+def test_total_scales_quotas():
+    "`--set sources.total=2000` plans 2,000 rows (quotas scaled), with the rows each source gives and a line saying so."
+    from dflash_nb.sources import allocate, get_source
+    cfg = load_config(PROD, ['sources.total=2000'])
+    plan = make_plan(cfg, target_config=TCFG, echo=lambda s: None)
+    e = plan['estimates']
+    assert e['rows'] == 2000 and sum(v['rows'] for v in e['per_source'].values()) == 2000
+    srcs = [get_source(n) for n in cfg['sources']['sources']]
+    assert {k: v['rows'] for k, v in e['per_source'].items()} == allocate(2000, srcs, cfg['sources']['quotas'])
+    assert e['per_source']['openorca']['rows'] == round(371000 * 2000 / 913786)   # 812: the mix's proportions kept
+    assert any('scaled by' in w for w in e['warnings'])
+    full = make_plan(PROD, target_config=TCFG, echo=lambda s: None)['estimates']
+    assert full['rows'] == 913786 and not any('scaled by' in w for w in full['warnings'])
+
+def test_quotas_short_of_total_are_reported():
+    dims = target_dims(read_json(TCFG))
+    cfg = {'sources': {'sources': ['demo-alpaca'], 'total': 100, 'quotas': {'demo-alpaca': 40}}}
+    e = estimate(cfg, dims)
+    assert e['rows'] == 40 and any('fewer than sources.total' in w for w in e['warnings'])
+
+def test_offline_hub_target_fails_at_once(tmp_path):
+    import time
+    t = time.time()
+    r = dflash('plan', PROD, check=False, env={'HF_HUB_OFFLINE': '1'})
+    assert r.returncode != 0 and time.time() - t < 20
+    err = (r.stdout + r.stderr).strip().splitlines()
+    assert any('hub is out of reach' in l and '--target-config' in l for l in err)
+
+def test_scale_quotas():
+    from dflash_nb.sources import scale_quotas
+    assert scale_quotas(100, {'a': 30, 'b': 20}) == {'a': 30, 'b': 20}               # they fit: unchanged
+    assert scale_quotas(10, {'a': 300, 'b': 100, 'c': 100}) == {'a': 6, 'b': 2, 'c': 2}
+    assert sum(scale_quotas(7, {'a': 1, 'b': 1, 'c': 1, 'd': 1, 'e': 5}).values()) == 7
+    assert scale_quotas(0, {'a': 5}) == {'a': 5} and scale_quotas(None, {'a': 5}) == {'a': 5}   # no total: face value
+
+def test_sources_stage_uses_the_same_rule():
+    "The mix builder scales the quotas as the plan does: 30 + 10 asked, total 8 -> 6 + 2 rows."
+    from dflash_nb.sources import build_mix, get_source
+    srcs = [get_source('demo-alpaca'), get_source('demo-sharegpt')]
+    rows, counts = build_mix(srcs, total=8, quotas={'demo-alpaca': 30, 'demo-sharegpt': 10}, log=lambda m: None)
+    assert (counts['demo-alpaca']['quota'], counts['demo-sharegpt']['quota']) == (6, 2)
+    assert len(rows) == 8

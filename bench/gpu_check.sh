@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One-GPU check (bench/gpu_check.py): production-shape drafter training step, SmolLM2 regeneration and feature
+# extraction throughput, lossless speculative decoding in bf16. At most ~8 minutes; writes bench/results/gpu_check.json.
+#   bash bench/gpu_check.sh                        # on the GPU machine (its python3 holds torch; nothing is installed)
+#   bash bench/gpu_check.sh --device cpu --tiny    # CPU smoke test
+# Python: $PYTHON, else /opt/torch/.venv/bin/python3 (the GPU image's), else the repo's .venv, else python3.
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  for c in /opt/torch/.venv/bin/python3 "$ROOT/.venv/bin/python" python3; do
+    if [ -x "$c" ] || command -v "$c" >/dev/null 2>&1; then PY="$c"; break; fi
+  done
+fi
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# the script boxes each section and writes the JSON after each one; this outer limit only catches a hang
+exec timeout --signal=TERM --kill-after=15 "${GPU_CHECK_TIMEOUT:-480}" "$PY" "$ROOT/bench/gpu_check.py" "$@"
