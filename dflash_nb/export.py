@@ -13,7 +13,8 @@ from .core import atomic_dir, iter_jsonl, read_json, write_json, write_jsonl, wr
 __all__ = ['STAGE_DIRS', 'SPECULATORS_VERSIONS', 'SPECFORGE_TEMPLATES', 'KNOWN_BASE_MODELS', 'stage_dir', 'mapping_names',
            'open_features', 'aligned_rows', 'check_tokens', 'export_speculators', 'specforge_template',
            'training_conversations', 'consecutive_supervised', 'export_specforge', 'serving_commands', 'base_model_id',
-           'eval_table', 'data_mix', 'model_card', 'hub_model_source', 'export_hub_drafter', 'register_cli']
+           'target_token_ids', 'eval_table', 'data_mix', 'model_card', 'hub_model_source', 'export_hub_drafter',
+           'register_cli']
 
 # %% ../nbs/96_export.ipynb #f0402018
 STAGE_DIRS = {'targets': '01_targets', 'sources': '10_sources', 'convert': '30_convert', 'regenerate': '40_regenerate',
@@ -189,7 +190,7 @@ def export_specforge(run_dir, out_dir, group: int = 2000) -> dict:
     assert summary['samples'] + summary['skipped'] == summary['rows_in']
     return summary
 
-# %% ../nbs/96_export.ipynb #6f85a1aa
+# %% ../nbs/96_export.ipynb #7edb3a19
 KNOWN_BASE_MODELS = {'smollm2': 'HuggingFaceTB/SmolLM2-135M-Instruct'}
 
 def serving_commands(base_model: str, drafter: str, block_size: int) -> dict:
@@ -211,6 +212,16 @@ def base_model_id(run_dir, explicit: str | None = None) -> str:
     cj = Path(t.get('path') or '') / 'config.json'
     name = read_json(cj).get('_name_or_path') if t.get('path') and cj.exists() else None
     return name if hub_like(name) and '/' in str(name) else str(spec)
+
+def target_token_ids(run_dir) -> dict:
+    "`bos_token_id` / `eos_token_id` of the run's target (its config.json, else target.json), for drafters trained without them."
+    t = Path(run_dir) / '01_targets' / 'target.json'
+    if not t.exists(): return {}
+    t = read_json(t)
+    cj = Path(t.get('path') or '') / 'config.json'
+    c = read_json(cj) if t.get('path') and cj.exists() else {}
+    c = c.get('text_config') or c
+    return {k: c.get(k, t.get(k)) for k in ('bos_token_id', 'eos_token_id') if c.get(k, t.get(k)) is not None}
 
 # %% ../nbs/96_export.ipynb #c64d9f11
 def _eval_rows(obj, path=()):
@@ -283,7 +294,7 @@ def _no_paths(obj, where='config.json'):
     elif isinstance(obj, str) and (obj.startswith(('/', '~')) or ':\\' in obj or Path(obj).is_absolute()):
         raise ValueError(f'{where} holds a local path {obj!r}')
 
-# %% ../nbs/96_export.ipynb #9715a94e
+# %% ../nbs/96_export.ipynb #fed44d34
 def export_hub_drafter(run_dir, out_dir, base_model: str | None = None, license: str = 'apache-2.0',
                        allow_engine_mismatch: bool = False, echo=print) -> dict:
     "Write a hub-ready drafter folder for `run_dir`'s trained drafter into `out_dir`; prints and returns the serving commands."
@@ -298,6 +309,8 @@ def export_hub_drafter(run_dir, out_dir, base_model: str | None = None, license:
                          + ' (allow_engine_mismatch=True / --allow-engine-mismatch exports anyway, with this warning in the card)')
     for n in notes: warnings.warn(n)
     base = base_model_id(run_dir, base_model)
+    for k, v in target_token_ids(run_dir).items():
+        if getattr(cfg, k) is None: setattr(cfg, k, v)
     conf = read_json(src / 'config.json')
     conf = {**cfg.to_json_dict(conf.get('dtype', 'bfloat16')), 'auto_map': {'AutoModel': 'modeling_dflash.DFlashDraftModel'}}
     _no_paths(conf)

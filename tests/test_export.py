@@ -111,7 +111,7 @@ from transformers import AutoTokenizer
 from specforge.data.preprocessing import build_eagle3_dataset
 conv = load_dataset("json", data_files=sys.argv[1] + "/train.jsonl")["train"]
 tok = AutoTokenizer.from_pretrained(sys.argv[2])
-ds = build_eagle3_dataset(conv, tok, chat_template=sys.argv[3], max_length=4096, num_proc=None, cache_dir=sys.argv[1] + "/_cache")
+ds = build_eagle3_dataset(conv, tok, chat_template=sys.argv[3], max_length=4096, num_proc=None, cache_dir=sys.argv[1] + "/_cache", cache_key="dflash_nb")
 out["jsonl"] = {"rows": len(conv), "tokenized": len(ds), "supervised": [int(r["loss_mask"].sum()) for r in ds]}
 print("JSON" + json.dumps(out))
 '''
