@@ -553,7 +553,7 @@ def export_drafter(drafter: DFlashDrafter, out_dir, dtype: str = 'bfloat16', ext
     for eng, why in engine_problems(cfg).items(): warnings.warn(f'{out}: {eng} would serve this drafter differently: {"; ".join(why)}')
     return out
 
-# %% ../nbs/70_drafter.ipynb #24330e6c
+# %% ../nbs/70_drafter.ipynb #df50950f
 _FOREIGN_KEYS = ('embed_tokens.weight', 'lm_head.weight', 'verifier_lm_head.weight', 'verifier_norm.weight', 'd2t', 't2d')
 
 def _verifier_layers(d: dict):
@@ -569,7 +569,7 @@ def drafter_config_dict(d: dict, num_target_layers: int | None = None) -> tuple[
     if d.get('speculators_model_type') == 'dflash':
         tl = dict(d.get('transformer_layer_config') or {})
         from transformers import AutoConfig        # speculators saves a diff against the config class's defaults
-        tl = {**AutoConfig.for_model(tl.get('model_type', 'qwen3'), **tl).to_dict(), **tl}
+        tl = {**AutoConfig.for_model(tl.get('model_type', 'qwen3'), **{k: v for k, v in tl.items() if k != 'model_type'}).to_dict(), **tl}
         if d.get('draft_vocab_size') not in (None, tl.get('vocab_size')):
             raise ValueError(f"speculators drafter with a reduced draft vocabulary ({d['draft_vocab_size']} of {tl.get('vocab_size')} "
                              'tokens, own lm_head + d2t): dflash_nb drafts through the target head over the full vocabulary')
