@@ -12,9 +12,9 @@ from .core import ConfigError, load_config, default_config_path
 # %% auto #0
 __all__ = ['CLI_MODULES', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'build_parser', 'main']
 
-# %% ../nbs/03_cli.ipynb #3b2a09b4
+# %% ../nbs/03_cli.ipynb #90438ee5
 CLI_MODULES = ('targets', 'sources', 'templates', 'convert', 'regenerate', 'tokenization', 'hidden_states',
-               'drafter', 'train', 'evaluate', 'plan')
+               'drafter', 'train', 'evaluate', 'plan', 'export')
 
 def _add_config_args(p):
     p.add_argument('config', nargs='?', default=None,

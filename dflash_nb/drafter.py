@@ -16,16 +16,40 @@ import torch.nn.functional as F
 from .core import default_target_layer_ids, check_target_layer_ids, write_json, read_json, atomic_dir
 
 # %% auto #0
-__all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'FLEX_COMPILE', 'FLEX_COMPILE_BACKEND', 'CE_CHUNK_ELEMS',
-           'default_gamma', 'DFlashConfig', 'build_config', 'resolve_mask_token_id', 'flex_compiles', 'compiled',
-           'compile_count', 'ensure_recompile_limit', 'RMSNorm', 'rope_cos_sin', 'apply_rope', 'attend',
-           'DFlashAttention', 'DFlashMLP', 'DFlashDecoderLayer', 'DraftCache', 'DFlashDrafter', 'dflash_mask_mod',
-           'dense_mask', 'flex_available', 'build_masks', 'anchor_candidates', 'sample_anchors', 'pad_anchors',
-           'linear_buckets', 'bucket_size', 'slot_weights', 'block_labels', 'per_slot_stats', 'acceptance_length',
-           'ce_chunks', 'ChunkedLinearCE', 'linear_cross_entropy_stats', 'slot_cross_entropy', 'dflash_loss',
-           'inference_masks', 'draft_block', 'draft_weight_names', 'export_drafter', 'load_drafter']
+__all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'FLEX_COMPILE', 'FLEX_COMPILE_BACKEND', 'CE_CHUNK_ELEMS', 'hub_like',
+           'causality_keys', 'engine_problems', 'default_gamma', 'DFlashConfig', 'build_config',
+           'resolve_mask_token_id', 'flex_compiles', 'compiled', 'compile_count', 'ensure_recompile_limit', 'RMSNorm',
+           'rope_cos_sin', 'apply_rope', 'attend', 'DFlashAttention', 'DFlashMLP', 'DFlashDecoderLayer', 'DraftCache',
+           'DFlashDrafter', 'dflash_mask_mod', 'dense_mask', 'flex_available', 'build_masks', 'anchor_candidates',
+           'sample_anchors', 'pad_anchors', 'linear_buckets', 'bucket_size', 'slot_weights', 'block_labels',
+           'per_slot_stats', 'acceptance_length', 'ce_chunks', 'ChunkedLinearCE', 'linear_cross_entropy_stats',
+           'slot_cross_entropy', 'dflash_loss', 'inference_masks', 'draft_block', 'draft_weight_names',
+           'export_drafter', 'drafter_config_dict', 'load_drafter']
 
-# %% ../nbs/70_drafter.ipynb #b71a4a82
+# %% ../nbs/70_drafter.ipynb #17d01da7
+def hub_like(name) -> bool:
+    "True for a hub model id such as `Qwen/Qwen3-8B` (not a local or cache path)."
+    if not isinstance(name, str) or not name or name.startswith(('/', '.', '~')) or '\\' in name: return False
+    parts = name.split('/')
+    return len(parts) <= 2 and all(parts) and not Path(name).exists()
+
+def causality_keys(cfg) -> dict:
+    "The `dflash_config` causality switch vLLM reads (`{'causal': bool}`), or `{}` where its per-layer default is right."
+    types = set(cfg.layer_types)
+    if 'sliding_attention' not in types: return {'causal': False}
+    if types == {'sliding_attention'}: return {'causal': bool(cfg.sliding_window_causal)}
+    return {} if cfg.sliding_window_causal else {'causal': False}
+
+def engine_problems(cfg) -> dict:
+    "`{engine: [reason, ...]}` for the engines that would serve `cfg` differently from how it was trained."
+    out = {}
+    if 'sliding_attention' in cfg.layer_types and not cfg.sliding_window_causal:
+        out['sglang'] = ['SGLang serves sliding_attention layers causally; this drafter was trained bidirectional in them']
+    if 'sliding_attention' in cfg.layer_types:
+        out['z-lab'] = ["z-lab's torch DFlashDraftModel applies sliding windows only under flash_attention_2 (sdpa/eager "
+                        'serve them as full attention); use the folder\'s own modeling_dflash.py or vLLM']
+    return out
+
 LAYER_TYPES = ('full_attention', 'sliding_attention')
 DEFAULT_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}   # paper Eq. 4 / Appendix A.1
 
@@ -55,6 +79,8 @@ class DFlashConfig:
     sliding_window_causal: bool = True     # semantics of `sliding_attention` layers inside the block (see below)
     tie_word_embeddings: bool = False
     target: str | None = None              # informational: the target's name or path
+    bos_token_id: int | None = None        # the target's, written to config.json for hub users
+    eos_token_id: int | list | None = None
 
     def __post_init__(self):
         if self.layer_types is None: self.layer_types = ['full_attention'] * self.num_hidden_layers
@@ -92,9 +118,11 @@ class DFlashConfig:
             'use_sliding_window': uses_swa, 'max_window_layers': self.num_hidden_layers,
             'block_size': self.block_size, 'num_target_layers': self.num_target_layers,
             'dflash_config': {'mask_token_id': int(self.mask_token_id), 'target_layer_ids': list(self.target_layer_ids),
-                              'sliding_window_causal': bool(self.sliding_window_causal)},
+                              'sliding_window_causal': bool(self.sliding_window_causal), **causality_keys(self)},
+            **({'is_causal': causality_keys(self)['causal']} if 'causal' in causality_keys(self) else {}),
+            'bos_token_id': self.bos_token_id, 'eos_token_id': self.eos_token_id,
             'dtype': dtype, 'torch_dtype': dtype,
-            **({'dflash_nb_target': self.target} if self.target else {}),
+            **({'dflash_nb_target': self.target} if hub_like(self.target) else {}),
         }
 
     @classmethod
@@ -116,9 +144,10 @@ class DFlashConfig:
                    rms_norm_eps=d.get('rms_norm_eps', 1e-6), rope_theta=float(theta),
                    max_position_embeddings=d.get('max_position_embeddings', 40960), layer_types=d.get('layer_types'),
                    sliding_window=d.get('sliding_window'), sliding_window_causal=dc.get('sliding_window_causal', True),
-                   tie_word_embeddings=d.get('tie_word_embeddings', False), target=d.get('dflash_nb_target'))
+                   tie_word_embeddings=d.get('tie_word_embeddings', False), target=d.get('dflash_nb_target'),
+                   bos_token_id=d.get('bos_token_id'), eos_token_id=d.get('eos_token_id'))
 
-# %% ../nbs/70_drafter.ipynb #3d3a9526
+# %% ../nbs/70_drafter.ipynb #58c0582c
 def _get(cfg, key, default=None):
     return cfg.get(key, default) if isinstance(cfg, dict) else getattr(cfg, key, default)
 
@@ -142,6 +171,7 @@ def build_config(target_config, mask_token_id: int, num_hidden_layers: int = 5, 
               rope_theta=float(theta), max_position_embeddings=_get(tc, 'max_position_embeddings', 40960),
               layer_types=layer_types, sliding_window=sliding_window, sliding_window_causal=sliding_window_causal,
               tie_word_embeddings=bool(_get(tc, 'tie_word_embeddings', False)),
+              bos_token_id=_get(tc, 'bos_token_id'), eos_token_id=_get(tc, 'eos_token_id'),
               target=_get(target_config, '_name_or_path') or _get(target_config, 'name_or_path'))
     if overrides.get('hidden_size', H) != H:
         raise ValueError(f'the drafter hidden size must equal the target hidden size ({H}): fc maps n*{H} -> {H}')
@@ -650,7 +680,7 @@ def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features
     h = drafter(noise, new_features.to(dev), new_positions.to(dev), blk_pos, masks, cache=cache)
     return lm_head(h[:, 1:].to(lm_head.weight.dtype)).float()
 
-# %% ../nbs/70_drafter.ipynb #b4048592
+# %% ../nbs/70_drafter.ipynb #4bf5c46c
 def draft_weight_names(cfg: DFlashConfig) -> list[str]:
     "The exact tensor names of a DFlash checkpoint for `cfg` (11 per layer + fc, hidden_norm, norm)."
     per = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
@@ -661,7 +691,8 @@ def draft_weight_names(cfg: DFlashConfig) -> list[str]:
 _DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16, 'float32': torch.float32}
 
 def export_drafter(drafter: DFlashDrafter, out_dir, dtype: str = 'bfloat16', extra_files: dict | None = None) -> Path:
-    "Write `config.json` + `model.safetensors` (DFlash checkpoint format) into `out_dir`, atomically."
+    "Write `config.json` + `model.safetensors` (DFlash checkpoint format) into `out_dir`, atomically; warn about engine mismatches."
+    import warnings
     from safetensors.torch import save_file
     if dtype not in _DTYPES: raise ValueError(f'dtype must be one of {sorted(_DTYPES)}')
     cfg = drafter.config
@@ -674,21 +705,72 @@ def export_drafter(drafter: DFlashDrafter, out_dir, dtype: str = 'bfloat16', ext
         write_json(tmp / 'config.json', cfg.to_json_dict(dtype))
         save_file(sd, str(tmp / 'model.safetensors'), metadata={'format': 'pt'})
         for name, text in (extra_files or {}).items(): (tmp / name).write_text(text, encoding='utf-8')
+    for eng, why in engine_problems(cfg).items(): warnings.warn(f'{out}: {eng} would serve this drafter differently: {"; ".join(why)}')
     return out
 
-def load_drafter(path, device='cpu', dtype=torch.float32) -> DFlashDrafter:
-    "Load a DFlash drafter folder (strict: exactly the checkpoint's tensor names and shapes)."
+# %% ../nbs/70_drafter.ipynb #bc611dfa
+_FOREIGN_KEYS = ('embed_tokens.weight', 'lm_head.weight', 'verifier_lm_head.weight', 'verifier_norm.weight', 'd2t', 't2d')
+
+def _verifier_layers(d: dict):
+    "The verifier's layer count of a speculators config, when its verifier is a local folder."
+    name = ((d.get('speculators_config') or {}).get('verifier') or {}).get('name_or_path')
+    if name and (Path(name) / 'config.json').exists():
+        vc = read_json(Path(name) / 'config.json')
+        return (vc.get('text_config') or vc).get('num_hidden_layers')
+    return None
+
+def drafter_config_dict(d: dict, num_target_layers: int | None = None) -> tuple[dict, str]:
+    "`(dict in our config.json layout, source format)` for a config of ours, z-lab's or speculators' (`'dflash_nb'|'z-lab'|'speculators'`)."
+    if d.get('speculators_model_type') == 'dflash':
+        tl = dict(d.get('transformer_layer_config') or {})
+        from transformers import AutoConfig        # speculators saves a diff against the config class's defaults
+        tl = {**AutoConfig.for_model(tl.get('model_type', 'qwen3'), **{k: v for k, v in tl.items() if k != 'model_type'}).to_dict(), **tl}
+        if d.get('draft_vocab_size') not in (None, tl.get('vocab_size')):
+            raise ValueError(f"speculators drafter with a reduced draft vocabulary ({d['draft_vocab_size']} of {tl.get('vocab_size')} "
+                             'tokens, own lm_head + d2t): dflash_nb drafts through the target head over the full vocabulary')
+        ids = [int(a) - 1 for a in (d.get('aux_hidden_state_layer_ids') or [])]
+        if not ids: raise ValueError('speculators config lacks aux_hidden_state_layer_ids')
+        n = num_target_layers or tl.get('num_target_layers') or _verifier_layers(d) or max(ids) + 1
+        out = {**tl, 'block_size': d['block_size'], 'num_target_layers': n,
+               'dflash_config': {'mask_token_id': d.get('mask_token_id'), 'target_layer_ids': ids,
+                                 'sliding_window_causal': not d.get('sliding_window_non_causal', False)}}
+        return out, 'speculators'
+    out = dict(d); dc = dict(d.get('dflash_config') or {})
+    if num_target_layers is not None: out['num_target_layers'] = num_target_layers
+    fmt = 'dflash_nb' if 'sliding_window_causal' in dc else 'z-lab'
+    if 'sliding_window_causal' not in dc:
+        sw = dc.get('causal', dc.get('is_causal', d.get('is_causal')))
+        if sw and 'sliding_attention' not in (d.get('layer_types') or []):
+            raise ValueError('config.json asks for causal full-attention layers, which the DFlash drafter does not have')
+        dc['sliding_window_causal'] = True if sw is None else bool(sw)
+    out['dflash_config'] = dc
+    return out, fmt
+
+def _read_weights(path: Path) -> dict:
     from safetensors.torch import load_file
-    path = Path(path)
-    cfg = DFlashConfig.from_json_dict(read_json(path / 'config.json'))
+    idx = path / 'model.safetensors.index.json'
+    if idx.exists():
+        sd = {}
+        for f in sorted(set(read_json(idx)['weight_map'].values())): sd.update(load_file(str(path / f)))
+        return sd
     files = sorted(path.glob('*.safetensors'))
     if [f.name for f in files] != ['model.safetensors']:
         raise ValueError(f'{path}: expected exactly one model.safetensors, found {[f.name for f in files]}')
-    sd = load_file(str(files[0]))
+    return load_file(str(files[0]))
+
+def load_drafter(path, device='cpu', dtype=torch.float32, num_target_layers: int | None = None) -> DFlashDrafter:
+    "Load a DFlash drafter folder (ours, z-lab's or speculators'); strict on the draft tensors' names and shapes."
+    path = Path(path)
+    d, fmt = drafter_config_dict(read_json(path / 'config.json'), num_target_layers)
+    cfg = DFlashConfig.from_json_dict(d)
+    sd = _read_weights(path)
+    if fmt != 'dflash_nb' and sd and all(k.startswith('model.') for k in sd): sd = {k[6:]: v for k, v in sd.items()}
+    if fmt == 'speculators': sd = {k: v for k, v in sd.items() if k not in _FOREIGN_KEYS}
     names = draft_weight_names(cfg)
     if sorted(sd) != names:
         raise ValueError(f'{path}: tensor names differ from the DFlash format: missing {sorted(set(names) - set(sd))}, '
                          f'unexpected {sorted(set(sd) - set(names))}')
     m = DFlashDrafter(cfg)
     m.load_state_dict(sd, strict=True)
+    m.source_format = fmt
     return m.to(device=device, dtype=dtype).eval()
