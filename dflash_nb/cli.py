@@ -12,7 +12,7 @@ from .core import ConfigError, load_config, default_config_path
 # %% auto #0
 __all__ = ['CLI_MODULES', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'build_parser', 'main']
 
-# %% ../nbs/03_cli.ipynb #4701b44b
+# %% ../nbs/03_cli.ipynb #aafc06ef
 CLI_MODULES = ('targets', 'sources', 'templates', 'convert', 'regenerate', 'tokenization', 'hidden_states',
                'drafter', 'train', 'evaluate', 'plan')
 
@@ -53,7 +53,7 @@ def cmd_config(a) -> int:
 
 def cmd_docs(a) -> int:
     from dflash_nb.docs import render_docs
-    pages = render_docs(a.out, run_dir=a.run)
+    pages = render_docs(a.out, run_dir=a.run, names=a.only.split(',') if a.only else None)
     print(f'wrote {len(pages)} pages to {a.out}/ (open {Path(a.out) / "index.html"})')
     return 0
 
@@ -73,8 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
     s = sub.add_parser('stages', help='list the stages, their parameters and state'); _add_config_args(s); s.set_defaults(func=cmd_stages)
     c = sub.add_parser('config', help='print the checked, resolved run config'); _add_config_args(c); c.set_defaults(func=cmd_config)
-    d = sub.add_parser('docs', help='render the notebooks to HTML in _docs/')
+    d = sub.add_parser('docs', help='render the notebooks (processed by nbdev) to styled HTML pages in _docs/')
     d.add_argument('--out', default='_docs'); d.add_argument('--run', default=None, help='a run folder whose executed notebooks to show')
+    d.add_argument('--only', default=None, metavar='NB,...', help='only these notebooks (e.g. 00_core,20_templates); the index is always written')
     d.set_defaults(func=cmd_docs)
     for name in CLI_MODULES:
         if importlib.util.find_spec(f'dflash_nb.{name}') is None: continue
