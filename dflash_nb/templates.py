@@ -901,11 +901,11 @@ def explore(target, rows, chat_template=None, enable_thinking: bool | None = Non
             'counts': dict(sorted(counts.items(), key=lambda kv: ({'ok': 2, 'prompt-only': 1}.get(kv[0], 0), -kv[1]))), 'sources': sources,
             'repairs': repairs, 'rows': views}
 
-# %% ../nbs/20_templates.ipynb #859dedf7
+# %% ../nbs/20_templates.ipynb #7e806e12
 EXPLORER_CSS = """
 .dx{font:13px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#1f2328;border:1px solid #d0d7de;border-radius:8px;padding:10px 14px;margin:8px 0;background:#fff}
-.dx table{border-collapse:collapse;margin:6px 0}.dx td,.dx th{border:1px solid #d0d7de;padding:2px 8px;text-align:left}
-.dx th{background:#f6f8fa}.dx .num{text-align:right}.dx code{background:#f6f8fa;padding:0 3px;border-radius:3px}
+.dx table{border-collapse:collapse;margin:6px 0}.dx td,.dx th{border:1px solid #d0d7de;padding:2px 8px;text-align:left !important}
+.dx th{background:#f6f8fa}.dx td.num{text-align:right !important}.dx code{background:#f6f8fa;padding:0 3px;border-radius:3px}
 .dx pre{background:#f6f8fa;padding:6px 8px;border-radius:6px;overflow-x:auto;white-space:pre-wrap;margin:4px 0;font-size:12px}
 .dx .ctx span{display:block}.dx .ctx .raise{background:#ffd7d5}.dx .ctx .condition{background:#fff1c2}
 .dx .tok{font:12px/1.7 ui-monospace,monospace;word-break:break-all;max-height:420px;overflow-y:auto;border:1px solid #eaeef2;padding:4px}.dx .tok i{font-style:normal;background:#f3f3f3;color:#888;border-right:1px solid #fff}
