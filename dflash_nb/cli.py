@@ -12,7 +12,7 @@ from .core import ConfigError, load_config, default_config_path
 # %% auto #0
 __all__ = ['CLI_MODULES', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'build_parser', 'main']
 
-# %% ../nbs/03_cli.ipynb #90438ee5
+# %% ../nbs/03_cli.ipynb #55e82746
 CLI_MODULES = ('targets', 'sources', 'templates', 'convert', 'regenerate', 'tokenization', 'hidden_states',
                'drafter', 'train', 'evaluate', 'plan', 'export')
 
@@ -52,7 +52,7 @@ def cmd_config(a) -> int:
 
 def cmd_docs(a) -> int:
     from dflash_nb.docs import render_docs
-    pages = render_docs(a.out, run_dir=a.run)
+    pages = render_docs(a.out, run_dir=a.run, names=a.only.split(',') if a.only else None)
     print(f'wrote {len(pages)} pages to {a.out}/ (open {Path(a.out) / "index.html"})')
     return 0
 
@@ -74,8 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser('stages', help='list the stages and whether each is fresh or stale (and why)'); _add_config_args(s)
     s.add_argument('--params', action='store_true', help="also print each stage's resolved parameters"); s.set_defaults(func=cmd_stages)
     c = sub.add_parser('config', help='print the checked, resolved run config'); _add_config_args(c); c.set_defaults(func=cmd_config)
-    d = sub.add_parser('docs', help='render the notebooks to HTML in _docs/')
+    d = sub.add_parser('docs', help='render the notebooks (processed by nbdev) to styled HTML pages in _docs/')
     d.add_argument('--out', default='_docs'); d.add_argument('--run', default=None, help='a run folder whose executed notebooks to show')
+    d.add_argument('--only', default=None, metavar='NB,...', help='only these notebooks (e.g. 00_core,20_templates); the index is always written')
     d.set_defaults(func=cmd_docs)
     for name in CLI_MODULES:
         if importlib.util.find_spec(f'dflash_nb.{name}') is None: continue

@@ -14,15 +14,19 @@ from .core import (Quarantine, Stage, fixtures_dir, iter_jsonl, read_json, setup
 
 # %% auto #0
 __all__ = ['FIXTURE_TEMPLATE_TOKENIZER', 'PROBE_TOOLS', 'PROBES', 'THINKING_PROBES', 'KNOWN_ROLES', 'PLACEHOLDER_USER', 'REPAIRS',
-           'PROMPT_ONLY_POLICIES', 'TemplateSourceError', 'Renderer', 'as_renderer', 'fixture_tokenizer',
-           'fixture_template', 'run_probe', 'template_features', 'prepend_user', 'args_to_objects', 'move_system_first',
-           'drop_empty_turns', 'flatten_content', 'none_to_empty', 'map_unknown_roles', 'apply_repairs',
-           'explain_error', 'diagnose_probe', 'probe_template', 'probe_table', 'MaskError', 'Turn', 'locate_turns',
-           'assistant_mask', 'assistant_masks', 'supervised_pieces', 'generation_mask', 'compare_with_generation_mask',
-           'mask_html', 'show_mask', 'is_prompt_only', 'add_placeholder_reply', 'placeholder_supervision',
-           'find_repair', 'mask_check', 'format_probe_report', 'masks_file', 'register_cli', 'load_tokenizer_spec']
+           'PROMPT_ONLY_POLICIES', 'ID_KEYS', 'EXPLORER_CSS', 'TemplateSourceError', 'Renderer', 'as_renderer',
+           'fixture_tokenizer', 'fixture_template', 'run_probe', 'template_features', 'prepend_user', 'args_to_objects',
+           'move_system_first', 'drop_empty_turns', 'flatten_content', 'none_to_empty', 'map_unknown_roles',
+           'apply_repairs', 'explain_error', 'diagnose_probe', 'probe_template', 'probe_table', 'MaskError', 'Turn',
+           'locate_turns', 'assistant_mask', 'assistant_masks', 'supervised_pieces', 'generation_mask',
+           'compare_with_generation_mask', 'mask_html', 'show_mask', 'is_prompt_only', 'add_placeholder_reply',
+           'placeholder_supervision', 'find_repair', 'mask_check', 'row_id', 'read_numbered', 'detect_format',
+           'load_rows', 'thinking_mode', 'supervises_empty_think', 'template_context', 'mask_repair', 'explore_row',
+           'explore', 'tokens_html', 'spans_html', 'row_html', 'summary_html', 'explorer_html', 'explorer_page',
+           'ExplorerWidget', 'explore_file', 'template_report', 'format_probe_report', 'masks_file', 'format_row_debug',
+           'show_rows', 'register_cli', 'load_tokenizer_spec']
 
-# %% ../nbs/20_templates.ipynb #a39d143b
+# %% ../nbs/20_templates.ipynb #939e36a2
 class TemplateSourceError(ValueError):
     "A template or tokenizer that cannot be used for rendering (no chat template, unreadable file)."
 
@@ -89,7 +93,7 @@ def as_renderer(obj, chat_template=None) -> Renderer:
         return as_renderer(load_tokenizer(s), chat_template)
     raise TypeError(f'cannot make a renderer from {type(obj).__name__}')
 
-# %% ../nbs/20_templates.ipynb #81aa2d47
+# %% ../nbs/20_templates.ipynb #679d1ee8
 FIXTURE_TEMPLATE_TOKENIZER = {'qwen3_6': 'qwen3_6', 'qwen3_6_training': 'qwen3_6', 'qwen3': 'qwen3',
                               'qwen3_training': 'qwen3', 'qwen2_5': 'qwen3', 'qwen2_5_training': 'qwen3'}
 _FIXTURE_TOKS = {}
@@ -109,7 +113,7 @@ def fixture_template(name: str) -> Path | None:
     p = fx / 'templates' / f'{name}.jinja' if fx else None
     return p if p is not None and p.is_file() else None
 
-# %% ../nbs/20_templates.ipynb #8cb44395
+# %% ../nbs/20_templates.ipynb #cdaeeda5
 PROBE_TOOLS = [{'type': 'function', 'function': {
     'name': 'get_weather', 'description': 'Current weather for a city.',
     'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}, 'days': {'type': 'integer'}},
@@ -190,7 +194,7 @@ def run_probe(r: Renderer, messages, tools=None, **kw) -> dict:
     if missing: out['missing'] = missing
     return out
 
-# %% ../nbs/20_templates.ipynb #a79b926d
+# %% ../nbs/20_templates.ipynb #73e0b478
 def _common_prefix_len(a: str, b: str) -> int:
     n = min(len(a), len(b)); i = 0
     while i < n and a[i] == b[i]: i += 1
@@ -285,7 +289,7 @@ def _generation_mask_works(r: Renderer) -> bool | None:
         return bool(any(out['assistant_masks']))
     except Exception: return False
 
-# %% ../nbs/20_templates.ipynb #bc24c5b0
+# %% ../nbs/20_templates.ipynb #5d33e9ad
 KNOWN_ROLES = ('system', 'user', 'assistant', 'tool')
 PLACEHOLDER_USER = 'Continue.'
 
@@ -363,7 +367,7 @@ def apply_repairs(messages, names: Iterable[str]):
     for n in names: messages = REPAIRS[n](messages)
     return messages
 
-# %% ../nbs/20_templates.ipynb #5ae7c4e7
+# %% ../nbs/20_templates.ipynb #ee732305
 _EXPLAIN = [
     (r'No user query found', 'The template searches backwards for the last *real* user turn (one that is not only a '
      '<tool_response>) to decide where reasoning is kept, and raises when there is none: conversations that start '
@@ -417,7 +421,7 @@ def diagnose_probe(r: Renderer, messages, tools=None, **kw) -> dict:
     if works: res['repaired_render'] = works[0][1]
     return res
 
-# %% ../nbs/20_templates.ipynb #ba8ffa60
+# %% ../nbs/20_templates.ipynb #42f39705
 def probe_template(tokenizer_or_template, chat_template=None, enable_thinking: bool | None = None,
                    include_renders: bool = True) -> dict:
     """Render the probe matrix through a template; returns {'template', 'sha256', 'probes': [...], 'diagnosis': [...],
@@ -470,7 +474,7 @@ def _fmt_table(rows: list[dict], width: int = 60) -> str:
     lines += ['  '.join(cell(r[c]).ljust(w[c]) for c in cols) for r in rows]
     return '\n'.join(lines)
 
-# %% ../nbs/20_templates.ipynb #93f26354
+# %% ../nbs/20_templates.ipynb #517940f7
 class MaskError(ValueError):
     "A conversation whose assistant mask cannot be derived exactly; `reason` is a short stable kind, the message names the turn."
     def __init__(self, reason: str, detail: str = '', turn: int | None = None):
@@ -541,7 +545,7 @@ def locate_turns(r: Renderer, messages, tools=None, enable_thinking: bool | None
         pos = e + len(eot)
     return text, turns
 
-# %% ../nbs/20_templates.ipynb #24c329db
+# %% ../nbs/20_templates.ipynb #916fce4f
 def _spans_to_mask(offsets, turns, n: int, ids=None, eot_id=None) -> list[int]:
     "Mask the tokens whose characters overlap each turn's [start, end); binary searches on the offsets' ends."
     end_of = lambda o: o[1]
@@ -603,7 +607,7 @@ def assistant_masks(tokenizer, rows, chat_template=None, enable_thinking: bool |
             except MaskError as e: out.append({'error': str(e), 'reason': e.reason})
     return out
 
-# %% ../nbs/20_templates.ipynb #b05561e6
+# %% ../nbs/20_templates.ipynb #57969efd
 def supervised_pieces(tokenizer, ids, mask) -> list[str]:
     "The decoded text of each contiguous supervised run."
     runs, cur = [], []
@@ -613,7 +617,7 @@ def supervised_pieces(tokenizer, ids, mask) -> list[str]:
     if cur: runs.append(cur)
     return [tokenizer.decode(r) for r in runs]
 
-# %% ../nbs/20_templates.ipynb #f62f6d43
+# %% ../nbs/20_templates.ipynb #b67f26e4
 def generation_mask(tokenizer, messages, chat_template, tools=None, enable_thinking: bool | None = None):
     "`(input_ids, mask)` from transformers' `return_assistant_tokens_mask` under a template with `{% generation %}`."
     kw = {} if enable_thinking is None else {'enable_thinking': enable_thinking}
@@ -643,7 +647,7 @@ def compare_with_generation_mask(tokenizer, messages, training_template, tools=N
         if len(examples) < 8: examples.append({'token': k, 'text': text[s:e], 'ours': a, 'theirs': b, 'class': cls})
     return {'comparable': True, 'agree': diff['other'] == 0, 'exact': ours == theirs, 'diff': diff, 'examples': examples}
 
-# %% ../nbs/20_templates.ipynb #03d1898b
+# %% ../nbs/20_templates.ipynb #00f825a1
 def mask_html(tokenizer, input_ids, loss_mask, max_tokens: int | None = 4000, title: str | None = None) -> str:
     "HTML of the tokens coloured by mask (green = supervised)."
     special = set(getattr(tokenizer, 'all_special_ids', []) or []) | set(tokenizer.get_added_vocab().values())
@@ -669,7 +673,7 @@ def show_mask(tokenizer, messages, tools=None, chat_template=None, enable_thinki
     h = HTML(mask_html(tokenizer, ids, mask, title=title)); display(h)
     return h
 
-# %% ../nbs/20_templates.ipynb #f4b55301
+# %% ../nbs/20_templates.ipynb #428d93a0
 PROMPT_ONLY_POLICIES = ('regenerate', 'placeholder')
 
 def is_prompt_only(messages) -> bool:
@@ -689,7 +693,7 @@ def placeholder_supervision(tokenizer, chat_template=None, enable_thinking: bool
     toks = [tokenizer.decode([i]) for i, m in zip(ids, mask) if m]
     return {'text': text, 'enable_thinking': enable_thinking, 'supervised_tokens': len(toks), 'tokens': toks}
 
-# %% ../nbs/20_templates.ipynb #4e3ed60d
+# %% ../nbs/20_templates.ipynb #22453794
 def find_repair(r: Renderer, messages, tools=None, enable_thinking: bool | None = None) -> str | None:
     "The first repair (or all applicable ones together) after which the conversation renders, or None."
     kw = {'enable_thinking': enable_thinking}
@@ -736,7 +740,392 @@ def mask_check(tokenizer, rows, chat_template=None, enable_thinking: bool | None
                 s['decode_mismatches'] += 1
     return s, failures
 
-# %% ../nbs/20_templates.ipynb #66997088
+# %% ../nbs/20_templates.ipynb #b923c9d4
+ID_KEYS = ('id', 'uuid', 'conversation_id', 'conv_id', 'native_id', 'question_id', 'task_id', 'sample_id', '_id', 'idx')
+
+def row_id(row, line: int) -> str:
+    "The row's own id (under `id` or another common key, see `ID_KEYS`), else `line N`."
+    if isinstance(row, dict):
+        for k in ID_KEYS:
+            v = row.get(k)
+            if isinstance(v, (str, int)) and not isinstance(v, bool) and v != '': return str(v)
+    return f'line {line}'
+
+def read_numbered(path) -> Iterable[tuple[int, dict]]:
+    "(n, record) for each record of a data file: n is the line in a JSONL file, the record number (from 1) otherwise."
+    p = Path(path)
+    if p.name.lower().endswith('.jsonl'):
+        with open(p, encoding='utf-8', errors='replace') as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip(): continue
+                try: obj = json.loads(line)
+                except ValueError as e: yield n, {'_error': f'invalid JSON: {e}'}; continue
+                yield n, (obj if isinstance(obj, dict) else {'_error': f'expected a JSON object, got {type(obj).__name__}'})
+    else:
+        from dflash_nb.sources import read_file
+        for n, r in enumerate(read_file(p), 1): yield n, r
+
+# %% ../nbs/20_templates.ipynb #3f16ef78
+def detect_format(records) -> str:
+    "`canonical` when most of the first 8 records carry a `messages` list, else the normalizer that maps most of them."
+    recs = [r for r in records if isinstance(r, dict) and '_error' not in r][:8]
+    if 2 * sum(isinstance(r.get('messages'), list) for r in recs) >= len(recs): return 'canonical'
+    from dflash_nb.sources import NORMALIZERS
+    best, score = None, 0
+    for name, fn in NORMALIZERS.items():
+        ok = 0
+        for r in recs:
+            try: ok += bool(fn(copy.deepcopy(r)))
+            except Exception: pass
+        if ok > score: best, score = name, ok
+    if best is None: raise ValueError('cannot tell the format of the data: no normalizer maps its first records; pass the format (canonical or a normalizer name)')
+    return best
+
+def load_rows(path, fmt: str | None = None, limit: int | None = None) -> tuple[list[dict], dict]:
+    """Rows of a data file, each with `id`, `line`, `source`: canonical rows as they are, any registered format
+    (`fmt`: a normalizer or registry source name; None: detected) through its normalizer. Records that cannot be read
+    or normalized become rows with `_error`. Returns (rows, info)."""
+    import itertools
+    from dflash_nb.sources import NORMALIZERS, REGISTRY, normalize_record
+    p = Path(path)
+    if not p.is_file(): raise FileNotFoundError(f'data file not found: {p}')
+    recs = list(itertools.islice(read_numbered(p), limit))
+    detected = fmt is None
+    fmt = fmt or detect_format([r for _, r in recs])
+    norm = None
+    if fmt != 'canonical':
+        norm = NORMALIZERS.get(REGISTRY[fmt].normalizer if fmt in REGISTRY else fmt)
+        if norm is None: raise ValueError(f'unknown format {fmt!r}: use canonical, a normalizer ({", ".join(sorted(NORMALIZERS))}) or a registry source')
+    rows, src = [], p.name.split('.')[0]
+    for n, rec in recs:
+        if '_error' in rec: rows.append({'id': f'line {n}', 'line': n, 'source': src, '_error': rec['_error']}); continue
+        if norm is None:
+            row = {**rec, 'id': row_id(rec, n), 'line': n, 'source': rec.get('source') or src}
+            if not isinstance(rec.get('messages'), list): row['_error'] = 'no messages list'
+            rows.append(row); continue
+        got, rej = normalize_record(src, norm, rec, n - 1)
+        rows += [{**g, 'line': n} for g in got]
+        rows += [{'id': row_id(rec, n), 'line': n, 'source': src, '_error': f"{fmt}: {j['reason']}"} for j in rej]
+    return rows, {'path': str(p), 'format': fmt, 'detected': detected, 'records': len(recs), 'rows': len(rows)}
+
+# %% ../nbs/20_templates.ipynb #34263d96
+_EMPTY_THINK = re.compile(r'^\s*(<think>)?\s*</think>')
+
+def thinking_mode(r: Renderer, enable_thinking: bool | None = None) -> dict:
+    "Whether the template reads `enable_thinking`, its default (`on`/`off`, by rendering) and the mode in use."
+    if 'enable_thinking' not in r.variables():
+        return {'switchable': False, 'default': None, 'in_use': None, 'note': 'the template does not read enable_thinking'}
+    u = [{'role': 'user', 'content': 'hi'}]
+    try: d, on, off = (r.render(u, add_generation_prompt=True, enable_thinking=v) for v in (None, True, False))
+    except Exception as e: return {'switchable': True, 'default': None, 'in_use': None, 'note': f'cannot render a generation prompt: {e}'}
+    default = 'on' if d == on != off else 'off' if d == off != on else 'same' if on == off else 'unknown'
+    in_use = default if enable_thinking is None else ('on' if enable_thinking else 'off')
+    note = (f"thinking {in_use}" + (' (the template default)' if enable_thinking is None else ' (set)') +
+            ('; the generation prompt ends in ' + json.dumps((on if in_use == 'on' else off)[len(r.render(u)):])[-40:]))
+    return {'switchable': True, 'default': default, 'in_use': in_use, 'note': note}
+
+def supervises_empty_think(pieces) -> bool:
+    "True when a supervised run starts with an empty think block (`\\n\\n</think>` after the `<think>\\n` prompt)."
+    return any(_EMPTY_THINK.match(p) for p in pieces)
+
+# %% ../nbs/20_templates.ipynb #b19d33e4
+def template_context(template: str, line: int, condition_line: int | None = None, before: int = 3, after: int = 2) -> list[tuple]:
+    "(number, text, mark) for the template lines around `line` (and the enclosing condition); mark: `raise`, `condition` or ''."
+    src = template.splitlines()
+    keep = set(range(max(1, line - before), min(len(src), line + after) + 1))
+    if condition_line: keep.add(condition_line)
+    return [(n, src[n - 1], 'raise' if n == line else 'condition' if n == condition_line else '') for n in sorted(keep) if 0 < n <= len(src)]
+
+def _row_mask(r: Renderer, msgs, tools, et, method):
+    "(ids, mask, pieces) with a fast tokenizer, else (text, spans, pieces) from the render; raises MaskError."
+    text, turns = locate_turns(r, msgs, tools, et, method)
+    if getattr(r.tokenizer, 'is_fast', False):
+        ids, mask = assistant_mask(r, msgs, tools, None, et, method)
+        return {'ids': ids, 'mask': mask, 'pieces': supervised_pieces(r.tokenizer, ids, mask)}
+    return {'text': text, 'spans': [(t.start, t.end) for t in turns], 'pieces': [text[t.start:t.end] for t in turns]}
+
+def mask_repair(r: Renderer, msgs, tools=None, enable_thinking: bool | None = None, method: str = 'prefix'):
+    "(name, repaired messages) of the first repair (or all applicable together) after which the row gets a valid mask, or (None, None)."
+    tried = []
+    for name, fn in REPAIRS.items():
+        fixed = fn(msgs)
+        if fixed == msgs: continue
+        tried.append(name)
+        try: _row_mask(r, fixed, tools, enable_thinking, method); return name, fixed
+        except MaskError: pass
+    if len(tried) > 1:
+        fixed = apply_repairs(msgs, tried)
+        try: _row_mask(r, fixed, tools, enable_thinking, method); return '+'.join(tried), fixed
+        except MaskError: pass
+    return None, None
+
+def explore_row(r: Renderer, row: dict, enable_thinking: bool | None = None, method: str = 'prefix') -> dict:
+    "The explorer's view of one row: status, reason, error, template rule and context, repair and its render, mask."
+    v = {'id': row.get('id'), 'source': row.get('source') or '', 'line': row.get('line')}
+    if '_error' in row: return {**v, 'status': 'failed', 'reason': 'invalid input', 'error': row['_error'], 'repair': None}
+    msgs, tools = row['messages'], row.get('tools')
+    try: return {**v, 'status': 'ok', 'reason': 'ok', **_row_mask(r, msgs, tools, enable_thinking, method)}
+    except MaskError as e: err = e
+    if err.reason == 'prompt-only': return {**v, 'status': 'prompt-only', 'reason': 'prompt-only', 'error': str(err), 'repair': None}
+    v.update(status='failed', reason=err.reason, error=str(err))
+    if err.reason == 'template error':
+        pr = run_probe(r, msgs, tools, enable_thinking=enable_thinking)
+        if not pr['ok']:
+            v.update(reason=f"template error: {pr['error']}", error=f"{pr['error_type']}: {pr['error']}",
+                     explanation=explain_error(pr['error']), rule_line=pr.get('line'), rule=pr.get('source'),
+                     condition=pr.get('condition'))
+            if pr.get('line'): v['context'] = template_context(r.template, pr['line'], pr.get('condition_line'))
+    name, fixed = mask_repair(r, msgs, tools, enable_thinking, method)
+    v['repair'] = name
+    if name:
+        v['repaired_render'] = r.render(fixed, tools=tools, enable_thinking=enable_thinking)
+        v['repaired'] = _row_mask(r, fixed, tools, enable_thinking, method)
+    return v
+
+def explore(target, rows, chat_template=None, enable_thinking: bool | None = None, method: str = 'prefix', data_info=None) -> dict:
+    """The explorer's data for `rows` (canonical rows, e.g. from `load_rows`) under a target (tokenizer, spec, `.jinja`
+    file, `Renderer`): {'template', 'tokenizer', 'thinking', 'summary', 'counts' (per reason), 'sources', 'repairs', 'rows'}."""
+    r = as_renderer(target, chat_template)
+    views = [explore_row(r, row, enable_thinking, method) for row in rows]
+    counts, sources, repairs = {}, {}, {}
+    for v in views:
+        counts[v['reason']] = counts.get(v['reason'], 0) + 1
+        sources[v['source']] = sources.get(v['source'], 0) + 1
+        if v.get('repair'): repairs[v['repair']] = repairs.get(v['repair'], 0) + 1
+    st = [v['status'] for v in views]
+    th = thinking_mode(r, enable_thinking)
+    th['rows_supervising_empty_think'] = sum(supervises_empty_think(v.get('pieces', [])) for v in views)
+    return {'template': r.name, 'tokenizer': getattr(r.tokenizer, 'name_or_path', None), 'enable_thinking': enable_thinking,
+            'method': method, 'data': data_info, 'thinking': th,
+            'summary': {'rows': len(views), 'ok': st.count('ok'), 'prompt_only': st.count('prompt-only'), 'failed': st.count('failed')},
+            'counts': dict(sorted(counts.items(), key=lambda kv: ({'ok': 2, 'prompt-only': 1}.get(kv[0], 0), -kv[1]))), 'sources': sources,
+            'repairs': repairs, 'rows': views}
+
+# %% ../nbs/20_templates.ipynb #7e806e12
+EXPLORER_CSS = """
+.dx{font:13px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#1f2328;border:1px solid #d0d7de;border-radius:8px;padding:10px 14px;margin:8px 0;background:#fff}
+.dx table{border-collapse:collapse;margin:6px 0}.dx td,.dx th{border:1px solid #d0d7de;padding:2px 8px;text-align:left !important}
+.dx th{background:#f6f8fa}.dx td.num{text-align:right !important}.dx code{background:#f6f8fa;padding:0 3px;border-radius:3px}
+.dx pre{background:#f6f8fa;padding:6px 8px;border-radius:6px;overflow-x:auto;white-space:pre-wrap;margin:4px 0;font-size:12px}
+.dx .ctx span{display:block}.dx .ctx .raise{background:#ffd7d5}.dx .ctx .condition{background:#fff1c2}
+.dx .tok{font:12px/1.7 ui-monospace,monospace;word-break:break-all;max-height:420px;overflow-y:auto;border:1px solid #eaeef2;padding:4px}.dx .tok i{font-style:normal;background:#f3f3f3;color:#888;border-right:1px solid #fff}
+.dx .tok i.s{background:#b7ebb0;color:#000}.dx .tok i.x{font-weight:bold}.dx .err{color:#b42318;font-weight:600}
+.dx .ok{color:#1a7f37;font-weight:600}.dx .note{background:#fff8c5;border-radius:6px;padding:4px 8px;margin:4px 0}
+.dx .bar{display:flex;gap:8px;align-items:center;flex-wrap:wrap;margin:6px 0}.dx button{cursor:pointer}
+.dx .tab{border:1px solid #d0d7de;background:#f6f8fa;border-radius:6px;padding:2px 10px}.dx .tab.on{background:#0969da;color:#fff}
+.dx details.row{border-top:1px solid #d0d7de;padding:4px 0}.dx summary{cursor:pointer}
+"""
+
+def tokens_html(tokenizer, ids, mask, max_tokens: int | None = 1500) -> str:
+    "Tokens coloured by mask (green: supervised; bold: special tokens; `↵`: newline), as compact HTML."
+    special = set(getattr(tokenizer, 'all_special_ids', []) or []) | set(tokenizer.get_added_vocab().values())
+    n = len(ids) if max_tokens is None else min(len(ids), max_tokens)
+    out = []
+    for i in range(n):
+        t = html.escape(tokenizer.decode([ids[i]])).replace('\n', '↵<br>').replace(' ', '&nbsp;')
+        cls = ' '.join(c for c, on in (('s', mask[i]), ('x', ids[i] in special)) if on)
+        out.append(f'<i class="{cls}">{t}</i>' if cls else f'<i>{t}</i>')
+    more = f' <small>({len(ids) - n} more tokens not shown)</small>' if n < len(ids) else ''
+    return f'<div class="tok">{"".join(out)}{more}</div>'
+
+def spans_html(text: str, spans) -> str:
+    "The rendered text with the supervised character spans in green (no tokenizer)."
+    out, pos = [], 0
+    for s, e in spans:
+        out += [f'<i>{html.escape(text[pos:s])}</i>', f'<i class="s">{html.escape(text[s:e])}</i>']; pos = e
+    out.append(f'<i>{html.escape(text[pos:])}</i>')
+    return '<div class="tok">' + ''.join(out).replace('\n', '↵<br>') + '</div>'
+
+def _mask_view(tokenizer, m: dict, max_tokens) -> str:
+    body = tokens_html(tokenizer, m['ids'], m['mask'], max_tokens) if 'ids' in m else spans_html(m['text'], m['spans'])
+    n = f"{len(m['ids'])} tokens, {sum(m['mask'])} supervised" if 'ids' in m else f"{len(m['text'])} characters"
+    pieces = ''.join(f'<pre>{html.escape(p)}</pre>' for p in m['pieces'])
+    return (f'<div>{n} in {len(m["pieces"])} supervised run(s) (green)</div>{body}'
+            f'<details><summary>supervised pieces, decoded</summary>{pieces or "<i>none</i>"}</details>')
+
+def row_html(v: dict, tokenizer=None, max_tokens: int | None = 1500) -> str:
+    "One row's page: status, error, template lines around the rule, explanation, repair and its render, mask."
+    e = html.escape
+    where = f"line {v['line']}" if v.get('line') is not None else ''
+    out = [f"<div><b>{e(str(v['id']))}</b> <small>{e(v['source'])} {where}</small> — "
+           + (f'<span class="ok">ok</span>' if v['status'] == 'ok' else f"<span class=\"err\">{e(v['reason'])}</span>") + '</div>']
+    if v['status'] != 'ok' and v.get('error'): out.append(f"<div>error: <code>{e(v['error'])}</code></div>")
+    if v.get('context'):
+        lines = []
+        prev = None
+        for n, t, mark in v['context']:
+            if prev is not None and n > prev + 1: lines.append('<span>   …</span>')
+            lines.append(f'<span class="{mark}">{n:>4} {e(t)}</span>'); prev = n
+        out.append(f"<div>template rule (line {v['rule_line']}, red; enclosing condition yellow):</div><pre class=\"ctx\">{''.join(lines)}</pre>")
+    if v.get('explanation'): out.append(f"<div>why: {e(v['explanation'])}</div>")
+    if v['status'] == 'failed':
+        if v.get('repair'):
+            out.append(f"<div>repair: <code>{e(v['repair'])}</code> — the repaired row renders and gets an exact mask</div>")
+            out.append(f"<details><summary>repaired render</summary><pre>{e(v['repaired_render'])}</pre></details>")
+            out.append('<div>mask after the repair:</div>' + _mask_view(tokenizer, v['repaired'], max_tokens))
+        else: out.append('<div>repair: none found (no repair, alone or together, gives a valid mask)</div>')
+    if v['status'] == 'ok': out.append(_mask_view(tokenizer, v, max_tokens))
+    return ''.join(out)
+
+def summary_html(ex: dict) -> str:
+    "The explorer header: template, tokenizer, data, thinking mode, counts per reason and repairs."
+    e = html.escape
+    s, th, d = ex['summary'], ex['thinking'], ex.get('data') or {}
+    rep_by_reason = {}
+    for v in ex['rows']:
+        if v.get('repair'): rep_by_reason.setdefault(v['reason'], {}).setdefault(v['repair'], 0); rep_by_reason[v['reason']][v['repair']] += 1
+    rows = ''.join(f'<tr><td>{e(k)}</td><td class="num">{n}</td><td>{e(", ".join(f"{r} ({c})" for r, c in rep_by_reason.get(k, {}).items()))}</td></tr>'
+                   for k, n in ex['counts'].items())
+    data = (f"data <code>{e(Path(d['path']).name)}</code> ({e(d['format'])}{', detected' if d.get('detected') else ''}), "
+            if d else '')
+    think = ''
+    if th['switchable']:
+        think = f"<div class=\"note\">{e(th['note'])}"
+        if th['in_use'] == 'on' and th.get('rows_supervising_empty_think'):
+            think += (f"; an empty <code>&lt;think&gt;…&lt;/think&gt;</code> block is supervised in {th['rows_supervising_empty_think']}"
+                      f" of {s['ok']} rows with a mask — switch thinking off to leave it in the prompt")
+        think += '</div>'
+    return (f"<div>{data}template <code>{e(ex['template'])}</code>, tokenizer <code>{e(str(ex['tokenizer']))}</code>, "
+            f"masks by <code>{e(ex['method'])}</code></div>{think}"
+            f"<div><b>{s['rows']}</b> rows: <span class=\"ok\">{s['ok']} with a mask</span>, {s['prompt_only']} prompt-only, "
+            f"<span class=\"err\">{s['failed']} failed</span></div>"
+            f"<table><tr><th>reason</th><th>rows</th><th>repairs found</th></tr>{rows}</table>")
+
+# %% ../nbs/20_templates.ipynb #c8b89009
+_EXPLORER_JS = """(function(){var root=document.getElementById('%s');if(!root)return;
+var modes=[].slice.call(root.querySelectorAll('.mode')),tabs=[].slice.call(root.querySelectorAll('.tab'));
+function pick(m){modes.forEach(function(x){x.style.display=x.getAttribute('data-mode')===m?'':'none'});
+ tabs.forEach(function(t){t.className='tab'+(t.getAttribute('data-mode')===m?' on':'')})}
+tabs.forEach(function(t){t.onclick=function(){pick(t.getAttribute('data-mode'))}});
+modes.forEach(function(mode){var rows=[].slice.call(mode.querySelectorAll('details.row')),k=0,
+ sr=mode.querySelector('select.reason'),ss=mode.querySelector('select.source'),pos=mode.querySelector('.pos');
+ function sel(){return rows.filter(function(r){return (sr.value==='*'||r.getAttribute('data-reason')===sr.value)&&(ss.value==='*'||r.getAttribute('data-source')===ss.value)})}
+ function show(){var m=sel();if(k>=m.length)k=Math.max(0,m.length-1);rows.forEach(function(r){r.style.display='none'});
+  if(m.length){m[k].style.display='';m[k].open=true}pos.textContent=m.length?(k+1)+' of '+m.length:'no rows shown for this filter'}
+ sr.onchange=ss.onchange=function(){k=0;show()};
+ mode.querySelector('.prev').onclick=function(){k=Math.max(0,k-1);show()};
+ mode.querySelector('.next').onclick=function(){k=Math.min(sel().length-1,k+1);show()};show()});
+if(modes.length)pick(modes[0].getAttribute('data-mode'))})();"""
+
+def _mode_label(ex) -> str: return f"thinking {ex['thinking']['in_use']}" if ex['thinking']['switchable'] else 'default'
+
+def explorer_html(explorations, tokenizer=None, max_rows: int = 50, max_tokens: int | None = 1500) -> str:
+    "A self-contained HTML explorer (CSS, rows, inline-JS pager) of one exploration or a list (one per thinking mode)."
+    import hashlib
+    exs = [explorations] if isinstance(explorations, dict) else list(explorations)
+    e = html.escape
+    uid = 'dx' + hashlib.sha1(json.dumps([x['summary'] for x in exs] + [x['template'] for x in exs]).encode()).hexdigest()[:10]
+    tabs = ''.join(f'<button class="tab" data-mode="{e(_mode_label(x))}">{e(_mode_label(x))}</button>' for x in exs) if len(exs) > 1 else ''
+    modes = []
+    for x in exs:
+        first = next((k for k in x['counts'] if k not in ('ok', 'prompt-only')), '*')
+        ropts = '<option value="*">all reasons</option>' + ''.join(
+            f'<option value="{e(k)}"{" selected" if k == first else ""}>{e(k)} ({n})</option>' for k, n in x['counts'].items())
+        sopts = '<option value="*">all sources</option>' + ''.join(f'<option value="{e(k)}">{e(k)} ({n})</option>' for k, n in x['sources'].items())
+        shown, per = [], {}
+        for v in x['rows']:
+            per[v['reason']] = per.get(v['reason'], 0) + 1
+            if per[v['reason']] > max_rows: continue
+            shown.append(f'<details class="row" data-reason="{e(v["reason"])}" data-source="{e(v["source"])}">'
+                         f'<summary>{e(str(v["id"]))} — {e(v["reason"])}</summary>{row_html(v, tokenizer, max_tokens)}</details>')
+        capped = sum(max(0, n - max_rows) for n in per.values())
+        modes.append(f'<div class="mode" data-mode="{e(_mode_label(x))}">{summary_html(x)}'
+                     f'<div class="bar"><label>reason <select class="reason">{ropts}</select></label>'
+                     f'<label>source <select class="source">{sopts}</select></label>'
+                     f'<button class="prev">◀ prev</button><span class="pos"></span><button class="next">next ▶</button></div>'
+                     + (f'<div><small>{capped} rows not included (at most {max_rows} per reason)</small></div>' if capped else '')
+                     + ''.join(shown) + '</div>')
+    return (f'<div class="dx" id="{uid}"><style>{EXPLORER_CSS}</style>'
+            + (f'<div class="bar">{tabs}</div>' if tabs else '') + ''.join(modes) + f'<script>{_EXPLORER_JS % uid}</script></div>')
+
+def explorer_page(explorations, tokenizer=None, title: str = 'Template report', **kw) -> str:
+    "A standalone HTML page around `explorer_html`."
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            '<style>body{margin:24px auto;max-width:1100px;padding:0 16px;font-family:system-ui,sans-serif}</style></head>'
+            f'<body><h1 style="font-size:22px">{html.escape(title)}</h1>{explorer_html(explorations, tokenizer, **kw)}</body></html>\n')
+
+# %% ../nbs/20_templates.ipynb #341b2672
+class ExplorerWidget:
+    "Page through a data file's rows by failure reason and source, with the thinking mode shown and switchable."
+    def __init__(self, target, rows, chat_template=None, enable_thinking: bool | None = None, method: str = 'prefix',
+                 data_info=None, max_tokens: int | None = 1500):
+        import ipywidgets as W
+        self.r = as_renderer(target, chat_template)
+        self.rows, self.method, self.data_info, self.max_tokens = list(rows), method, data_info, max_tokens
+        self._cache = {}
+        mode = {None: 'default', True: 'on', False: 'off'}[enable_thinking]
+        self.thinking = W.ToggleButtons(options=['default', 'on', 'off'], value=mode, description='thinking')
+        self.reason, self.source = W.Dropdown(description='reason'), W.Dropdown(description='source')
+        self.prev, self.next, self.pos = W.Button(description='◀ prev'), W.Button(description='next ▶'), W.Label()
+        self.summary, self.body = W.HTML(), W.HTML()
+        self.page = 0
+        self.thinking.observe(lambda _: self._load(), 'value')
+        for w in (self.reason, self.source): w.observe(lambda _: self.go(0), 'value')
+        self.prev.on_click(lambda _: self.go(self.page - 1)); self.next.on_click(lambda _: self.go(self.page + 1))
+        self.box = W.VBox([self.summary, self.thinking, W.HBox([self.reason, self.source]), W.HBox([self.prev, self.pos, self.next]), self.body])
+        self._load()
+
+    def exploration(self, mode: str | None = None) -> dict:
+        "The exploration for a thinking mode (`default`, `on`, `off`; default: the selected one), computed once."
+        mode = mode or self.thinking.value
+        if mode not in self._cache:
+            self._cache[mode] = explore(self.r, self.rows, None, {'default': None, 'on': True, 'off': False}[mode], self.method, self.data_info)
+        return self._cache[mode]
+
+    def _load(self):
+        ex = self.exploration()
+        self.thinking.disabled = not ex['thinking']['switchable']
+        self.summary.value = f'<div class="dx"><style>{EXPLORER_CSS}</style>{summary_html(ex)}</div>'
+        first = next((k for k in ex['counts'] if k not in ('ok', 'prompt-only')), None)
+        self.reason.options = [('all reasons', '*')] + [(f'{k} ({n})', k) for k, n in ex['counts'].items()]
+        self.source.options = [('all sources', '*')] + [(f'{k} ({n})', k) for k, n in ex['sources'].items()]
+        self.reason.value, self.source.value = first or '*', '*'
+        self.go(0)
+
+    def selected(self) -> list[dict]:
+        "The row views matching the reason and source filters."
+        return [v for v in self.exploration()['rows'] if self.reason.value in ('*', v['reason']) and self.source.value in ('*', v['source'])]
+
+    def go(self, page: int):
+        "Show row `page` of the selection."
+        sel = self.selected()
+        self.page = max(0, min(page, len(sel) - 1))
+        self.pos.value = f'{self.page + 1} of {len(sel)}' if sel else 'no rows'
+        self.body.value = (f'<div class="dx"><style>{EXPLORER_CSS}</style>{row_html(sel[self.page], self.r.tokenizer, self.max_tokens)}</div>'
+                           if sel else '')
+
+    def html(self, **kw) -> str:
+        "The static explorer: the selected thinking mode, then the other one when the template has the switch."
+        ex = self.exploration()
+        other = {'on': 'off', 'off': 'on'}.get(ex['thinking']['in_use']) if ex['thinking']['switchable'] else None
+        return explorer_html([ex] + ([self.exploration(other)] if other else []), self.r.tokenizer, max_tokens=self.max_tokens, **kw)
+
+    def _repr_mimebundle_(self, **kw): return self.box._repr_mimebundle_(**kw)
+
+def explore_file(path, target, chat_template=None, enable_thinking: bool | None = None, fmt: str | None = None,
+                 limit: int | None = None, **kw) -> ExplorerWidget:
+    "Read a data file (any registered format or canonical) and open the explorer on it."
+    rows, info = load_rows(path, fmt, limit)
+    return ExplorerWidget(target, rows, chat_template, enable_thinking, data_info=info, **kw)
+
+# %% ../nbs/20_templates.ipynb #6e2177f2
+def template_report(data, target, chat_template=None, enable_thinking: bool | None = None, fmt: str | None = None,
+                    limit: int | None = None, method: str = 'prefix', out=None, max_rows: int = 50,
+                    max_tokens: int | None = 1500) -> tuple[list[dict], str]:
+    "Explorations of a data file (one per thinking mode) and the standalone HTML report; written to `out` when given."
+    from dflash_nb.core import write_text
+    rows, info = load_rows(data, fmt, limit)
+    r = as_renderer(target, chat_template)
+    exs = [explore(r, rows, None, enable_thinking, method, info)]
+    other = {'on': False, 'off': True}.get(exs[0]['thinking']['in_use']) if exs[0]['thinking']['switchable'] else None
+    if other is not None: exs.append(explore(r, rows, None, other, method, info))
+    page = explorer_page(exs, r.tokenizer, title=f"Template report: {Path(data).name} through {r.name}",
+                         max_rows=max_rows, max_tokens=max_tokens)
+    if out is not None: write_text(out, page)
+    return exs, page
+
+# %% ../nbs/20_templates.ipynb #c90011d0
 def _bool_arg(s: str) -> bool:
     v = str(s).strip().lower()
     if v in ('true', '1', 'yes', 'on'): return True
@@ -758,31 +1147,55 @@ def format_probe_report(rep: dict) -> str:
 
 def masks_file(tokenizer, inp, out, chat_template=None, enable_thinking: bool | None = None, method: str = 'prefix',
                batch_size: int = 256) -> dict:
-    "Masks for a JSONL file of canonical rows: one output line per input line, in order. Returns counts."
+    "Masks for a JSONL file of canonical rows: one output line per input line, in order, with the row's id or `line N`. Returns counts."
     from dflash_nb.core import atomic_write
     counts = {'rows': 0, 'ok': 0, 'errors': 0}
     def flush(buf, f):
-        good = [r for r in buf if '_error' not in r]
+        good = [r for _, r in buf if '_error' not in r]
         res = iter(assistant_masks(tokenizer, good, chat_template, enable_thinking, method, batch_size)) if good else iter(())
-        for r in buf:
-            if '_error' in r: o = {'id': None, 'error': f"line {r['_line']}: {r['_error']}"}
+        for n, r in buf:
+            if '_error' in r: o = {'id': row_id(r, n), 'error': f"line {n}: {r['_error']}"}
             else:
                 m = next(res)
-                o = {'id': r.get('id'), **({'input_ids': m['input_ids'], 'loss_mask': m['loss_mask']} if 'error' not in m else {'error': m['error']})}
+                o = {'id': row_id(r, n), **({'input_ids': m['input_ids'], 'loss_mask': m['loss_mask']} if 'error' not in m else {'error': m['error']})}
             counts['rows'] += 1; counts['ok' if 'error' not in o else 'errors'] += 1
             f.write(json.dumps(o, ensure_ascii=False) + '\n')
     with atomic_write(out) as f:
         buf = []
-        for r in iter_jsonl(inp, errors='yield'):
-            if '_error' not in r and not isinstance(r.get('messages'), list):
-                r = {'_error': 'no messages list', '_line': counts['rows'] + len(buf) + 1}
-            buf.append(r)
+        for n, r in read_numbered(inp):
+            if '_error' not in r and not isinstance(r.get('messages'), list): r = {**r, '_error': 'no messages list'}
+            buf.append((n, r))
             if len(buf) >= batch_size: flush(buf, f); buf = []
         if buf: flush(buf, f)
     return counts
 
+def format_row_debug(v: dict) -> str:
+    "A row view (`explore_row`) as text: status, supervised pieces decoded; for a failure the rule and the repair."
+    pcs = lambda m: [f'  supervised {k}: {json.dumps(p, ensure_ascii=False)}' for k, p in enumerate(m['pieces'], 1)]
+    size = lambda m: (f"{len(m['ids'])} tokens, {sum(m['mask'])} supervised" if 'ids' in m else f"{len(m['text'])} characters") + f" in {len(m['pieces'])} run(s)"
+    out = [f"--- {v['id']} ({v['source']}, line {v['line']}): " + (f'ok, {size(v)}' if v['status'] == 'ok' else v['reason'])]
+    if v['status'] == 'ok': return '\n'.join(out + pcs(v))
+    if v.get('error') and v['error'] not in out[0]: out.append(f"  error: {v['error']}")
+    if v.get('rule_line'): out.append(f"  template line {v['rule_line']}: {v.get('condition') or ''} {v.get('rule') or ''}".rstrip())
+    if v.get('explanation'): out.append(f"  why: {v['explanation']}")
+    if v['status'] == 'failed':
+        if v.get('repair'): out += [f"  repair: {v['repair']} -> {size(v['repaired'])}"] + pcs(v['repaired'])
+        else: out.append('  repair: none found')
+    return '\n'.join(out)
+
+def show_rows(target, inp, n: int, chat_template=None, enable_thinking: bool | None = None, method: str = 'prefix') -> str:
+    "The first `n` rows of a JSONL file as `format_row_debug` text, after the thinking mode in use."
+    import itertools
+    r = as_renderer(target, chat_template)
+    out = [f"template {r.name}: {thinking_mode(r, enable_thinking)['note']}"]
+    for k, row in itertools.islice(read_numbered(inp), n):
+        row = {**row, 'id': row_id(row, k), 'line': k, 'source': row.get('source') or Path(inp).name.split('.')[0]}
+        if '_error' not in row and not isinstance(row.get('messages'), list): row['_error'] = 'no messages list'
+        out.append(format_row_debug(explore_row(r, row, enable_thinking, method)))
+    return '\n'.join(out)
+
 def register_cli(sub):
-    "Add `dflash-nb templates probe|masks` to the CLI."
+    "Add `dflash-nb templates probe|masks|report` to the CLI."
     p = sub.add_parser('templates', help='probe chat templates and compute exact assistant masks')
     ts = p.add_subparsers(dest='templates_cmd', required=True)
     pr = ts.add_parser('probe', help="render the probe matrix through a target's template and diagnose failures")
@@ -805,11 +1218,34 @@ def register_cli(sub):
     mk.add_argument('--template', default=None, help="a .jinja file to use instead of the tokenizer's template")
     mk.add_argument('--enable-thinking', type=_bool_arg, default=None)
     mk.add_argument('--method', choices=['prefix', 'locate'], default='prefix')
+    mk.add_argument('--show', type=int, default=0, metavar='N', help="print the first N rows' supervised pieces, decoded, and the repair a failed row needs")
     mk.add_argument('input'); mk.add_argument('output')
     def run_masks_cmd(a):
-        c = masks_file(load_tokenizer_spec(a.tokenizer), a.input, a.output, a.template, a.enable_thinking, a.method)
+        tok = load_tokenizer_spec(a.tokenizer)
+        c = masks_file(tok, a.input, a.output, a.template, a.enable_thinking, a.method)
+        if a.show: print(show_rows(tok, a.input, a.show, a.template, a.enable_thinking, a.method))
         print(json.dumps(c)); return 0
     mk.set_defaults(func=run_masks_cmd)
+    rp = ts.add_parser('report', help='a standalone HTML explorer of a data file: failures per reason, rule, repair, masks')
+    rp.add_argument('data', help='data file: canonical rows or any registered format (JSONL, JSON, .traj, Parquet)')
+    g = rp.add_mutually_exclusive_group(required=True)
+    g.add_argument('--target', help="target spec or tokenizer folder (its own template)")
+    g.add_argument('--template', help='a .jinja chat template file')
+    rp.add_argument('--tokenizer', default=None, help='with --template: the tokenizer folder/spec (without it: character spans, no tokens)')
+    rp.add_argument('--format', default=None, help='canonical, a normalizer or a registry source name (default: detected)')
+    rp.add_argument('--enable-thinking', type=_bool_arg, default=None)
+    rp.add_argument('--method', choices=['prefix', 'locate'], default='prefix')
+    rp.add_argument('--limit', type=int, default=None, help='read at most this many records')
+    rp.add_argument('--max-rows', type=int, default=50, help='rows included per reason (the counts cover all)')
+    rp.add_argument('--out', required=True, help='the HTML file to write')
+    def run_report_cmd(a):
+        if a.target: obj, tpl = load_tokenizer_spec(a.target), None
+        else: obj, tpl = (load_tokenizer_spec(a.tokenizer), a.template) if a.tokenizer else (a.template, None)
+        exs, _ = template_report(a.data, obj, tpl, a.enable_thinking, a.format, a.limit, a.method, a.out, a.max_rows)
+        for x in exs:
+            print(f"{x['thinking']['note'] if x['thinking']['switchable'] else 'rows'}: {json.dumps(x['summary'])} {json.dumps(x['counts'], ensure_ascii=False)}")
+        print(f'wrote {a.out}'); return 0
+    rp.set_defaults(func=run_report_cmd)
 
 def load_tokenizer_spec(spec):
     "A tokenizer from a folder or a target spec."

@@ -11,7 +11,8 @@ import pytest
 from dflash_nb.core import fixtures_dir, write_jsonl, iter_jsonl
 from dflash_nb.templates import (MaskError, assistant_mask, assistant_masks, probe_template, compare_with_generation_mask,
                                  generation_mask, as_renderer, template_features, apply_repairs, placeholder_supervision,
-                                 fixture_tokenizer, fixture_template, FIXTURE_TEMPLATE_TOKENIZER, locate_turns, mask_check)
+                                 fixture_tokenizer, fixture_template, FIXTURE_TEMPLATE_TOKENIZER, locate_turns, mask_check,
+                                 ExplorerWidget, explore_file, load_rows)
 
 FX = fixtures_dir()
 needs_fx = pytest.mark.skipif(FX is None, reason='../shared/fixtures not present')
@@ -343,7 +344,7 @@ def test_mask_check_and_cli(tmp_path):
     with open(src, 'a') as f: f.write('not json\n')
     assert main(['templates', 'masks', '--tokenizer', 'smollm2', str(src), str(out)]) == 0
     res = list(iter_jsonl(out))
-    assert [r['id'] for r in res] == [r['id'] for r in rows] + [None]
+    assert [r['id'] for r in res] == [r['id'] for r in rows] + ['line 8']   # an unreadable line keeps its line number
     for r, o in zip(rows, res):
         if 'error' not in o: assert (o['input_ids'], o['loss_mask']) == assistant_mask(tok, r['messages'], r.get('tools'))
     assert 'prompt-only' in res[-2]['error'] and 'line 8' in res[-1]['error']
@@ -362,3 +363,120 @@ def test_cli_template_with_tokenizer_dir(tmp_path, capsys):
     assert main(['templates', 'masks', '--tokenizer', tdir, '--enable-thinking', 'false', str(src), str(out)]) == 0
     o = next(iter_jsonl(out))
     assert (o['input_ids'], o['loss_mask']) == assistant_mask(tok_for('qwen3'), msgs, enable_thinking=False)
+
+
+# ------------------------------------------------------------------------------------------------ the explorer
+def _wire(msgs):
+    "Messages as an OpenAI-style export has them: arguments as JSON strings, null content on tool-call turns."
+    out = []
+    for m in msgs:
+        m = dict(m)
+        if m.get('tool_calls'):
+            m['tool_calls'] = [{**tc, 'function': {**tc['function'], 'arguments': json.dumps(tc['function']['arguments'])}} for tc in m['tool_calls']]
+            m['content'] = m.get('content') or None
+        out.append(m)
+    return out
+
+def explorer_file(path):
+    "A user's data file: fixture conversations (some in wire format), a row without a user turn, an unknown role, a prompt-only row, a broken line."
+    names = [n for n in CONVS if n.startswith(('alpaca0', 'alpaca_reason0', 'sharegpt', 'glaive'))][:6] + ['tool', 'reasoning']
+    rows = []
+    for n in names:
+        msgs, tools = conv(n)
+        rows.append({'conversation_id': n, 'messages': msgs, **({'tools': tools} if tools else {})})
+        if tools: rows.append({'conversation_id': n + '-wire', 'messages': _wire(msgs), 'tools': tools})
+    rows += [{'conversation_id': 'no-user', 'messages': [{'role': 'system', 'content': 'Be brief.'}, {'role': 'assistant', 'content': 'Hello.'}]},
+             {'messages': [{'role': 'user', 'content': 'Hi'}, {'role': 'observation', 'content': 'x'}, {'role': 'assistant', 'content': 'Yo.'}]},
+             {'conversation_id': 'prompt', 'messages': [{'role': 'user', 'content': 'Only a question?'}]}]
+    write_jsonl(path, rows)
+    with open(path, 'a') as f: f.write('{not json\n')
+    return rows
+
+@needs_fx
+@pytest.mark.parametrize('tpl', list(FIXTURE_TEMPLATE_TOKENIZER))
+def test_explorer_on_fixture_templates(tpl, tmp_path):
+    tok, text = tok_for(FIXTURE_TEMPLATE_TOKENIZER[tpl]), tpl_path(tpl)
+    rows = explorer_file(tmp_path / 'mine.jsonl')
+    w = explore_file(tmp_path / 'mine.jsonl', tok, fixture_template(tpl), max_tokens=300)
+    ex = w.exploration()
+    views = {v['id']: v for v in ex['rows']}
+    # rows in = rows shown; ids kept (their own key) or the line number
+    assert ex['summary']['rows'] == len(rows) + 1 == sum(ex['counts'].values())
+    assert ex['summary']['rows'] == ex['summary']['ok'] + ex['summary']['prompt_only'] + ex['summary']['failed']
+    assert views[f'line {len(rows) + 1}']['reason'] == 'invalid input' and views['prompt']['status'] == 'prompt-only'
+    by_id = {r.get('conversation_id') or f'line {i + 1}': r for i, r in enumerate(rows)}
+    assert set(views) == set(by_id) | {f'line {len(rows) + 1}'} and f'line {len(rows) - 1}' in views   # the row without an id
+    for k, r in by_id.items():
+        v = views[k]
+        if v['status'] == 'ok': assert (v['ids'], v['mask']) == assistant_mask(tok, r['messages'], r.get('tools'), text), k
+    for v in ex['rows']:
+        if v['status'] == 'failed' and v.get('repair'):   # the repair really gives a row the tokenizer renders the same way
+            src = by_id[v['id']]
+            fixed = apply_repairs(src['messages'], v['repair'].split('+'))
+            assert v['repaired']['ids'] == tok.apply_chat_template(fixed, tools=src.get('tools'), chat_template=text, tokenize=True, return_dict=True)['input_ids']
+    if tpl == 'qwen3_6':
+        assert views['no-user']['reason'] == 'template error: No user query found in messages.' and views['no-user']['repair'] == 'prepend_user'
+        wire = [v for v in ex['rows'] if v['id'].endswith('-wire')]
+        assert wire and all(v['reason'] == 'template error: Can only get item pairs from a mapping.' and v['repair'] == 'args_to_objects' for v in wire)
+        assert any(mark == 'raise' and '|items' in line for _, line, mark in wire[0]['context'])
+    # widget state: reason options are the counts, a failure reason is selected first, the body shows that row
+    assert [o[1] for o in w.reason.options] == ['*'] + list(ex['counts'])
+    fails = [k for k in ex['counts'] if k not in ('ok', 'prompt-only')]
+    assert w.reason.value == (fails[0] if fails else '*')
+    assert w.pos.value == f"1 of {ex['counts'][fails[0]] if fails else len(ex['rows'])}"
+    if fails: assert html_escape(w.selected()[0]['reason']) in w.body.value
+    w.reason.value = 'ok'; w.source.value = '*'; w.next.click()
+    assert w.page == min(1, ex['counts']['ok'] - 1) and 'class="tok"' in w.body.value
+    # thinking: shown, and switchable exactly when the template reads enable_thinking
+    uses = 'enable_thinking' in as_renderer(tok, text).variables()
+    assert ex['thinking']['switchable'] == uses and w.thinking.disabled == (not uses)
+    page = w.html()
+    assert page.count('<details class="row"') == len(ex['rows']) * (2 if uses else 1)
+    if tpl == 'qwen3_6':
+        assert ex['thinking']['in_use'] == 'on' and ex['thinking']['rows_supervising_empty_think'] > 0
+        w.thinking.value = 'off'
+        off = w.exploration()
+        assert off['thinking']['in_use'] == 'off' and off['thinking']['rows_supervising_empty_think'] == 0
+        assert 'thinking off' in w.summary.value and 'data-mode="thinking off"' in page
+
+def html_escape(s):
+    import html
+    return html.escape(s)
+
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+def test_report_cli(tmp_path, capsys):
+    from dflash_nb.cli import main
+    u, a = {'role': 'user', 'content': 'Name a colour.'}, {'role': 'assistant', 'content': 'Blue.'}
+    write_jsonl(tmp_path / 'rows.jsonl', [{'id': 'a', 'messages': [u, a]}, {'id': 'b', 'messages': [u, {'role': 'assistant', 'content': None}]}, {'id': 'c', 'messages': [u]}])
+    assert main(['templates', 'report', str(tmp_path / 'rows.jsonl'), '--target', 'smollm2', '--out', str(tmp_path / 'r.html')]) == 0
+    out = capsys.readouterr().out
+    assert '"rows": 3, "ok": 1, "prompt_only": 1, "failed": 1' in out and 'wrote' in out
+    page = (tmp_path / 'r.html').read_text()
+    assert page.startswith('<!doctype html>') and page.count('<details class="row"') == 3 and 'none_to_empty' in page
+    # a bare .jinja template (no tokenizer): character spans instead of tokens
+    (tmp_path / 'chatml.jinja').write_text(CHATML)
+    assert main(['templates', 'report', str(tmp_path / 'rows.jsonl'), '--template', str(tmp_path / 'chatml.jinja'), '--out', str(tmp_path / 's.html')]) == 0
+    page = (tmp_path / 's.html').read_text()
+    assert '<i class="s">Blue.&lt;|im_end|&gt;</i>' in page and 'characters' in page
+    # a registered format is detected and normalized (alpaca records)
+    write_jsonl(tmp_path / 'alp.jsonl', [{'instruction': 'Say hi.', 'input': '', 'output': 'Hi!'}])
+    rows, info = load_rows(tmp_path / 'alp.jsonl')
+    assert info['detected'] and info['format'] != 'canonical' and rows[0]['messages'][-1] == {'role': 'assistant', 'content': 'Hi!'}
+
+def test_masks_show(tmp_path, capsys):
+    "`templates masks --show N`: ids kept or line numbers, supervised pieces decoded, the repair of a failed row."
+    from dflash_nb.cli import main
+    tok = tok_for('smollm2')
+    u, a = {'role': 'user', 'content': 'Name a colour.'}, {'role': 'assistant', 'content': 'Blue.'}
+    write_jsonl(tmp_path / 'in.jsonl', [{'uuid': 'u-1', 'messages': [u, a]}, {'messages': [u, {'role': 'observation', 'content': 'x'}, {'role': 'assistant', 'content': [{'type': 'text', 'text': 'Red.'}]}]}])
+    assert main(['templates', 'masks', '--tokenizer', 'smollm2', '--show', '5', str(tmp_path / 'in.jsonl'), str(tmp_path / 'out.jsonl')]) == 0
+    out = capsys.readouterr().out
+    assert [o['id'] for o in iter_jsonl(tmp_path / 'out.jsonl')] == ['u-1', 'line 2']
+    ids, mask = assistant_mask(tok, [u, a])
+    want = tok.decode([i for i, m in zip(ids, mask) if m])
+    assert f'--- u-1 (in, line 1): ok, {len(ids)} tokens, {sum(mask)} supervised in 1 run(s)' in out
+    assert f'  supervised 1: {json.dumps(want)}' in out and want == 'Blue.<|im_end|>'
+    assert '--- line 2 (in, line 2): template error' in out and 'repair: flatten_content' in out
+    assert '"Red.<|im_end|>"' in out
