@@ -385,7 +385,7 @@ def _tree_cycle(s: TargetSession, drafter, anchor, ctx_f, ctx_p, start, sampler,
     new_f = feats[rows] if feats is not None else None
     return commit, len(path), new_f, len(toks)
 
-# %% ../nbs/90_evaluate.ipynb #97f3e5e4
+# %% ../nbs/90_evaluate.ipynb #8252a23b
 class LosslessError(AssertionError):
     "A speculative output that differs from plain decoding; the message names the prompt, variant and first differing position."
 
@@ -395,13 +395,24 @@ def first_difference(a, b) -> int | None:
         if x != y: return i
     return None if len(a) == len(b) else min(len(a), len(b))
 
-def check_lossless(gen, plain, prompt_len: int, where: str):
-    "Raise `LosslessError` when `gen.tokens` differ from `plain.tokens` (`where` names the prompt and variant)."
+def _logit_gap(model, prompt, prefix, a, b) -> str:
+    "The target's logits for tokens `a` and `b` after `prompt + prefix` (one plain forward), as text."
+    with TargetSession(model) as s:
+        lg, _ = s.forward(list(prompt) + list(prefix), all_logits=False)
+    la, lb = float(lg[-1, a]), float(lg[-1, b])
+    return f'; target logits there: speculative {la:.4f}, plain {lb:.4f} (gap {lb - la:.2e})'
+
+def check_lossless(gen, plain, prompt_len: int, where: str, model=None, prompt=None):
+    """Raise `LosslessError` when `gen.tokens` differ from `plain.tokens` (`where` names the prompt and variant). With
+    `model` and `prompt`, the message adds the target's logits of both tokens there: a tiny gap is a numerical near-tie
+    of the verify forward (low precision), a large one a bug."""
     i = first_difference(gen.tokens, plain.tokens)
     if i is None: return
     tok = lambda ts: ts[i] if i < len(ts) else 'end of output'
+    a, b = tok(gen.tokens), tok(plain.tokens)
+    gap = _logit_gap(model, prompt, plain.tokens[:i], a, b) if model is not None and prompt is not None and isinstance(a, int) and isinstance(b, int) else ''
     raise LosslessError(f'lossless check failed: {where}: output differs from plain decoding at generated token {i} '
-                        f'(position {prompt_len + i}): {tok(gen.tokens)} vs plain {tok(plain.tokens)}')
+                        f'(position {prompt_len + i}): {a} vs plain {b}{gap}')
 
 # %% ../nbs/90_evaluate.ipynb #7b6cca15
 MT_BENCH_HUB = 'HuggingFaceH4/mt_bench_prompts'
@@ -503,7 +514,7 @@ def summarize(gens: list, plains: list, block_size: int) -> dict:
             'speedup': round(tpot_p / tpot_s, 4) if tpot_s > 0 else None,
             'identical': round(sum(g.tokens == p.tokens for g, p in zip(gens, plains)) / max(len(gens), 1), 4)}
 
-# %% ../nbs/90_evaluate.ipynb #1ca0d282
+# %% ../nbs/90_evaluate.ipynb #8ea58718
 def _gen_record(g: Generation) -> dict:
     d = asdict(g); d['tau'] = round(g.tau, 4); return d
 
@@ -556,7 +567,7 @@ def evaluate_prompts(model, tokenizer, items: list, variants: dict, max_new_toke
                         if on_record: on_record({'key': key, 'set': set_name, 'id': it['id'], 'turn': ti, 'variant': vname,
                                                  'prompt_tokens': len(prompt), 'identical': g.tokens == pg.tokens, **_gen_record(g)})
                     out[vname].append(g)
-                    if enforce_lossless: check_lossless(g, pg, len(prompt), f"{set_name}/{it['id']} turn {ti}, variant {vname}")
+                    if enforce_lossless: check_lossless(g, pg, len(prompt), f"{set_name}/{it['id']} turn {ti}, variant {vname}", model, prompt)
             if turn is not None and ti + 1 < len(turns):
                 msgs.append({'role': 'assistant', 'content': tokenizer.decode(pg.tokens, skip_special_tokens=True)})
         if log: log(f"[evaluate] {set_name} {it['id']}: " + ', '.join(f'{v} tau {out[v][-1].tau:.2f}' for v in out if v != 'plain'))
