@@ -704,12 +704,14 @@ REPORT_NOTE = ('These numbers come from a few prompts and short generations: the
                'run (`dflash-nb run configs/smollm2_quality.yaml`) or `dflash-nb evaluate DRAFTER --target SPEC --prompts FILE` '
                'with hundreds of prompts and long generations.')
 
-# %% ../nbs/90_evaluate.ipynb #4562cca9
+# %% ../nbs/90_evaluate.ipynb #a4daf403
 def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), out_dir='eval', max_new_tokens: int = 64,
                      max_prompts: int | None = None, temperature: float = 0.0, block_size: int | None = None,
                      variants=('trained', 'prompt_lookup'), seed: int = 0, device: str = 'auto', dtype=None,
-                     enable_thinking=False, max_prompt_tokens: int = 4096, lossless: str = 'enforce', log=print) -> dict:
-    "Evaluate the DFlash drafter folder `drafter_dir` on `prompt_files` against `target`; writes eval.json, records.jsonl, report.md into `out_dir`."
+                     enable_thinking=False, max_prompt_tokens: int = 4096, lossless: str = 'enforce', mt_bench_turns: int = 1,
+                     log=print) -> dict:
+    """Evaluate the DFlash drafter folder `drafter_dir` on `prompt_files` against `target`; writes eval.json, records.jsonl,
+    report.md into `out_dir`. MT-Bench questions are asked for their first `mt_bench_turns` turns."""
     from dflash_nb.core import Quarantine, get_device, seed_everything
     from dflash_nb.drafter import DFlashDrafter
     from dflash_nb.targets import load_target
@@ -725,6 +727,9 @@ def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), ou
             items, src = load_prompt_set(name, max_prompts, allow_hub=False)
             if items: sets[name] = (items, src)
         if not sets: raise ValueError('no prompts: pass --prompts FILE (the MT-Bench/HumanEval fixtures are not available)')
+    for items, _ in sets.values():
+        for it in items:
+            if 'turns' in it: it['turns'] = it['turns'][:max(int(mt_bench_turns), 1)]
     seed_everything(seed)
     dev = get_device(device)
     dr = open_drafter(drafter_dir)
@@ -745,7 +750,6 @@ def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), ou
         built['untrained'] = (DFlashDraftSession(DFlashDrafter(dr.config).init_weights(seed).to(dev, wdtype).eval(), emb, head, B), 0)
     if 'prompt_lookup' in variants: built['prompt_lookup'] = (PromptLookupDrafter(B), 0)
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    from dflash_nb.core import Quarantine
     q = Quarantine(out / 'quarantine.jsonl')
     rec_f = open(out / 'records.jsonl', 'w', encoding='utf-8')
     def on_record(r): rec_f.write(json.dumps(r) + '\n'); rec_f.flush()
@@ -764,7 +768,7 @@ def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), ou
                f'block size {B}\n' + results_table(results) + '\n')
     return ev
 
-# %% ../nbs/90_evaluate.ipynb #cbca911d
+# %% ../nbs/90_evaluate.ipynb #b8254780
 def register_cli(sub):
     "Add `dflash-nb evaluate DRAFTER_DIR --target SPEC [--prompts FILE]...` to the CLI."
     p = sub.add_parser('evaluate', help='speculative decoding with one DFlash drafter folder against its target (tau, acceptance, speedup, lossless)')
@@ -777,13 +781,14 @@ def register_cli(sub):
     p.add_argument('--variants', default='trained,prompt_lookup', help='comma-separated: trained, untrained, prompt_lookup')
     p.add_argument('--device', default='auto'); p.add_argument('--seed', type=int, default=0)
     p.add_argument('--max-prompt-tokens', type=int, default=4096)
+    p.add_argument('--mt-bench-turns', type=int, default=1, help='MT-Bench turns to ask (2: the full protocol)')
     p.add_argument('--lossless', default='enforce', choices=['enforce', 'report'], help='enforce: fail at T=0 when an output differs from plain decoding')
     p.add_argument('--out', default='eval', help='output folder (eval.json, records.jsonl, report.md)')
     def run(a):
         try:
             ev = evaluate_drafter(a.drafter_dir, a.target, a.prompts, a.out, a.max_new_tokens, a.max_prompts, a.temperature,
                                   a.block_size, [v.strip() for v in a.variants.split(',') if v.strip()], a.seed, a.device,
-                                  max_prompt_tokens=a.max_prompt_tokens, lossless=a.lossless, log=None)
+                                  max_prompt_tokens=a.max_prompt_tokens, lossless=a.lossless, mt_bench_turns=a.mt_bench_turns, log=None)
         except LosslessError as e: print(f'error: {e}', file=sys.stderr); return 1
         print(results_table(ev['sets'])); print(f'\nwrote {Path(a.out) / "eval.json"} and {Path(a.out) / "report.md"}')
         return 0
