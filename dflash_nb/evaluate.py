@@ -768,7 +768,7 @@ def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), ou
                f'block size {B}\n' + results_table(results) + '\n')
     return ev
 
-# %% ../nbs/90_evaluate.ipynb #b8254780
+# %% ../nbs/90_evaluate.ipynb #b2515c37
 def register_cli(sub):
     "Add `dflash-nb evaluate DRAFTER_DIR --target SPEC [--prompts FILE]...` to the CLI."
     p = sub.add_parser('evaluate', help='speculative decoding with one DFlash drafter folder against its target (tau, acceptance, speedup, lossless)')
@@ -776,11 +776,13 @@ def register_cli(sub):
     p.add_argument('--target', default=None, help="target spec (default: the target named in the drafter's config)")
     p.add_argument('--prompts', action='append', default=[], metavar='FILE',
                    help='JSONL prompt file (canonical rows, {"prompt"} lines, MT-Bench, HumanEval; .gz too); repeatable, one set per file')
-    p.add_argument('--max-new-tokens', type=int, default=64); p.add_argument('--max-prompts', type=int, default=None)
-    p.add_argument('--temperature', type=float, default=0.0); p.add_argument('--block-size', type=int, default=None)
+    p.add_argument('--max-new-tokens', type=int, default=64, help='tokens generated per prompt (2048 in the paper protocol)')
+    p.add_argument('--max-prompts', type=int, default=None, help='prompts per file, evenly spaced (default: all)')
+    p.add_argument('--temperature', type=float, default=0.0, help='0: greedy; above: keyed Gumbel sampling (still lossless)')
+    p.add_argument('--block-size', type=int, default=None, help="verify only the first B-1 drafts per cycle (default: the drafter's block size)")
     p.add_argument('--variants', default='trained,prompt_lookup', help='comma-separated: trained, untrained, prompt_lookup')
-    p.add_argument('--device', default='auto'); p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--max-prompt-tokens', type=int, default=4096)
+    p.add_argument('--device', default='auto', help='auto | cpu | cuda | cuda:N | mps'); p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--max-prompt-tokens', type=int, default=4096, help='longer prompts are quarantined')
     p.add_argument('--mt-bench-turns', type=int, default=1, help='MT-Bench turns to ask (2: the full protocol)')
     p.add_argument('--lossless', default='enforce', choices=['enforce', 'report'], help='enforce: fail at T=0 when an output differs from plain decoding')
     p.add_argument('--out', default='eval', help='output folder (eval.json, records.jsonl, report.md)')
