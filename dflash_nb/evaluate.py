@@ -385,7 +385,7 @@ def _tree_cycle(s: TargetSession, drafter, anchor, ctx_f, ctx_p, start, sampler,
     new_f = feats[rows] if feats is not None else None
     return commit, len(path), new_f, len(toks)
 
-# %% ../nbs/90_evaluate.ipynb #97f3e5e4
+# %% ../nbs/90_evaluate.ipynb #8252a23b
 class LosslessError(AssertionError):
     "A speculative output that differs from plain decoding; the message names the prompt, variant and first differing position."
 
@@ -395,13 +395,24 @@ def first_difference(a, b) -> int | None:
         if x != y: return i
     return None if len(a) == len(b) else min(len(a), len(b))
 
-def check_lossless(gen, plain, prompt_len: int, where: str):
-    "Raise `LosslessError` when `gen.tokens` differ from `plain.tokens` (`where` names the prompt and variant)."
+def _logit_gap(model, prompt, prefix, a, b) -> str:
+    "The target's logits for tokens `a` and `b` after `prompt + prefix` (one plain forward), as text."
+    with TargetSession(model) as s:
+        lg, _ = s.forward(list(prompt) + list(prefix), all_logits=False)
+    la, lb = float(lg[-1, a]), float(lg[-1, b])
+    return f'; target logits there: speculative {la:.4f}, plain {lb:.4f} (gap {lb - la:.2e})'
+
+def check_lossless(gen, plain, prompt_len: int, where: str, model=None, prompt=None):
+    """Raise `LosslessError` when `gen.tokens` differ from `plain.tokens` (`where` names the prompt and variant). With
+    `model` and `prompt`, the message adds the target's logits of both tokens there: a tiny gap is a numerical near-tie
+    of the verify forward (low precision), a large one a bug."""
     i = first_difference(gen.tokens, plain.tokens)
     if i is None: return
     tok = lambda ts: ts[i] if i < len(ts) else 'end of output'
+    a, b = tok(gen.tokens), tok(plain.tokens)
+    gap = _logit_gap(model, prompt, plain.tokens[:i], a, b) if model is not None and prompt is not None and isinstance(a, int) and isinstance(b, int) else ''
     raise LosslessError(f'lossless check failed: {where}: output differs from plain decoding at generated token {i} '
-                        f'(position {prompt_len + i}): {tok(gen.tokens)} vs plain {tok(plain.tokens)}')
+                        f'(position {prompt_len + i}): {a} vs plain {b}{gap}')
 
 # %% ../nbs/90_evaluate.ipynb #7b6cca15
 MT_BENCH_HUB = 'HuggingFaceH4/mt_bench_prompts'
@@ -503,7 +514,7 @@ def summarize(gens: list, plains: list, block_size: int) -> dict:
             'speedup': round(tpot_p / tpot_s, 4) if tpot_s > 0 else None,
             'identical': round(sum(g.tokens == p.tokens for g, p in zip(gens, plains)) / max(len(gens), 1), 4)}
 
-# %% ../nbs/90_evaluate.ipynb #1ca0d282
+# %% ../nbs/90_evaluate.ipynb #8ea58718
 def _gen_record(g: Generation) -> dict:
     d = asdict(g); d['tau'] = round(g.tau, 4); return d
 
@@ -556,7 +567,7 @@ def evaluate_prompts(model, tokenizer, items: list, variants: dict, max_new_toke
                         if on_record: on_record({'key': key, 'set': set_name, 'id': it['id'], 'turn': ti, 'variant': vname,
                                                  'prompt_tokens': len(prompt), 'identical': g.tokens == pg.tokens, **_gen_record(g)})
                     out[vname].append(g)
-                    if enforce_lossless: check_lossless(g, pg, len(prompt), f"{set_name}/{it['id']} turn {ti}, variant {vname}")
+                    if enforce_lossless: check_lossless(g, pg, len(prompt), f"{set_name}/{it['id']} turn {ti}, variant {vname}", model, prompt)
             if turn is not None and ti + 1 < len(turns):
                 msgs.append({'role': 'assistant', 'content': tokenizer.decode(pg.tokens, skip_special_tokens=True)})
         if log: log(f"[evaluate] {set_name} {it['id']}: " + ', '.join(f'{v} tau {out[v][-1].tau:.2f}' for v in out if v != 'plain'))
@@ -693,12 +704,14 @@ REPORT_NOTE = ('These numbers come from a few prompts and short generations: the
                'run (`dflash-nb run configs/smollm2_quality.yaml`) or `dflash-nb evaluate DRAFTER --target SPEC --prompts FILE` '
                'with hundreds of prompts and long generations.')
 
-# %% ../nbs/90_evaluate.ipynb #4562cca9
+# %% ../nbs/90_evaluate.ipynb #a4daf403
 def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), out_dir='eval', max_new_tokens: int = 64,
                      max_prompts: int | None = None, temperature: float = 0.0, block_size: int | None = None,
                      variants=('trained', 'prompt_lookup'), seed: int = 0, device: str = 'auto', dtype=None,
-                     enable_thinking=False, max_prompt_tokens: int = 4096, lossless: str = 'enforce', log=print) -> dict:
-    "Evaluate the DFlash drafter folder `drafter_dir` on `prompt_files` against `target`; writes eval.json, records.jsonl, report.md into `out_dir`."
+                     enable_thinking=False, max_prompt_tokens: int = 4096, lossless: str = 'enforce', mt_bench_turns: int = 1,
+                     log=print) -> dict:
+    """Evaluate the DFlash drafter folder `drafter_dir` on `prompt_files` against `target`; writes eval.json, records.jsonl,
+    report.md into `out_dir`. MT-Bench questions are asked for their first `mt_bench_turns` turns."""
     from dflash_nb.core import Quarantine, get_device, seed_everything
     from dflash_nb.drafter import DFlashDrafter
     from dflash_nb.targets import load_target
@@ -714,6 +727,9 @@ def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), ou
             items, src = load_prompt_set(name, max_prompts, allow_hub=False)
             if items: sets[name] = (items, src)
         if not sets: raise ValueError('no prompts: pass --prompts FILE (the MT-Bench/HumanEval fixtures are not available)')
+    for items, _ in sets.values():
+        for it in items:
+            if 'turns' in it: it['turns'] = it['turns'][:max(int(mt_bench_turns), 1)]
     seed_everything(seed)
     dev = get_device(device)
     dr = open_drafter(drafter_dir)
@@ -734,7 +750,6 @@ def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), ou
         built['untrained'] = (DFlashDraftSession(DFlashDrafter(dr.config).init_weights(seed).to(dev, wdtype).eval(), emb, head, B), 0)
     if 'prompt_lookup' in variants: built['prompt_lookup'] = (PromptLookupDrafter(B), 0)
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    from dflash_nb.core import Quarantine
     q = Quarantine(out / 'quarantine.jsonl')
     rec_f = open(out / 'records.jsonl', 'w', encoding='utf-8')
     def on_record(r): rec_f.write(json.dumps(r) + '\n'); rec_f.flush()
@@ -753,7 +768,7 @@ def evaluate_drafter(drafter_dir, target: str | None = None, prompt_files=(), ou
                f'block size {B}\n' + results_table(results) + '\n')
     return ev
 
-# %% ../nbs/90_evaluate.ipynb #cbca911d
+# %% ../nbs/90_evaluate.ipynb #b2515c37
 def register_cli(sub):
     "Add `dflash-nb evaluate DRAFTER_DIR --target SPEC [--prompts FILE]...` to the CLI."
     p = sub.add_parser('evaluate', help='speculative decoding with one DFlash drafter folder against its target (tau, acceptance, speedup, lossless)')
@@ -761,18 +776,21 @@ def register_cli(sub):
     p.add_argument('--target', default=None, help="target spec (default: the target named in the drafter's config)")
     p.add_argument('--prompts', action='append', default=[], metavar='FILE',
                    help='JSONL prompt file (canonical rows, {"prompt"} lines, MT-Bench, HumanEval; .gz too); repeatable, one set per file')
-    p.add_argument('--max-new-tokens', type=int, default=64); p.add_argument('--max-prompts', type=int, default=None)
-    p.add_argument('--temperature', type=float, default=0.0); p.add_argument('--block-size', type=int, default=None)
+    p.add_argument('--max-new-tokens', type=int, default=64, help='tokens generated per prompt (2048 in the paper protocol)')
+    p.add_argument('--max-prompts', type=int, default=None, help='prompts per file, evenly spaced (default: all)')
+    p.add_argument('--temperature', type=float, default=0.0, help='0: greedy; above: keyed Gumbel sampling (still lossless)')
+    p.add_argument('--block-size', type=int, default=None, help="verify only the first B-1 drafts per cycle (default: the drafter's block size)")
     p.add_argument('--variants', default='trained,prompt_lookup', help='comma-separated: trained, untrained, prompt_lookup')
-    p.add_argument('--device', default='auto'); p.add_argument('--seed', type=int, default=0)
-    p.add_argument('--max-prompt-tokens', type=int, default=4096)
+    p.add_argument('--device', default='auto', help='auto | cpu | cuda | cuda:N | mps'); p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--max-prompt-tokens', type=int, default=4096, help='longer prompts are quarantined')
+    p.add_argument('--mt-bench-turns', type=int, default=1, help='MT-Bench turns to ask (2: the full protocol)')
     p.add_argument('--lossless', default='enforce', choices=['enforce', 'report'], help='enforce: fail at T=0 when an output differs from plain decoding')
     p.add_argument('--out', default='eval', help='output folder (eval.json, records.jsonl, report.md)')
     def run(a):
         try:
             ev = evaluate_drafter(a.drafter_dir, a.target, a.prompts, a.out, a.max_new_tokens, a.max_prompts, a.temperature,
                                   a.block_size, [v.strip() for v in a.variants.split(',') if v.strip()], a.seed, a.device,
-                                  max_prompt_tokens=a.max_prompt_tokens, lossless=a.lossless, log=None)
+                                  max_prompt_tokens=a.max_prompt_tokens, lossless=a.lossless, mt_bench_turns=a.mt_bench_turns, log=None)
         except LosslessError as e: print(f'error: {e}', file=sys.stderr); return 1
         print(results_table(ev['sets'])); print(f'\nwrote {Path(a.out) / "eval.json"} and {Path(a.out) / "report.md"}')
         return 0

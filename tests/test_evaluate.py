@@ -287,6 +287,8 @@ def test_lossless_failure_is_detected_and_named(tmp_path, monkeypatch, capsys):
         code, _, err = run_cli(capsys, d, '--target', 'tiny-qwen3', '--prompts', tmp_path / 'one.jsonl', '--max-new-tokens', 8,
                                '--device', 'cpu', '--out', tmp_path / 'o', '--variants', 'trained')
         assert code == 1 and 'one/p0' in err and 'differs from plain decoding at generated token' in err, err
+        assert 'target logits there' in err and 'Traceback' not in err, err                   # plain's token is the target's choice
+        assert len([l for l in err.splitlines() if 'error' in l]) == 1, err
         # report mode counts it instead of failing
         r = evaluate_prompts(model, tok, items, variants, 8, enforce_lossless=False, log=None)
         assert r['trained'][0].tokens != r['plain'][0].tokens
