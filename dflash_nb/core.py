@@ -451,7 +451,7 @@ def read_prompt_file(path) -> list[dict]:
     if not out: raise ValueError(f'{path}: empty prompt file (no prompt lines)')
     return out
 
-# %% ../nbs/00_core.ipynb #35452cd3
+# %% ../nbs/00_core.ipynb #916b345c
 STAGE_LOG_ENV = 'DFLASH_NB_STAGE_LOG'
 
 def _fmt_secs(s: float) -> str:
@@ -469,7 +469,7 @@ class Progress:
         if getattr(sys.stderr, 'isatty', lambda: False)() and _has('tqdm'):
             from tqdm import tqdm
             self._bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
-        self._emit(bar_too=False)
+        self._emit()
 
     def line(self) -> str:
         "The current state as one line: `desc: n/total unit (pct), rate, elapsed, left`."
@@ -481,7 +481,7 @@ class Progress:
         extra = f', {self.postfix}' if self.postfix else ''
         return f'{self.desc}: {done} {self.unit}{pct}, {rate:.3g} {self.unit}/s, {_fmt_secs(el)} elapsed{left}{extra}'
 
-    def _emit(self, bar_too: bool = True):
+    def _emit(self):
         self._last, self._last_n = time.time(), self.n
         text = self.line()
         if self._bar is None: print(text, file=sys.stderr, flush=True)
