@@ -212,3 +212,69 @@ def test_compiles_at_most_once_per_bucket(monkeypatch):
     print(f'{len(raw)} raw shapes -> {len(seen)} buckets, {n} compiled graphs')
     assert len(raw) > 20 and 2 <= len(seen) <= 4
     assert 1 <= n <= 2 * len(seen)               # per bucket: one block-mask graph and one attention graph
+
+
+PAR_SRC = TINY_SRC + '''
+def tiny_target():
+    "A deterministic stand-in for the target: features [b, T, 2, 16] looked up from the input ids."
+    E = torch.randn(30, 2, 16, generator=torch.Generator().manual_seed(11))
+    return lambda ids, am: E[ids] * am[..., None, None].to(E.dtype)
+class OnlineRows(Rows):
+    def __getitem__(self, i): return {k: v for k, v in self.rows[i].items() if k != 'hidden_states'}
+def par_config(parallel, placement, accum):
+    from dflash_nb.train import TrainConfig
+    return TrainConfig(epochs=3, batch_size=1, grad_accum=accum, num_anchors=3, lr=3e-3, log_every=2, ckpt_every=4,
+                       warmup_ratio=0.1, parallel=parallel, placement=placement, feature_ranks=int(placement == 'separate'))
+def par_run(out, parallel, placement, accum):
+    "Train the tiny drafter online; returns (trainer or None on a feature rank, full final weights on rank 0)."
+    from dflash_nb.train import Trainer, placement_roles, RemoteFeatures, serve_features
+    tc, (emb, head) = par_config(parallel, placement, accum), tiny_head()
+    roles = placement_roles(tc)
+    if roles['role'] == 'features':
+        serve_features(tiny_target(), roles['clients'], 2, 16); return None, None
+    fn = tiny_target() if placement == 'colocated' else RemoteFeatures(roles['server'], 2, 16)
+    t = Trainer(tiny_drafter(), emb, head, OnlineRows(), tc, out_dir=out, feature_fn=fn, log=lambda m: None, group=roles['group'])
+    t.fit()
+    if placement == 'separate': fn.close()
+    return t, t.model_state()
+'''
+exec(PAR_SRC)
+
+PAR_SCRIPT = PAR_SRC + '''
+import sys
+import torch.distributed as dist
+t, sd = par_run(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+if t is not None and t.rank == 0: torch.save(sd, sys.argv[1] + '/final.pt')
+if dist.is_initialized(): dist.barrier(); dist.destroy_process_group()
+'''
+
+
+def _torchrun_par(tmp_path, name, *args, port):
+    script = tmp_path / 'par.py'; script.write_text(PAR_SCRIPT)
+    torchrun = Path(sys.executable).parent / 'torchrun'
+    r = subprocess.run([str(torchrun), '--nproc_per_node', '2', '--master_port', str(port), str(script), str(tmp_path / name), *args],
+                       env={**os.environ, 'OMP_NUM_THREADS': '1'}, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    hist = [json.loads(l) for l in (tmp_path / name / 'metrics.jsonl').read_text().splitlines()]
+    return torch.load(tmp_path / name / 'final.pt', weights_only=True), hist
+
+
+def test_fsdp2_two_gloo_processes_equal_one_process(tmp_path):
+    "FSDP2 (fully_shard) over 2 gloo ranks x batch 1 = 1 process with grad_accum 2 (weights, losses, checkpoints)."
+    a, ha = _torchrun_par(tmp_path, 'fsdp', 'fsdp', 'colocated', '1', port=29541)
+    t, b = par_run(tmp_path / 'single', 'ddp', 'colocated', 2)
+    assert sorted(a) == sorted(b)
+    assert all((a[k] - b[k]).abs().max() < 1e-5 for k in a), max((a[k] - b[k]).abs().max().item() for k in a)
+    assert [e['step'] for e in ha] == [e['step'] for e in t.history]
+    assert all(abs(x['loss'] - y['loss']) < 1e-4 and x['acc'] == y['acc'] for x, y in zip(ha, t.history))
+    ck = torch.load(latest_checkpoint(tmp_path / 'fsdp' / 'checkpoints') / 'state.pt', weights_only=True)
+    assert ck['world_size'] == 2 and sorted(ck['model']) == sorted(b)      # full (unsharded) weights in the checkpoint
+
+
+def test_separate_feature_rank_equals_colocated(tmp_path):
+    "1 feature rank (holds the target, serves features over torch.distributed) + 1 trainer rank = 1 colocated process."
+    a, ha = _torchrun_par(tmp_path, 'sep', 'ddp', 'separate', '1', port=29543)
+    t, b = par_run(tmp_path / 'colo', 'ddp', 'colocated', 1)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    strip = lambda h: [{k: v for k, v in e.items() if 'per_s' not in k} for e in h]
+    assert strip(ha) == strip(t.history)
