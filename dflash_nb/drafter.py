@@ -266,7 +266,7 @@ def attend(q, k, v, mask=None, scale=None):
     if mask is not None and not isinstance(mask, torch.Tensor): return _flex(q, k, v, mask, scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
-# %% ../nbs/70_drafter.ipynb #c63df5b3
+# %% ../nbs/70_drafter.ipynb #4550b7a7
 class DFlashAttention(nn.Module):
     "Attention with KV injection: keys/values = [context ; block] through the same k/v projections and k_norm; queries from the block."
     def __init__(self, cfg: DFlashConfig, layer_idx: int):
@@ -314,11 +314,15 @@ class DFlashDecoderLayer(nn.Module):
         self.mlp = DFlashMLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-    def forward(self, h, ctx_kv, cos, sin, mask=None):
+    def forward(self, h, ctx_kv, cos, sin, mask=None, ctx=None, cache=None):
+        "`ctx_kv`: the context's `(k, v)`; or `ctx = (fused context, cos, sin)` to project them here (appended to `cache`)."
+        if ctx is not None:     # inside the layer's forward, so FSDP/checkpointing treat the K/V projection as part of it
+            ctx_kv = self.self_attn.kv(*ctx)
+            if cache is not None: ctx_kv = cache.update(self.self_attn.layer_idx, *ctx_kv)
         h = h + self.self_attn(self.input_layernorm(h), ctx_kv, cos, sin, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-# %% ../nbs/70_drafter.ipynb #c4c2838f
+# %% ../nbs/70_drafter.ipynb #b5efd00f
 class DraftCache:
     "Per-layer context keys/values of the drafter (after k_norm and RoPE) and their positions; holds no block K/V."
     def __init__(self): self.k, self.v, self.positions = {}, {}, None
@@ -333,10 +337,6 @@ class DraftCache:
         "Keep the first `n` context entries (e.g. after a rollback)."
         for i in self.k: self.k[i], self.v[i] = self.k[i][:, :, :n], self.v[i][:, :, :n]
         if self.positions is not None: self.positions = self.positions[:, :n]
-
-def _layer_with_context(layer, h, ctx, cos_c, sin_c, cos_q, sin_q, mask):
-    "One draft layer including its context K/V projection (the unit of gradient checkpointing)."
-    return layer(h, layer.self_attn.kv(ctx, cos_c, sin_c), cos_q, sin_q, mask)
 
 class DFlashDrafter(nn.Module):
     "The DFlash draft model: fc + hidden_norm fusion, `num_hidden_layers` KV-injection layers, final norm."
@@ -372,15 +372,12 @@ class DFlashDrafter(nn.Module):
         cos_q, sin_q = rope_cos_sin(block_positions, cfg.head_dim, cfg.rope_theta, dt)
         h = noise_embedding
         ckpt = self.gradient_checkpointing and cache is None and torch.is_grad_enabled()
-        for i, layer in enumerate(self.layers):
+        for layer in self.layers:
             m = None if masks is None else masks.get(layer.self_attn.layer_type)
             if ckpt:
                 from torch.utils.checkpoint import checkpoint
-                h = checkpoint(_layer_with_context, layer, h, ctx, cos_c, sin_c, cos_q, sin_q, m, use_reentrant=False)
-                continue
-            kc, vc = layer.self_attn.kv(ctx, cos_c, sin_c)
-            if cache is not None: kc, vc = cache.update(i, kc, vc)
-            h = layer(h, (kc, vc), cos_q, sin_q, m)
+                h = checkpoint(layer, h, None, cos_q, sin_q, m, (ctx, cos_c, sin_c), use_reentrant=False)
+            else: h = layer(h, None, cos_q, sin_q, m, ctx=(ctx, cos_c, sin_c), cache=cache)
         if cache is not None: cache.add_positions(ctx_positions)
         return self.norm(h)
 

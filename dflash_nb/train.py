@@ -20,7 +20,8 @@ from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_conf
 # %% auto #0
 __all__ = ['CKPT_RE', 'TRAIN_PARAMS', 'TrainConfig', 'load_target_head', 'target_features', 'TokenRows', 'eligible_rows',
            'collate', 'pad_batch', 'max_row_length', 'shard_drafter', 'latest_checkpoint', 'Trainer',
-           'init_from_target', 'benchmark_step', 'plot_curves', 'train_stage', 'register_cli']
+           'init_from_target', 'placement_roles', 'RemoteFeatures', 'serve_features', 'benchmark_step', 'plot_curves',
+           'train_stage', 'register_cli']
 
 # %% ../nbs/80_train.ipynb #ab324071
 @dataclass
@@ -470,7 +471,62 @@ def init_from_target(drafter: DFlashDrafter, target, layers=None, log=None) -> d
     if log: log(f'drafter initialized from target layers {layers} (context = feature of layer {ids[f]}); kept: {info["kept"]}')
     return info
 
-# %% ../nbs/80_train.ipynb #1cc1e2b1
+# %% ../nbs/80_train.ipynb #da2647e4
+def placement_roles(cfg: TrainConfig) -> dict:
+    """This rank's role: `{'role': 'trainer' | 'features', 'group', 'server', 'clients'}`. With
+    `placement='separate'` every rank must call it (it creates the trainers' process group)."""
+    import torch.distributed as dist
+    rank, world = _dist()
+    if cfg.placement == 'colocated': return {'role': 'trainer', 'group': None, 'server': None, 'clients': []}
+    if cfg.placement != 'separate': raise ValueError(f"placement must be 'colocated' or 'separate', got {cfg.placement!r}")
+    F_ = int(cfg.feature_ranks)
+    if not 1 <= F_ < world: raise ValueError(f'placement=separate needs 1 <= feature_ranks < world size ({world}), got {F_}')
+    n_train = world - F_
+    group = dist.new_group(list(range(n_train)))
+    if rank < n_train: return {'role': 'trainer', 'group': group, 'server': n_train + rank % F_, 'clients': []}
+    return {'role': 'features', 'group': None, 'server': None, 'clients': [t for t in range(n_train) if n_train + t % F_ == rank]}
+
+def _comm_device(device):
+    import torch.distributed as dist
+    return torch.device(device) if dist.get_backend() == 'nccl' else torch.device('cpu')
+
+class RemoteFeatures:
+    "A `feature_fn` for trainer ranks: asks feature rank `server` for the features `[b, T, n, D]` of each batch."
+    def __init__(self, server: int, n_features: int, hidden_size: int, dtype=torch.float32, device='cpu'):
+        self.server, self.shape, self.dtype, self.device = server, (n_features, hidden_size), dtype, torch.device(device)
+        self.comm = _comm_device(device)
+    def __call__(self, input_ids, attention_mask):
+        import torch.distributed as dist
+        b, T = input_ids.shape
+        dist.send(torch.tensor([1, b, T], dtype=torch.long, device=self.comm), self.server)
+        dist.send(input_ids.to(self.comm, torch.long).contiguous(), self.server)
+        dist.send(attention_mask.to(self.comm, torch.long).contiguous(), self.server)
+        out = torch.empty(b, T, *self.shape, dtype=self.dtype, device=self.comm)
+        dist.recv(out, self.server)
+        return out.to(self.device)
+    def close(self):
+        "End this trainer's stream (the feature rank stops when all its trainers have closed)."
+        import torch.distributed as dist
+        dist.send(torch.zeros(3, dtype=torch.long, device=self.comm), self.server)
+
+def serve_features(feature_fn, clients, n_features: int, hidden_size: int, dtype=torch.float32, device='cpu') -> int:
+    "Feature rank: answer the requests of `clients` (trainer ranks) in turn until each has closed; returns the batches served."
+    import torch.distributed as dist
+    comm, live, served = _comm_device(device), list(clients), 0
+    while live:
+        for c in list(live):
+            h = torch.empty(3, dtype=torch.long, device=comm); dist.recv(h, c)
+            if int(h[0]) == 0: live.remove(c); continue
+            b, T = int(h[1]), int(h[2])
+            ids, am = torch.empty(b, T, dtype=torch.long, device=comm), torch.empty(b, T, dtype=torch.long, device=comm)
+            dist.recv(ids, c); dist.recv(am, c)
+            with torch.no_grad(): f = feature_fn(ids.to(device), am.to(device))
+            if tuple(f.shape) != (b, T, n_features, hidden_size):
+                raise ValueError(f'feature_fn returned {tuple(f.shape)}, expected {(b, T, n_features, hidden_size)}')
+            dist.send(f.to(comm, dtype).contiguous(), c); served += 1
+    return served
+
+# %% ../nbs/80_train.ipynb #c06075c0
 def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_attention_heads: int = 40,
                    num_key_value_heads: int = 8, head_dim: int = 128, vocab_size: int = 248_320, num_hidden_layers: int = 5,
                    n_features: int = 5, seq_len: int = 3072, num_anchors: int = 512, block_size: int = 16,
@@ -517,7 +573,7 @@ def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_
             'compiles': compile_count() - tr.compiles0, 'loss': round(loss if times else float('nan'), 5),
             'drafter_params': sum(p.numel() for p in tr.model.parameters())}
 
-# %% ../nbs/80_train.ipynb #416407f8
+# %% ../nbs/80_train.ipynb #471c0b2f
 def plot_curves(history, path=None):
     "Loss, implied acceptance length and per-slot accuracy (first and last logged window) as one PNG figure."
     import matplotlib; matplotlib.use('Agg')
@@ -536,7 +592,7 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #945127ed
+# %% ../nbs/80_train.ipynb #f29d31ad
 TRAIN_PARAMS = ('target', 'seed', 'device', 'source', 'num_hidden_layers', 'block_size', 'mask_token', 'target_layer_ids',
                 'num_feature_layers', 'num_anchors', 'gamma', 'epochs', 'batch_size', 'grad_accum', 'lr', 'warmup_ratio',
                 'max_grad_norm', 'max_steps', 'max_minutes', 'log_every', 'ckpt_every', 'attn_backend', 'export_dtype')
@@ -623,10 +679,10 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
     if world > 1: torch.distributed.barrier()
     return summary
 
-# %% ../nbs/80_train.ipynb #a1dc26b5
+# %% ../nbs/80_train.ipynb #0f6ba6ba
 TRAIN_PARAMS += tuple(k for k in ('init_from_target', 'keep_checkpoints') if k not in TRAIN_PARAMS)   # the quality run's options (init: see "Initializing the drafter from the target's last layers")
 
-# %% ../nbs/80_train.ipynb #44893578
+# %% ../nbs/80_train.ipynb #88df570c
 def register_cli(sub):
     "Add `dflash-nb train RUN_DIR [CONFIG] [--set train.k=v]` (works under torchrun) to the CLI."
     p = sub.add_parser('train', help='run the 80_train stage on a run folder (e.g. under torchrun for several GPUs)')
