@@ -33,12 +33,11 @@ def cmd_train(a):
     mask_id = resolve_mask_token_id(tok, tcfg.vocab_size, '<empty_output>')
     dcfg = build_config(tcfg, mask_id, num_hidden_layers=a.layers, block_size=16, target_layer_ids=data.layer_ids)
     dr = DFlashDrafter(dcfg).init_weights(a.seed)
-    if a.init == 'target': init_from_target(dr, 'smollm2', log=print)
+    from dflash_nb.train import eligible_rows
+    rows = eligible_rows(data, 16, True)[0][:a.rows] if a.rows else None
+    if a.init == 'target-nocal': init_from_target(dr, 'smollm2', log=print)
+    if a.init == 'target': init_from_target(dr, 'smollm2', features=data[(rows or eligible_rows(data, 16, True)[0])[0]]['hidden_states'], log=print)
     emb, head = load_target_head('smollm2')
-    rows = None
-    if a.rows:
-        from dflash_nb.train import eligible_rows
-        rows = eligible_rows(data, 16, True)[0][:a.rows]
     cfg = TrainConfig(epochs=a.epochs, lr=a.lr, num_anchors=a.anchors, max_steps=a.steps, log_every=a.log_every,
                       ckpt_every=0, seed=a.seed, warmup_ratio=a.warmup, gamma=a.gamma, batch_size=a.batch_size)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
@@ -98,7 +97,7 @@ def main():
     sub = ap.add_subparsers(dest='cmd', required=True)
     t = sub.add_parser('train')
     t.add_argument('run'); t.add_argument('--out', required=True)
-    t.add_argument('--layers', type=int, default=1); t.add_argument('--init', choices=('random', 'target'), default='random')
+    t.add_argument('--layers', type=int, default=1); t.add_argument('--init', choices=('random', 'target', 'target-nocal'), default='random')
     t.add_argument('--lr', type=float, default=6e-4); t.add_argument('--anchors', type=int, default=16)
     t.add_argument('--steps', type=int, default=600); t.add_argument('--snap', type=int, default=100)
     t.add_argument('--epochs', type=int, default=100); t.add_argument('--warmup', type=float, default=0.04)
