@@ -426,14 +426,15 @@ class _DDPView(nn.Module):
     def fc(self): return self.ddp.module.fc
     def forward(self, *a, **kw): return self.ddp(*a, **kw)
 
-# %% ../nbs/80_train.ipynb #039f9f26
+# %% ../nbs/80_train.ipynb #c1fa0b3f
 _LAYER_PARTS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
                 'self_attn.k_norm', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm',
                 'post_attention_layernorm')
 
-def init_from_target(drafter: DFlashDrafter, target, layers=None, log=None) -> dict:
+def init_from_target(drafter: DFlashDrafter, target, layers=None, features=None, log=None) -> dict:
     """Copy target decoder `layers` (default: the last `num_hidden_layers`) into the drafter's layers, the target's
-    final norm into `norm`, and start `fc`/`hidden_norm` as the pass-through of the feature below the first copied layer."""
+    final norm into `norm`, and start `fc`/`hidden_norm` as the pass-through of the feature below the first copied layer.
+    `features [T, n, H]` (a stored sample) calibrates `q_norm`/`k_norm` when the target has none (see below)."""
     from safetensors import safe_open
     from dflash_nb.targets import resolve_target
     p = Path(target) if Path(str(target)).is_dir() else Path(resolve_target(str(target)))
@@ -466,6 +467,15 @@ def init_from_target(drafter: DFlashDrafter, target, layers=None, log=None) -> d
         put('hidden_norm.weight', f'layers.{layers[0]}.input_layernorm.weight')
         copied.append('fc.weight')
     drafter.load_state_dict(sd)
+    if features is not None:
+        with torch.no_grad():
+            x = drafter.hidden_norm(torch.as_tensor(features, dtype=torch.float32)[:, f].to(drafter.fc.weight.dtype))
+            for j, layer in enumerate(drafter.layers):
+                a = layer.self_attn
+                for name, proj, nh in (('q_norm', a.q_proj, a.nh), ('k_norm', a.k_proj, a.nkv)):
+                    if f'layers.{j}.self_attn.{name}.weight' in copied: continue
+                    rms = proj(x).view(x.shape[0], nh, a.hd).pow(2).mean(-1).sqrt().mean(0)   # per head
+                    getattr(a, name).weight.copy_(rms.mean().expand(a.hd)); copied.append(f'layers.{j}.self_attn.{name}.weight')
     info = {'target_layers': layers, 'feature': ids[f], 'copied': len(copied),
             'kept': sorted(k for k in sd if k not in copied)}
     if log: log(f'drafter initialized from target layers {layers} (context = feature of layer {ids[f]}); kept: {info["kept"]}')
@@ -592,7 +602,7 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #f29d31ad
+# %% ../nbs/80_train.ipynb #e53a9143
 TRAIN_PARAMS = ('target', 'seed', 'device', 'source', 'num_hidden_layers', 'block_size', 'mask_token', 'target_layer_ids',
                 'num_feature_layers', 'num_anchors', 'gamma', 'epochs', 'batch_size', 'grad_accum', 'lr', 'warmup_ratio',
                 'max_grad_norm', 'max_steps', 'max_minutes', 'log_every', 'ckpt_every', 'attn_backend', 'export_dtype')
@@ -654,7 +664,7 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
         write_json(ck_dir / 'params.json', {'hash': ph, 'params': P})
     if world > 1: torch.distributed.barrier()
     drafter = DFlashDrafter(dcfg).init_weights(P['seed'])
-    if P['init_from_target']: init_from_target(drafter, P['target'], log=log)
+    if P['init_from_target']: init_from_target(drafter, P['target'], features=data[keep[0]].get('hidden_states'), log=log)
     tconf.keep_checkpoints = int(P['keep_checkpoints'])
     trainer = Trainer(drafter, embed, lm_head, data, tconf, out_dir=stage.dir, feature_fn=feature_fn, device=dev,
                       rows=keep, log=log)
