@@ -14,8 +14,8 @@ from .core import (ConfigError, expand_path, check_target_layer_ids, default_tar
 __all__ = ['PLAN_DEFAULTS', 'INTERLEAVED', 'GPU_KINDS', 'MEM_DEFAULTS', 'hub_offline', 'load_target_config', 'target_dims',
            'validate', 'source_rows', 'mix_warnings', 'drafter_params', 'estimate', 'fmt_bytes', 'usable_bytes',
            'target_token_bytes', 'regen_memory', 'extract_memory', 'drafter_token_bytes', 'train_memory',
-           'separate_split', 'train_settings', 'train_fit', 'recommend_train', 'recommend_regen', 'memory_plan',
-           'format_recommendation', 'format_memory', 'make_plan', 'format_plan', 'register_cli']
+           'separate_split', 'train_settings', 'train_fit', 'recommend_train', 'recommend_regen', 'train_setting',
+           'memory_plan', 'format_recommendation', 'format_memory', 'make_plan', 'format_plan', 'register_cli']
 
 # %% ../nbs/95_plan.ipynb #d6b47a19
 def hub_offline(host: str = 'huggingface.co', timeout: float = 2.0) -> bool:
@@ -350,12 +350,13 @@ def train_memory(dims: dict, train: dict, seq: int, batch: int, placement: str =
     if placement == 'colocated': return {'trainer': {**tgt, **tr}, 'target': None}
     return {'trainer': {**tr, 'received features': batch * seq * n * H * 2}, 'target': tgt}
 
-# %% ../nbs/95_plan.ipynb #3c23d11d
+# %% ../nbs/95_plan.ipynb #1180997a
 def _fits(mem: dict, usable: float) -> bool: return all(sum(v.values()) <= usable for v in mem.values() if v)
 
 def separate_split(dims: dict, train: dict, seq: int, num_gpus: int, P: dict | None = None) -> int:
-    "Target GPUs of the separate placement: their share of the per-sequence work (target forward vs drafter training)."
+    "Target GPUs of the separate placement: `train.feature_ranks`, else their share of the work (target forward vs drafter training)."
     P = {**PLAN_DEFAULTS, **(P or {})}
+    if train.get('feature_ranks'): return max(1, min(num_gpus - 1, int(train['feature_ranks'])))
     Q = int(train.get('num_anchors') or 512) * int(train.get('block_size') or 16)
     a = 2 * dims['params_estimate'] * seq / P['util_prefill']
     b = 6 * drafter_params(dims, train) * (Q + seq) / P['util_training']
@@ -417,7 +418,12 @@ def recommend_regen(dims: dict, rs: dict, kind: str, P: dict | None = None) -> d
     tp = next((t for t in (1, 2, 4, 8) if t >= rs['tp'] and _max_batch(fn(t), u) >= rs['batch']), 8)
     return {'tp': tp, 'max_batch': _max_batch(fn(tp), u)}
 
-# %% ../nbs/95_plan.ipynb #8be0a6fd
+# %% ../nbs/95_plan.ipynb #fbcd17d9
+def train_setting(tr: dict) -> dict:
+    "The memory-relevant settings of a `train` section (`parallel: fsdp` or `fsdp: true`; `grad_checkpointing`)."
+    return {'placement': tr.get('placement') or 'colocated', 'fsdp': tr.get('parallel') == 'fsdp' or bool(tr.get('fsdp', False)),
+            'grad_checkpoint': bool(tr.get('grad_checkpointing', tr.get('grad_checkpoint', False))), 'ce': tr.get('ce') or 'chunked'}
+
 def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
     "Per-GPU memory of regeneration, extraction and training for `cfg`, what fits on each GPU kind, and recommendations."
     P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **(P or {})}
@@ -438,8 +444,7 @@ def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
     out['stages']['60_hidden_states'] = {'setting': {'max_batch_tokens': toks, 'skipped': online},
                                          'components': efn(toks), 'recommend': {k: {'max_batch_tokens': _max_batch(efn, usable[k], 1 << 22)} for k in kinds}}
     # training
-    ts = {'placement': tr.get('placement') or 'colocated', 'fsdp': bool(tr.get('fsdp', False)),
-          'grad_checkpoint': bool(tr.get('grad_checkpoint', False)), 'ce': tr.get('ce') or 'chunked'}
+    ts = train_setting(tr)
     sep = ts['placement'] == 'separate'; tg = separate_split(dims, tr, seq, G, P) if sep else 0
     m = train_memory(dims, tr, seq, int(tr.get('batch_size') or 1), world=G - tg, P=P, **ts)
     out['stages']['80_train'] = {'setting': {**ts, 'batch': int(tr.get('batch_size') or 1), 'num_gpus': G, 'target_gpus': tg},
@@ -460,16 +465,16 @@ def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
                                        f"has {fmt_bytes(usable_bytes(g, P))} usable: OUT OF MEMORY. Use: {format_recommendation(name, r)}")
     return out
 
-# %% ../nbs/95_plan.ipynb #93214d25
+# %% ../nbs/95_plan.ipynb #af1f8e32
 def format_recommendation(stage: str, r: dict | None) -> str:
     "One line: the recommended setting of a stage on one GPU kind."
     if not r: return 'nothing fits (more GPUs, a smaller drafter or shorter sequences)'
     if stage == '40_regenerate': return f"tensor parallel {r['tp']}: up to {r['max_batch']:,} sequences in flight per server"
     if stage == '60_hidden_states': return f"max_batch_tokens up to {r['max_batch_tokens']:,}"
     if not r.get('batch'): return 'nothing fits'
-    where = f"separate ({r['target_gpus']} target + {r['trainer_gpus']} trainer GPUs)" if r['placement'] == 'separate' else 'colocated'
-    flags = [f for f, on in (('fsdp', r['fsdp']), ('grad_checkpoint', r['grad_checkpoint'])) if on]
-    flags += [f"ce {r['ce']}"]
+    where = (f"separate, feature_ranks {r['target_gpus']} ({r['target_gpus']} target + {r['trainer_gpus']} trainer GPUs)"
+             if r['placement'] == 'separate' else 'colocated')
+    flags = [f"parallel {'fsdp' if r['fsdp'] else 'ddp'}"] + (['grad_checkpointing'] if r['grad_checkpoint'] else []) + [f"ce {r['ce']}"]
     used = f"{fmt_bytes(r['trainer_bytes'])} per trainer GPU" + (f", {fmt_bytes(r['target_bytes'])} per target GPU" if r.get('target_bytes') else '')
     return (f"placement {where}" + (', ' + ', '.join(flags) if flags else '') + f", batch {r['batch']} per GPU, grad_accum "
             f"{r['grad_accum']} ({r['batch'] * r['trainer_gpus'] * r['grad_accum']} sequences per step; {used})")
@@ -481,8 +486,8 @@ def format_memory(mem: dict) -> str:
         s = st['setting']
         desc = {'40_regenerate': lambda: f"{s['batch']} sequences of {s['prompt']:,} + {s['ctx'] - s['prompt']:,} tokens, tensor parallel {s['tp']}",
                 '60_hidden_states': lambda: f"{s['max_batch_tokens']:,} tokens per forward" + (' (skipped: online features)' if s['skipped'] else ''),
-                '80_train': lambda: f"placement {s['placement']}, batch {s['batch']} per GPU, fsdp {s['fsdp']}, grad_checkpoint "
-                                    f"{s['grad_checkpoint']}, ce {s['ce']}"}[name]()
+                '80_train': lambda: f"placement {s['placement']}, batch {s['batch']} per GPU, parallel {'fsdp' if s['fsdp'] else 'ddp'}, "
+                                    f"grad_checkpointing {s['grad_checkpoint']}, ce {s['ce']}"}[name]()
         lines.append(f"  {name}: {desc}")
         for k, v in st['components'].items(): lines.append(f"    {k:<44} {fmt_bytes(v):>10}")
         if st.get('target_components'):
