@@ -497,13 +497,15 @@ def format_memory(mem: dict) -> str:
         for k in kinds: lines.append(f"    recommended on {mem['gpus'][k]['label']}: {format_recommendation(name, st['recommend'].get(k))}")
     return '\n'.join(lines)
 
-# %% ../nbs/95_plan.ipynb #532f9725
+# %% ../nbs/95_plan.ipynb #20a14408
 def make_plan(config=None, overrides=(), target_config=None, tokenizer=None, out=None, echo=print) -> dict:
     "Validate and estimate a run config; print the plan; save it as JSON to `out` (if given). Raises ConfigError on errors."
     cfg = config if isinstance(config, dict) else load_config(config, overrides)
     from dflash_nb.pipeline import discover_stages, check_config
-    try: check_config(cfg, discover_stages())
-    except FileNotFoundError: pass   # plain install without the notebooks: parameter names are not checked
+    try:   # every stage section with the notebook defaults filled in: what the chain will really run
+        stages = discover_stages(); resolved = check_config(cfg, stages)
+        cfg = {**cfg, **{st.short: resolved[st.name] for st in stages}}
+    except FileNotFoundError: pass   # plain install without the notebooks: parameter names are not checked, no defaults
     spec = (cfg.get('run') or {}).get('target')
     tcfg = load_target_config(spec, target_config or (cfg.get('plan') or {}).get('target_config'))
     dims = target_dims(tcfg)
