@@ -16,7 +16,9 @@ rewritten after every section, so it exists even when the whole script is killed
   every row forced to `max_new_tokens`): generated tokens/s;
 - `extract`: `hidden_states.extract_features` at the DFlash layers of SmolLM2: tokens/s;
 - `lossless`: `evaluate.speculative_generate` with a freshly initialised drafter against `evaluate.plain_generate`
-  in bf16 (GPU) or fp32 (CPU): the outputs must be identical (tau does not matter here).
+  in bf16 (GPU) or fp32 (CPU): the outputs must be identical (tau does not matter here);
+- `benchmark_step`: `train.benchmark_step` (the Trainer's own path: batching, compilation buckets) at the production
+  shapes with the most layers, when the checkout has it (recorded as skipped otherwise).
 
 SmolLM2: the converted weights in the dflash_nb cache when present (`--model PATH` to point elsewhere), else random
 weights of SmolLM2-135M's architecture (throughput and the lossless identity do not need trained weights; the JSON
@@ -203,6 +205,23 @@ def sec_train_step(a, dev):
     return {'runs': out}
 
 
+def sec_benchmark_step(a, dev):
+    "The training colleague's `train.benchmark_step` (the real Trainer path) at the same shapes, when this checkout has it."
+    from dflash_nb import train
+    if not hasattr(train, 'benchmark_step'): return {'skipped': 'train.benchmark_step is not in this checkout'}
+    sh = dict(TINY_DRAFTER if a.tiny else QWEN36_DRAFTER)
+    T, A, b = (128, 8, 1) if a.tiny else (a.seq_len, a.num_anchors, a.batch)
+    kw = dict(hidden_size=sh['hidden_size'], intermediate_size=sh['intermediate_size'], num_attention_heads=sh['num_attention_heads'],
+              num_key_value_heads=sh['num_key_value_heads'], head_dim=sh['head_dim'], vocab_size=sh['vocab_size'],
+              num_hidden_layers=1 if a.tiny else max(a.layers), n_features=len(sh['target_layer_ids']), seq_len=T, num_anchors=A,
+              block_size=sh['block_size'], batch_size=b, device=str(dev), steps=a.steps)
+    params = inspect.signature(train.benchmark_step).parameters
+    free(dev)
+    res = train.benchmark_step(**{k: v for k, v in kw.items() if k in params})
+    free(dev)
+    return {'args': {k: v for k, v in kw.items() if k in params}, **res}
+
+
 def load_llama(a, dev, dtype):
     "(model, how): SmolLM2 from --model / the dflash_nb cache, else random weights of its architecture (tiny: a tiny llama)."
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
@@ -287,7 +306,8 @@ def sec_lossless(a, dev):
 
 
 SECTIONS = [('env', sec_env, 30), ('matmul', sec_matmul, 30), ('train_step', sec_train_step, 240),
-            ('regenerate', sec_regenerate, 60), ('extract', sec_extract, 45), ('lossless', sec_lossless, 60)]
+            ('regenerate', sec_regenerate, 60), ('extract', sec_extract, 45), ('lossless', sec_lossless, 60),
+            ('benchmark_step', sec_benchmark_step, 90)]
 
 
 def write(path, res):
@@ -301,7 +321,7 @@ def main(argv=None):
     ap.add_argument('--device', default='cuda')
     ap.add_argument('--tiny', action='store_true', help='tiny shapes (CPU smoke test)')
     ap.add_argument('--out', default=str(HERE / 'results' / 'gpu_check.json'))
-    ap.add_argument('--budget-s', type=float, default=450.0, help='total time budget; each section also has its own box')
+    ap.add_argument('--budget-s', type=float, default=460.0, help='total time budget; each section also has its own box')
     ap.add_argument('--only', default=None, help='comma-separated sections to run (env always runs)')
     ap.add_argument('--layers', default='1,5', help='drafter layer counts of the train-step section')
     ap.add_argument('--seq-len', type=int, default=3072); ap.add_argument('--num-anchors', type=int, default=512)

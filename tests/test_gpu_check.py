@@ -14,7 +14,7 @@ def test_gpu_check_cpu_tiny(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res['errors'] == {}, res['errors']
-    assert set(res['sections']) == {'env', 'matmul', 'train_step', 'regenerate', 'extract', 'lossless'}
+    assert set(res['sections']) == {'env', 'matmul', 'train_step', 'regenerate', 'extract', 'lossless', 'benchmark_step'}
     step = res['sections']['train_step']['runs'][0]
     assert step['finite'] and step['tokens_per_s'] > 0 and step['flop_per_step'] > 0
     assert step['planned_peak_gb'] > 0                                          # the plan's memory model for the same step

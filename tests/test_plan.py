@@ -154,3 +154,8 @@ def test_sources_stage_uses_the_same_rule():
     rows, counts = build_mix(srcs, total=8, quotas={'demo-alpaca': 30, 'demo-sharegpt': 10}, log=lambda m: None)
     assert (counts['demo-alpaca']['quota'], counts['demo-sharegpt']['quota']) == (6, 2)
     assert len(rows) == 8
+
+def test_stage_defaults_fill_the_config():
+    "The demo config lists no sources: the plan uses the 10_sources notebook's defaults, as the chain does (56 rows, not 0)."
+    plan = make_plan(None, target_config=TCFG, echo=lambda s: None)
+    assert plan['estimates']['rows'] == 56 and len(plan['estimates']['per_source']) == 10
