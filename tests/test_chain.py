@@ -16,6 +16,10 @@ def test_demo_runs_every_stage(demo_run):
         m = json.loads((run_dir / s / 'manifest.json').read_text())
         assert m['stage'] == s and m['outputs'], s
         assert (run_dir / s / f'{s}.ipynb').exists() or any(x['status'] == 'skipped' for x in info['stages'] if x['stage'] == s)
+    # no unencrypted-TCP kernel warning (the kernels run over IPC); long loops leave progress lines in the stage log
+    assert 'without encryption' not in r.stdout + r.stderr
+    ran = {x['stage'] for x in info['stages'] if x['status'] == 'ran'}
+    for s in {'40_regenerate', '80_train', '90_evaluate'} & ran: assert ' PROGRESS ' in (run_dir / s / 'log.txt').read_text(), s
     # the evaluation is lossless: every variant's greedy output equals plain decoding on every prompt (enforced by the stage)
     ev = json.loads((run_dir / '90_evaluate' / 'eval.json').read_text())
     rates = {(name, v): m['identical'] for name, r in ev['sets'].items() for v, m in (r.get('variants') or {}).items()}
