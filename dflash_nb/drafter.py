@@ -561,16 +561,17 @@ def _ce_grad_chunk(x, W, y, lse, g, cv: int, cdt, need_w: bool):
         if need_w: dW[v0:v1] += (pc.t() @ x).to(dW.dtype)
     return dx, dW
 
-# %% ../nbs/70_drafter.ipynb #fdacd1df
+# %% ../nbs/70_drafter.ipynb #27573794
 class ChunkedLinearCE(torch.autograd.Function):
     "Per-row CE and argmax of `x @ W.T` in chunks; differentiable in `x` (row gradients precomputed when `W` is frozen) and `W`."
     @staticmethod
     def forward(ctx, x, W, y, chunk_rows: int, chunk_vocab: int, cdt):
         fold = ctx.needs_input_grad[0] and not ctx.needs_input_grad[1]
         ce, pred, lse, dxs = [], [], [], []
+        Wc = W.detach().to(cdt)      # cast once per call (a no-op when the head is already in the compute dtype)
         with torch.autocast(x.device.type, enabled=False):
             for r0 in range(0, x.shape[0], chunk_rows):
-                c, p, l, d = _ce_chunk(x[r0:r0 + chunk_rows].to(cdt), W, y[r0:r0 + chunk_rows], chunk_vocab, cdt, fold)
+                c, p, l, d = _ce_chunk(x[r0:r0 + chunk_rows].to(cdt), Wc, y[r0:r0 + chunk_rows], chunk_vocab, cdt, fold)
                 ce.append(c); pred.append(p); lse.append(l); dxs.append(d)
         ce, pred, lse = torch.cat(ce), torch.cat(pred), torch.cat(lse)
         dx = torch.cat(dxs) if fold and dxs else None
@@ -588,10 +589,11 @@ class ChunkedLinearCE(torch.autograd.Function):
         cr, cv = ctx.chunks
         gx = torch.zeros(x.shape, device=x.device, dtype=lse.dtype)
         gW = torch.zeros(W.shape, device=W.device, dtype=lse.dtype) if ctx.needs_input_grad[1] else None
+        Wc = W.to(ctx.cdt)
         with torch.autocast(x.device.type, enabled=False):
             for r0 in range(0, x.shape[0], cr):
                 sl = slice(r0, r0 + cr)
-                d, dw = _ce_grad_chunk(x[sl].to(ctx.cdt), W, y[sl], lse[sl], g[sl], cv, ctx.cdt, gW is not None)
+                d, dw = _ce_grad_chunk(x[sl].to(ctx.cdt), Wc, y[sl], lse[sl], g[sl], cv, ctx.cdt, gW is not None)
                 gx[sl] = d
                 if gW is not None: gW += dw
         return (gx.to(x.dtype) if ctx.needs_input_grad[0] else None), (gW.to(W.dtype) if gW is not None else None), None, None, None, None

@@ -155,7 +155,7 @@ def max_row_length(data, rows=None) -> int:
         return max(int(meta['samples'][i]['length']) for i in sel)
     return max(len(data[i]['input_ids']) for i in (range(len(data)) if rows is None else rows))
 
-# %% ../nbs/80_train.ipynb #27cf9762
+# %% ../nbs/80_train.ipynb #30d087d2
 def _dist():
     "`(rank, world)`; joins the torchrun process group (gloo on CPU, nccl on CUDA) when `WORLD_SIZE` > 1."
     import torch.distributed as dist
@@ -236,10 +236,12 @@ class Trainer:
         self.amp = cfg.amp == 'bf16' or (cfg.amp == 'auto' and self.device.type == 'cuda')
         self.backend = cfg.backend(self.device)
         self.bucketing = cfg.bucketing == 'on' or (cfg.bucketing == 'auto' and self.backend == 'flex' and flex_compiles(self.device))
-        longest = min(max_row_length(data, self.rows), cfg.max_len or 1 << 62)
-        self.seq_buckets = linear_buckets(longest, cfg.buckets, 128 if self.device.type == 'cuda' else 8)
-        self.anchor_buckets = linear_buckets(cfg.num_anchors, cfg.buckets, 8)
-        if self.bucketing: ensure_recompile_limit(4 * len(self.seq_buckets) * len(self.anchor_buckets) + 8)
+        self.seq_buckets = self.anchor_buckets = None
+        if self.bucketing:
+            longest = min(max_row_length(data, self.rows), cfg.max_len or 1 << 62)
+            self.seq_buckets = linear_buckets(longest, cfg.buckets, 128 if self.device.type == 'cuda' else 8)
+            self.anchor_buckets = linear_buckets(cfg.num_anchors, cfg.buckets, 8)
+            ensure_recompile_limit(4 * len(self.seq_buckets) * len(self.anchor_buckets) + 8)
         self.compiles0 = compile_count()
 
     # -- data order -------------------------------------------------------------------------------------
@@ -320,7 +322,11 @@ class Trainer:
         if self.world > 1: torch.distributed.barrier(group=self.group)
 
     def _all_sum(self, t):
-        if self.world > 1: torch.distributed.all_reduce(t, group=self.group)
+        "Sum a (CPU) tensor over the trainer ranks (through this rank's GPU under NCCL, which reduces only CUDA tensors)."
+        if self.world == 1: return t
+        if torch.distributed.get_backend(self.group) == 'nccl':
+            d = t.to(self.device); torch.distributed.all_reduce(d, group=self.group); return d.to(t.device)
+        torch.distributed.all_reduce(t, group=self.group)
         return t
 
     # -- the loop --------------------------------------------------------------------------------------
@@ -536,13 +542,14 @@ def serve_features(feature_fn, clients, n_features: int, hidden_size: int, dtype
             dist.send(f.to(comm, dtype).contiguous(), c); served += 1
     return served
 
-# %% ../nbs/80_train.ipynb #c06075c0
-def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_attention_heads: int = 40,
-                   num_key_value_heads: int = 8, head_dim: int = 128, vocab_size: int = 248_320, num_hidden_layers: int = 5,
+# %% ../nbs/80_train.ipynb #cc65e7cc
+def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_attention_heads: int = 24,
+                   num_key_value_heads: int = 4, head_dim: int = 256, vocab_size: int = 248_320, num_hidden_layers: int = 5,
                    n_features: int = 5, seq_len: int = 3072, num_anchors: int = 512, block_size: int = 16,
                    batch_size: int = 1, device: str = 'cuda', steps: int = 3, grad_checkpointing: bool = False,
                    attn_backend: str = 'auto', amp: str = 'auto', seed: int = 0) -> dict:
-    """Build a drafter at these shapes on `device` and run `steps` training steps (+1 warm-up, which compiles).
+    """Build a drafter at these shapes (default: the Qwen3.6-27B production drafter) on `device` and run `steps`
+    training steps (+1 warm-up, which compiles).
     Returns `{tokens, block_tokens, step_s, first_step_s, tokens_per_s, peak_memory_gb, compiles, loss, ...}`."""
     dev = torch.device(device)
     cfg = DFlashConfig(hidden_size=hidden_size, intermediate_size=intermediate_size, num_attention_heads=num_attention_heads,
@@ -602,10 +609,11 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #e53a9143
+# %% ../nbs/80_train.ipynb #ebb7cf75
 TRAIN_PARAMS = ('target', 'seed', 'device', 'source', 'num_hidden_layers', 'block_size', 'mask_token', 'target_layer_ids',
                 'num_feature_layers', 'num_anchors', 'gamma', 'epochs', 'batch_size', 'grad_accum', 'lr', 'warmup_ratio',
-                'max_grad_norm', 'max_steps', 'max_minutes', 'log_every', 'ckpt_every', 'attn_backend', 'export_dtype')
+                'max_grad_norm', 'max_steps', 'max_minutes', 'log_every', 'ckpt_every', 'attn_backend', 'export_dtype',
+                'parallel', 'placement', 'feature_ranks', 'grad_checkpointing')
 
 def train_stage(run_dir, params: dict, log=None) -> dict:
     """Run the `80_train` stage on `run_dir` with the stage's `params` (all of `TRAIN_PARAMS`). Under torchrun every
@@ -641,16 +649,23 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
     else:
         from datasets import load_from_disk
         data = TokenRows(load_from_disk(str(stage.input(dataset_dir))))
-        tmodel, _ = load_target(P['target'], device=dev)
         layer_ids = P['target_layer_ids']
-    dcfg = build_config(tcfg, mask_id, num_hidden_layers=P['num_hidden_layers'], block_size=P['block_size'],
-                        target_layer_ids=layer_ids, num_feature_layers=P['num_feature_layers'])
-    if P['source'] == 'online': feature_fn = lambda ids, am: target_features(tmodel, ids, dcfg.target_layer_ids, am)
-    embed, lm_head = load_target_head(P['target'], dev)
     tconf = TrainConfig(epochs=P['epochs'], batch_size=P['batch_size'], grad_accum=P['grad_accum'], lr=P['lr'],
                         warmup_ratio=P['warmup_ratio'], max_grad_norm=P['max_grad_norm'], num_anchors=P['num_anchors'],
                         gamma=P['gamma'], max_steps=P['max_steps'], max_minutes=P['max_minutes'], log_every=P['log_every'],
-                        ckpt_every=P['ckpt_every'], seed=P['seed'], attn_backend=P['attn_backend'])
+                        ckpt_every=P['ckpt_every'], seed=P['seed'], attn_backend=P['attn_backend'], parallel=P['parallel'],
+                        placement=P['placement'], feature_ranks=P['feature_ranks'], grad_checkpointing=P['grad_checkpointing'])
+    if tconf.placement == 'separate' and P['source'] != 'online':
+        raise ValueError("placement 'separate' serves online features: it needs source='online'")
+    roles = placement_roles(tconf)     # a collective with placement='separate' (creates the trainers' group)
+    dcfg = build_config(tcfg, mask_id, num_hidden_layers=P['num_hidden_layers'], block_size=P['block_size'],
+                        target_layer_ids=layer_ids, num_feature_layers=P['num_feature_layers'])
+    fdt = torch.bfloat16 if str(dev).startswith('cuda') else torch.float32     # what load_target gives
+    if P['source'] == 'online' and (roles['role'] == 'features' or tconf.placement == 'colocated'):
+        tmodel, _ = load_target(P['target'], device=dev, dtype=fdt)
+        feature_fn = lambda ids, am: target_features(tmodel, ids, dcfg.target_layer_ids, am)
+    if roles['server'] is not None: feature_fn = RemoteFeatures(roles['server'], dcfg.n_features, dcfg.hidden_size, fdt, dev)
+    embed, lm_head = load_target_head(P['target'], dev)
     keep, rejected = eligible_rows(data, P['block_size'], tconf.full_block_anchors)
     q = Quarantine(stage.path('quarantine.jsonl'))
     for i, reason in rejected:
@@ -663,26 +678,35 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
             shutil.rmtree(ck_dir)
         write_json(ck_dir / 'params.json', {'hash': ph, 'params': P})
     if world > 1: torch.distributed.barrier()
+    if roles['role'] == 'features':     # this rank only runs the target for its trainers, then waits for the end
+        served = serve_features(feature_fn, roles['clients'], dcfg.n_features, dcfg.hidden_size, fdt, dev)
+        log(f"feature rank {rank}: served {served} batches to trainer ranks {roles['clients']}")
+        torch.distributed.barrier()
+        return {'role': 'features', 'served': served, 'clients': roles['clients'], 'world_size': world}
     drafter = DFlashDrafter(dcfg).init_weights(P['seed'])
     if P['init_from_target']: init_from_target(drafter, P['target'], features=data[keep[0]].get('hidden_states'), log=log)
     tconf.keep_checkpoints = int(P['keep_checkpoints'])
     trainer = Trainer(drafter, embed, lm_head, data, tconf, out_dir=stage.dir, feature_fn=feature_fn, device=dev,
-                      rows=keep, log=log)
+                      rows=keep, log=log, group=roles['group'])
     with stage.timer('train'): res = trainer.fit()
+    if isinstance(feature_fn, RemoteFeatures): feature_fn.close()
     with stage.timer('export'): trainer.export(stage.path('drafter'), P['export_dtype'])
     last = trainer.history[-1]
     summary = {**{k: v for k, v in res.items() if k != 'last'}, 'final': last, 'tau': last['tau'], 'acc': last['acc'],
                'tokens_per_s': round(sum(h['tokens_per_s'] for h in trainer.history) / len(trainer.history), 1),
                'rows_in': len(data), 'rows_used': len(keep), 'rows_quarantined': len(q), 'mask_token_id': mask_id,
                'target_layer_ids': dcfg.target_layer_ids, 'drafter_params': sum(p.numel() for p in drafter.parameters()),
-               'attn_backend': trainer.backend, 'device': dev, 'world_size': world}
+               'attn_backend': trainer.backend, 'device': dev, 'world_size': world, 'trainer_ranks': trainer.world,
+               'parallel': P['parallel'] if trainer.world > 1 else 'single', 'placement': P['placement'],
+               'grad_checkpointing': P['grad_checkpointing']}
     if rank == 0:
         stage.output(stage.path('drafter'))
         plot_curves(trainer.history, stage.path('curves.png')); stage.output(stage.path('curves.png'))
         stage.output(stage.path('metrics.jsonl'))
         write_json(stage.path('metrics.json'), summary); stage.output(stage.path('metrics.json'))
         assert len(keep) + len(q) == len(data)
-        stage.count(rows_in=len(data), rows_used=len(keep), quarantined=len(q), steps=res['steps'], world_size=world)
+        stage.count(rows_in=len(data), rows_used=len(keep), quarantined=len(q), steps=res['steps'], world_size=world,
+                    trainer_ranks=trainer.world)
         stage.finish(tau=last['tau'], stopped=res['stopped'])
         load_drafter(stage.path('drafter'))      # the exported folder loads (strict names, one safetensors file)
         log(f"trained {res['steps']} steps ({res['stopped']}): loss {last['loss']:.4f}, acc@1 {last['acc'][0]}, tau {last['tau']:.2f}")
@@ -692,7 +716,7 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
 # %% ../nbs/80_train.ipynb #0f6ba6ba
 TRAIN_PARAMS += tuple(k for k in ('init_from_target', 'keep_checkpoints') if k not in TRAIN_PARAMS)   # the quality run's options (init: see "Initializing the drafter from the target's last layers")
 
-# %% ../nbs/80_train.ipynb #88df570c
+# %% ../nbs/80_train.ipynb #ea53c485
 def register_cli(sub):
     "Add `dflash-nb train RUN_DIR [CONFIG] [--set train.k=v]` (works under torchrun) to the CLI."
     p = sub.add_parser('train', help='run the 80_train stage on a run folder (e.g. under torchrun for several GPUs)')
@@ -704,5 +728,6 @@ def register_cli(sub):
         cfg = load_config(a.config, a.overrides)
         params = check_config(cfg, discover_stages())['80_train']
         s = train_stage(a.run_dir, params)
-        print(json.dumps({k: s[k] for k in ('steps', 'stopped', 'tau', 'rows_used', 'world_size')}, default=str)); return 0
+        keys = ('role', 'served', 'world_size') if s.get('role') == 'features' else ('steps', 'stopped', 'tau', 'rows_used', 'world_size')
+        print(json.dumps({k: s.get(k) for k in keys}, default=str)); return 0
     p.set_defaults(func=run)
