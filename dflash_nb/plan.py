@@ -155,7 +155,7 @@ def validate(cfg: dict, dims: dict, tokenizer=None) -> list[dict]:
         except Exception as e: add('chat template probe', False, f'probe failed: {e}', level='warning')
     return checks
 
-# %% ../nbs/95_plan.ipynb #a1223ab3
+# %% ../nbs/95_plan.ipynb #b89e56e7
 PLAN_DEFAULTS = {
     # (prompt tokens, answer tokens) per row, by category: assumptions, override in the config's `plan` section
     'tokens_per_row': {'general': [180, 420], 'code': [160, 480], 'multi-turn': [600, 700], 'tool-calling': [520, 160],
@@ -170,8 +170,10 @@ PLAN_DEFAULTS = {
 INTERLEAVED = ('multi-turn', 'agentic')   # categories whose assistant turns are spread through the conversation
 
 def source_rows(s, quota: int) -> int:
-    "Rows a source can give for `quota`: at most its documented size (when the size counts records, i.e. no `group_by`)."
-    return min(quota, s.size) if (s.size and not s.group_by) else quota
+    """Rows a source can give for `quota`: at most its documented size; for a source whose rows are messages grouped
+    into conversations (`group_by`, e.g. oasst's message trees), at most half of it (a conversation has >= 2 messages)."""
+    if not s.size: return quota
+    return min(quota, s.size // 2 if s.group_by else s.size)
 
 def mix_warnings(total: int, quotas: dict, alloc: dict, sources) -> list[str]:
     "Say how the total and the quotas combine (the rule of `sources.scale_quotas`) and which sources fall short."
@@ -184,7 +186,10 @@ def mix_warnings(total: int, quotas: dict, alloc: dict, sources) -> list[str]:
                  'no source without a quota takes the rest')
     for s in sources:
         if source_rows(s, alloc[s.name]) < alloc[s.name]:
-            w.append(f'{s.name}: quota {alloc[s.name]:,} exceeds its documented size {s.size:,}: short by {alloc[s.name] - s.size:,}')
+            n = source_rows(s, alloc[s.name])
+            what = (f'its {s.size:,} documented rows are messages grouped by {s.group_by}, >= 2 per conversation: '
+                    f'at most {n:,} conversations' if s.group_by else f'its documented size is {s.size:,}')
+            w.append(f'{s.name}: quota {alloc[s.name]:,} cannot be met ({what}): short by at least {alloc[s.name] - n:,}')
     return w
 
 def drafter_params(dims: dict, train: dict) -> int:
