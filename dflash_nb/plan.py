@@ -396,14 +396,15 @@ def recommend_train(dims: dict, train: dict, seq: int, kind: str, num_gpus: int,
         if f['batch'] and (best is None or f['batch'] > best['batch']): best = f
     return best
 
-# %% ../nbs/95_plan.ipynb #2a4efeca
+# %% ../nbs/95_plan.ipynb #a8044010
 def _regen_setting(cfg: dict, P: dict) -> dict:
     rg, src = cfg.get('regenerate') or {}, cfg.get('sources') or {}
     from dflash_nb.sources import get_source
     cats = {get_source(n, src.get('extra_sources') or {}).category for n in src.get('sources') or []}
     prompt = max([P['tokens_per_row'].get(c, [300, 400])[0] for c in cats] or [300])
     batch = int(rg.get('concurrency') or 8) if rg.get('backend') == 'http' else int(rg.get('batch_size') or 16)
-    return {'batch': batch, 'prompt': prompt, 'ctx': prompt + int(rg.get('max_new_tokens') or 2048), 'tp': int(P['regen_tp'])}
+    return {'batch': batch, 'prompt': prompt, 'ctx': prompt + int(rg.get('max_new_tokens') or 2048), 'tp': int(P['regen_tp']),
+            'backend': rg.get('backend') or 'hf'}
 
 def _max_batch(fn, usable: float, cap: int = 1 << 16) -> int:
     "Largest b <= cap with sum(fn(b)) <= usable (fn grows with b)."
@@ -423,7 +424,7 @@ def recommend_regen(dims: dict, rs: dict, kind: str, P: dict | None = None) -> d
     tp = next((t for t in (1, 2, 4, 8) if t >= rs['tp'] and _max_batch(fn(t), u) >= rs['batch']), 8)
     return {'tp': tp, 'max_batch': _max_batch(fn(tp), u)}
 
-# %% ../nbs/95_plan.ipynb #fbcd17d9
+# %% ../nbs/95_plan.ipynb #d7defa76
 def train_setting(tr: dict) -> dict:
     "The memory-relevant settings of a `train` section (`parallel: fsdp` or `fsdp: true`; `grad_checkpointing`)."
     return {'placement': tr.get('placement') or 'colocated', 'fsdp': tr.get('parallel') == 'fsdp' or bool(tr.get('fsdp', False)),
@@ -440,8 +441,9 @@ def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
     out = {'gpus': {k: {'label': GPU_KINDS[k]['label'], 'usable_bytes': usable[k]} for k in kinds}, 'stages': {}, 'warnings': []}
     # regeneration
     rs = _regen_setting(cfg, P)
-    out['stages']['40_regenerate'] = {'setting': rs, 'components': regen_memory(dims, rs['batch'], rs['ctx'], rs['prompt'], rs['tp'], P),
-                                      'recommend': {k: recommend_regen(dims, rs, k, P) for k in kinds}}
+    Pr = P if rs['backend'] == 'http' else {**P, 'prefill_chunk': 1 << 50}   # in-process HF generate prefills the whole batch
+    out['stages']['40_regenerate'] = {'setting': rs, 'components': regen_memory(dims, rs['batch'], rs['ctx'], rs['prompt'], rs['tp'], Pr),
+                                      'recommend': {k: recommend_regen(dims, rs, k, Pr) for k in kinds}}
     # extraction
     n_feat = int(tr.get('num_feature_layers') or hs.get('num_features') or 5) + (1 if hs.get('include_last') else 0)
     toks, rows = int(hs.get('max_batch_tokens') or 4096), int(hs.get('max_batch_size') or 32)
@@ -470,7 +472,7 @@ def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
                                        f"has {fmt_bytes(usable_bytes(g, P))} usable: OUT OF MEMORY. Use: {format_recommendation(name, r)}")
     return out
 
-# %% ../nbs/95_plan.ipynb #af1f8e32
+# %% ../nbs/95_plan.ipynb #a32ce8ce
 def format_recommendation(stage: str, r: dict | None) -> str:
     "One line: the recommended setting of a stage on one GPU kind."
     if not r: return 'nothing fits (more GPUs, a smaller drafter or shorter sequences)'
@@ -489,7 +491,8 @@ def format_memory(mem: dict) -> str:
     kinds = list(mem['gpus']); lines = ['memory per GPU (' + ', '.join(f"{v['label']}: {fmt_bytes(v['usable_bytes'])} usable" for v in mem['gpus'].values()) + '):']
     for name, st in mem['stages'].items():
         s = st['setting']
-        desc = {'40_regenerate': lambda: f"{s['batch']} sequences of {s['prompt']:,} + {s['ctx'] - s['prompt']:,} tokens, tensor parallel {s['tp']}",
+        desc = {'40_regenerate': lambda: f"{s['batch']} sequences of {s['prompt']:,} + {s['ctx'] - s['prompt']:,} tokens, "
+                                         f"tensor parallel {s['tp']} ({s['backend']} backend)",
                 '60_hidden_states': lambda: f"{s['max_batch_tokens']:,} tokens per forward" + (' (skipped: online features)' if s['skipped'] else ''),
                 '80_train': lambda: f"placement {s['placement']}, batch {s['batch']} per GPU, parallel {'fsdp' if s['fsdp'] else 'ddp'}, "
                                     f"grad_checkpointing {s['grad_checkpoint']}, ce {s['ce']}"}[name]()
