@@ -355,7 +355,7 @@ def train_memory(dims: dict, train: dict, seq: int, batch: int, placement: str =
     if placement == 'colocated': return {'trainer': {**tgt, **tr}, 'target': None}
     return {'trainer': {**tr, 'received features': batch * seq * n * H * 2}, 'target': tgt}
 
-# %% ../nbs/95_plan.ipynb #1180997a
+# %% ../nbs/95_plan.ipynb #c0d03aea
 def _fits(mem: dict, usable: float) -> bool: return all(sum(v.values()) <= usable for v in mem.values() if v)
 
 def separate_split(dims: dict, train: dict, seq: int, num_gpus: int, P: dict | None = None) -> int:
@@ -372,6 +372,7 @@ def train_settings() -> list[dict]:
     return [{'placement': p, 'fsdp': f, 'grad_checkpoint': c, 'ce': 'chunked'}
             for p in ('colocated', 'separate') for f, c in ((False, False), (True, False), (True, True))]
 
+# %% ../nbs/95_plan.ipynb #8b1c2a40
 def train_fit(dims: dict, train: dict, seq: int, kind: str, num_gpus: int, setting: dict, P: dict | None = None) -> dict:
     "The largest per-GPU batch (up to the configured one) that fits `setting` on `num_gpus` GPUs of `kind`."
     P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **(P or {})}; usable = usable_bytes(kind, P)
@@ -396,7 +397,7 @@ def recommend_train(dims: dict, train: dict, seq: int, kind: str, num_gpus: int,
         if f['batch'] and (best is None or f['batch'] > best['batch']): best = f
     return best
 
-# %% ../nbs/95_plan.ipynb #a8044010
+# %% ../nbs/95_plan.ipynb #22f7b0e4
 def _regen_setting(cfg: dict, P: dict) -> dict:
     rg, src = cfg.get('regenerate') or {}, cfg.get('sources') or {}
     from dflash_nb.sources import get_source
@@ -424,7 +425,7 @@ def recommend_regen(dims: dict, rs: dict, kind: str, P: dict | None = None) -> d
     tp = next((t for t in (1, 2, 4, 8) if t >= rs['tp'] and _max_batch(fn(t), u) >= rs['batch']), 8)
     return {'tp': tp, 'max_batch': _max_batch(fn(tp), u)}
 
-# %% ../nbs/95_plan.ipynb #d7defa76
+# %% ../nbs/95_plan.ipynb #1b01a4cc
 def train_setting(tr: dict) -> dict:
     "The memory-relevant settings of a `train` section (`parallel: fsdp` or `fsdp: true`; `grad_checkpointing`)."
     return {'placement': tr.get('placement') or 'colocated', 'fsdp': tr.get('parallel') == 'fsdp' or bool(tr.get('fsdp', False)),
@@ -472,7 +473,7 @@ def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
                                        f"has {fmt_bytes(usable_bytes(g, P))} usable: OUT OF MEMORY. Use: {format_recommendation(name, r)}")
     return out
 
-# %% ../nbs/95_plan.ipynb #a32ce8ce
+# %% ../nbs/95_plan.ipynb #6bd7a3bd
 def format_recommendation(stage: str, r: dict | None) -> str:
     "One line: the recommended setting of a stage on one GPU kind."
     if not r: return 'nothing fits (more GPUs, a smaller drafter or shorter sequences)'
@@ -505,7 +506,7 @@ def format_memory(mem: dict) -> str:
         for k in kinds: lines.append(f"    recommended on {mem['gpus'][k]['label']}: {format_recommendation(name, st['recommend'].get(k))}")
     return '\n'.join(lines)
 
-# %% ../nbs/95_plan.ipynb #20a14408
+# %% ../nbs/95_plan.ipynb #fab12e3c
 def make_plan(config=None, overrides=(), target_config=None, tokenizer=None, out=None, echo=print) -> dict:
     "Validate and estimate a run config; print the plan; save it as JSON to `out` (if given). Raises ConfigError on errors."
     cfg = config if isinstance(config, dict) else load_config(config, overrides)
@@ -566,7 +567,7 @@ def format_plan(plan: dict) -> str:
     lines.append(f"free disk here: {fmt_bytes(plan['free_disk_bytes'])}; plan {'OK' if plan['ok'] else 'HAS ERRORS'}")
     return '\n'.join(lines)
 
-# %% ../nbs/95_plan.ipynb #2c8ea98b
+# %% ../nbs/95_plan.ipynb #da2faa5e
 def register_cli(sub):
     "Add `dflash-nb plan CONFIG` to the CLI."
     p = sub.add_parser('plan', help='validate a run config and estimate rows, tokens, disk, compute and GPU-hours')
