@@ -3,6 +3,7 @@
 # extraction throughput, lossless speculative decoding in bf16. At most ~8 minutes; writes bench/results/gpu_check.json.
 #   bash bench/gpu_check.sh                        # on the GPU machine (its python3 holds torch; nothing is installed)
 #   bash bench/gpu_check.sh --device cpu --tiny    # CPU smoke test
+#   bash bench/gpu_check.sh --out "$OUT/gpu_check.json"   # on a lent device machine: results come back from $OUT
 # Python: $PYTHON, else /opt/torch/.venv/bin/python3 (the GPU image's), else the repo's .venv, else python3.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -155,7 +155,7 @@ def validate(cfg: dict, dims: dict, tokenizer=None) -> list[dict]:
         except Exception as e: add('chat template probe', False, f'probe failed: {e}', level='warning')
     return checks
 
-# %% ../nbs/95_plan.ipynb #a1223ab3
+# %% ../nbs/95_plan.ipynb #b89e56e7
 PLAN_DEFAULTS = {
     # (prompt tokens, answer tokens) per row, by category: assumptions, override in the config's `plan` section
     'tokens_per_row': {'general': [180, 420], 'code': [160, 480], 'multi-turn': [600, 700], 'tool-calling': [520, 160],
@@ -170,8 +170,10 @@ PLAN_DEFAULTS = {
 INTERLEAVED = ('multi-turn', 'agentic')   # categories whose assistant turns are spread through the conversation
 
 def source_rows(s, quota: int) -> int:
-    "Rows a source can give for `quota`: at most its documented size (when the size counts records, i.e. no `group_by`)."
-    return min(quota, s.size) if (s.size and not s.group_by) else quota
+    """Rows a source can give for `quota`: at most its documented size; for a source whose rows are messages grouped
+    into conversations (`group_by`, e.g. oasst's message trees), at most half of it (a conversation has >= 2 messages)."""
+    if not s.size: return quota
+    return min(quota, s.size // 2 if s.group_by else s.size)
 
 def mix_warnings(total: int, quotas: dict, alloc: dict, sources) -> list[str]:
     "Say how the total and the quotas combine (the rule of `sources.scale_quotas`) and which sources fall short."
@@ -184,7 +186,10 @@ def mix_warnings(total: int, quotas: dict, alloc: dict, sources) -> list[str]:
                  'no source without a quota takes the rest')
     for s in sources:
         if source_rows(s, alloc[s.name]) < alloc[s.name]:
-            w.append(f'{s.name}: quota {alloc[s.name]:,} exceeds its documented size {s.size:,}: short by {alloc[s.name] - s.size:,}')
+            n = source_rows(s, alloc[s.name])
+            what = (f'its {s.size:,} documented rows are messages grouped by {s.group_by}, >= 2 per conversation: '
+                    f'at most {n:,} conversations' if s.group_by else f'its documented size is {s.size:,}')
+            w.append(f'{s.name}: quota {alloc[s.name]:,} cannot be met ({what}): short by at least {alloc[s.name] - n:,}')
     return w
 
 def drafter_params(dims: dict, train: dict) -> int:
@@ -350,7 +355,7 @@ def train_memory(dims: dict, train: dict, seq: int, batch: int, placement: str =
     if placement == 'colocated': return {'trainer': {**tgt, **tr}, 'target': None}
     return {'trainer': {**tr, 'received features': batch * seq * n * H * 2}, 'target': tgt}
 
-# %% ../nbs/95_plan.ipynb #1180997a
+# %% ../nbs/95_plan.ipynb #c0d03aea
 def _fits(mem: dict, usable: float) -> bool: return all(sum(v.values()) <= usable for v in mem.values() if v)
 
 def separate_split(dims: dict, train: dict, seq: int, num_gpus: int, P: dict | None = None) -> int:
@@ -367,6 +372,7 @@ def train_settings() -> list[dict]:
     return [{'placement': p, 'fsdp': f, 'grad_checkpoint': c, 'ce': 'chunked'}
             for p in ('colocated', 'separate') for f, c in ((False, False), (True, False), (True, True))]
 
+# %% ../nbs/95_plan.ipynb #8b1c2a40
 def train_fit(dims: dict, train: dict, seq: int, kind: str, num_gpus: int, setting: dict, P: dict | None = None) -> dict:
     "The largest per-GPU batch (up to the configured one) that fits `setting` on `num_gpus` GPUs of `kind`."
     P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **(P or {})}; usable = usable_bytes(kind, P)
@@ -391,14 +397,15 @@ def recommend_train(dims: dict, train: dict, seq: int, kind: str, num_gpus: int,
         if f['batch'] and (best is None or f['batch'] > best['batch']): best = f
     return best
 
-# %% ../nbs/95_plan.ipynb #2a4efeca
+# %% ../nbs/95_plan.ipynb #22f7b0e4
 def _regen_setting(cfg: dict, P: dict) -> dict:
     rg, src = cfg.get('regenerate') or {}, cfg.get('sources') or {}
     from dflash_nb.sources import get_source
     cats = {get_source(n, src.get('extra_sources') or {}).category for n in src.get('sources') or []}
     prompt = max([P['tokens_per_row'].get(c, [300, 400])[0] for c in cats] or [300])
     batch = int(rg.get('concurrency') or 8) if rg.get('backend') == 'http' else int(rg.get('batch_size') or 16)
-    return {'batch': batch, 'prompt': prompt, 'ctx': prompt + int(rg.get('max_new_tokens') or 2048), 'tp': int(P['regen_tp'])}
+    return {'batch': batch, 'prompt': prompt, 'ctx': prompt + int(rg.get('max_new_tokens') or 2048), 'tp': int(P['regen_tp']),
+            'backend': rg.get('backend') or 'hf'}
 
 def _max_batch(fn, usable: float, cap: int = 1 << 16) -> int:
     "Largest b <= cap with sum(fn(b)) <= usable (fn grows with b)."
@@ -418,7 +425,7 @@ def recommend_regen(dims: dict, rs: dict, kind: str, P: dict | None = None) -> d
     tp = next((t for t in (1, 2, 4, 8) if t >= rs['tp'] and _max_batch(fn(t), u) >= rs['batch']), 8)
     return {'tp': tp, 'max_batch': _max_batch(fn(tp), u)}
 
-# %% ../nbs/95_plan.ipynb #fbcd17d9
+# %% ../nbs/95_plan.ipynb #1b01a4cc
 def train_setting(tr: dict) -> dict:
     "The memory-relevant settings of a `train` section (`parallel: fsdp` or `fsdp: true`; `grad_checkpointing`)."
     return {'placement': tr.get('placement') or 'colocated', 'fsdp': tr.get('parallel') == 'fsdp' or bool(tr.get('fsdp', False)),
@@ -435,8 +442,9 @@ def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
     out = {'gpus': {k: {'label': GPU_KINDS[k]['label'], 'usable_bytes': usable[k]} for k in kinds}, 'stages': {}, 'warnings': []}
     # regeneration
     rs = _regen_setting(cfg, P)
-    out['stages']['40_regenerate'] = {'setting': rs, 'components': regen_memory(dims, rs['batch'], rs['ctx'], rs['prompt'], rs['tp'], P),
-                                      'recommend': {k: recommend_regen(dims, rs, k, P) for k in kinds}}
+    Pr = P if rs['backend'] == 'http' else {**P, 'prefill_chunk': 1 << 50}   # in-process HF generate prefills the whole batch
+    out['stages']['40_regenerate'] = {'setting': rs, 'components': regen_memory(dims, rs['batch'], rs['ctx'], rs['prompt'], rs['tp'], Pr),
+                                      'recommend': {k: recommend_regen(dims, rs, k, Pr) for k in kinds}}
     # extraction
     n_feat = int(tr.get('num_feature_layers') or hs.get('num_features') or 5) + (1 if hs.get('include_last') else 0)
     toks, rows = int(hs.get('max_batch_tokens') or 4096), int(hs.get('max_batch_size') or 32)
@@ -465,7 +473,7 @@ def memory_plan(cfg: dict, dims: dict, P: dict | None = None) -> dict:
                                        f"has {fmt_bytes(usable_bytes(g, P))} usable: OUT OF MEMORY. Use: {format_recommendation(name, r)}")
     return out
 
-# %% ../nbs/95_plan.ipynb #af1f8e32
+# %% ../nbs/95_plan.ipynb #6bd7a3bd
 def format_recommendation(stage: str, r: dict | None) -> str:
     "One line: the recommended setting of a stage on one GPU kind."
     if not r: return 'nothing fits (more GPUs, a smaller drafter or shorter sequences)'
@@ -484,7 +492,8 @@ def format_memory(mem: dict) -> str:
     kinds = list(mem['gpus']); lines = ['memory per GPU (' + ', '.join(f"{v['label']}: {fmt_bytes(v['usable_bytes'])} usable" for v in mem['gpus'].values()) + '):']
     for name, st in mem['stages'].items():
         s = st['setting']
-        desc = {'40_regenerate': lambda: f"{s['batch']} sequences of {s['prompt']:,} + {s['ctx'] - s['prompt']:,} tokens, tensor parallel {s['tp']}",
+        desc = {'40_regenerate': lambda: f"{s['batch']} sequences of {s['prompt']:,} + {s['ctx'] - s['prompt']:,} tokens, "
+                                         f"tensor parallel {s['tp']} ({s['backend']} backend)",
                 '60_hidden_states': lambda: f"{s['max_batch_tokens']:,} tokens per forward" + (' (skipped: online features)' if s['skipped'] else ''),
                 '80_train': lambda: f"placement {s['placement']}, batch {s['batch']} per GPU, parallel {'fsdp' if s['fsdp'] else 'ddp'}, "
                                     f"grad_checkpointing {s['grad_checkpoint']}, ce {s['ce']}"}[name]()
@@ -497,7 +506,7 @@ def format_memory(mem: dict) -> str:
         for k in kinds: lines.append(f"    recommended on {mem['gpus'][k]['label']}: {format_recommendation(name, st['recommend'].get(k))}")
     return '\n'.join(lines)
 
-# %% ../nbs/95_plan.ipynb #20a14408
+# %% ../nbs/95_plan.ipynb #fab12e3c
 def make_plan(config=None, overrides=(), target_config=None, tokenizer=None, out=None, echo=print) -> dict:
     "Validate and estimate a run config; print the plan; save it as JSON to `out` (if given). Raises ConfigError on errors."
     cfg = config if isinstance(config, dict) else load_config(config, overrides)
@@ -558,7 +567,7 @@ def format_plan(plan: dict) -> str:
     lines.append(f"free disk here: {fmt_bytes(plan['free_disk_bytes'])}; plan {'OK' if plan['ok'] else 'HAS ERRORS'}")
     return '\n'.join(lines)
 
-# %% ../nbs/95_plan.ipynb #2c8ea98b
+# %% ../nbs/95_plan.ipynb #da2faa5e
 def register_cli(sub):
     "Add `dflash-nb plan CONFIG` to the CLI."
     p = sub.add_parser('plan', help='validate a run config and estimate rows, tokens, disk, compute and GPU-hours')
