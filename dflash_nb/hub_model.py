@@ -118,7 +118,7 @@ def sliding_mask(ctx_positions, block_positions, window: int, causal: bool):
     if causal: blk = blk & (ko <= qo)
     return torch.cat([ctx, blk.expand(ctx.shape[0], B, B)], -1)[:, None]
 
-# %% ../nbs/97_hub_model.ipynb #f95e7027
+# %% ../nbs/97_hub_model.ipynb #791590d4
 class DFlashDraftModel(PreTrainedModel):
     "DFlash drafter for `trust_remote_code` users: fc + hidden_norm fusion, KV-injection layers, final norm; `spec_generate`."
     config_class = Qwen3Config
@@ -189,8 +189,11 @@ class DFlashDraftModel(PreTrainedModel):
                 p = torch.softmax(logits.float() / temperature, -1)
                 return torch.multinomial(p.view(-1, p.shape[-1]), 1).view(p.shape[:-1])
             return logits.argmax(-1)
+        import inspect                                   # transformers >= 5.x names the target's cache `cache`
+        ckey = 'cache' if 'cache' in inspect.signature(target.forward).parameters else 'past_key_values'
+        kv = lambda o: getattr(o, 'past_key_values', None) if getattr(o, 'past_key_values', None) is not None else getattr(o, 'cache', None)
         out = target(input_ids=ids, use_cache=True, output_hidden_states=True)
-        tcache, feats = out.past_key_values, self.features(out.hidden_states)
+        tcache, feats = kv(out), self.features(out.hidden_states)
         new = [int(pick(out.logits[:, -1])[0])]
         ctx_pos = torch.arange(ids.shape[1], device=dev)[None]
         dcache, accepted = DFlashContextCache(), []
@@ -200,14 +203,14 @@ class DFlashDraftModel(PreTrainedModel):
             pos = torch.cat([ctx_pos, torch.arange(start, start + B, device=dev)[None]], 1)
             h = self(position_ids=pos, noise_embedding=embed(block), target_hidden=feats, past_key_values=dcache)
             block[0, 1:] = pick(head(h[:, 1:].to(head.weight.dtype)))[0]
-            v = target(input_ids=block, past_key_values=tcache, use_cache=True, output_hidden_states=True,
+            v = target(input_ids=block, use_cache=True, output_hidden_states=True, **{ckey: tcache},
                        position_ids=torch.arange(start, start + B, device=dev)[None])
             truth = pick(v.logits)[0]                     # the target's token after each block slot
             a = 0
             while a < B - 1 and int(block[0, a + 1]) == int(truth[a]): a += 1
             new += block[0, 1:a + 1].tolist() + [int(truth[a])]
             accepted.append(a + 1)
-            tcache = v.past_key_values
+            tcache = kv(v)
             extra = B - (a + 1)
             if extra: tcache.crop(-extra)              # keep the K/V of the verified tokens only (both 4.57 and 5.x)
             feats = self.features(v.hidden_states)[:, :a + 1]
