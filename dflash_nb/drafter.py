@@ -517,7 +517,7 @@ def ce_chunks(n: int, V: int, chunk_rows: int | None = None, chunk_vocab: int | 
     cr = chunk_rows or max(max_elems // cv, 1)
     return max(1, min(int(cr), max(n, 1))), cv
 
-# %% ../nbs/70_drafter.ipynb #4d3be4ff
+# %% ../nbs/70_drafter.ipynb #aac47ee5
 def _acc(cdt): return torch.float64 if cdt == torch.float64 else torch.float32   # reduction dtype
 
 def _ce_logits(x, W, v0, v1, cdt): return (x @ W[v0:v1].to(cdt).t()).to(_acc(cdt))
@@ -525,9 +525,18 @@ def _ce_logits(x, W, v0, v1, cdt): return (x @ W[v0:v1].to(cdt).t()).to(_acc(cdt
 def _ce_chunk(x, W, y, cv: int, cdt, grad: bool):
     "CE `[r]`, argmax `[r]`, log-sum-exp `[r]` and (if `grad`) `d CE / d x` `[r, H]` of rows `x [r, H]` (already in `cdt`)."
     V, r = W.shape[0], x.shape[0]
+    if cv >= V:      # one chunk holds the whole vocabulary: softmax and row gradient from the same logits
+        z = _ce_logits(x, W, 0, V, cdt)
+        m, pred = z.max(-1)
+        tgt = z.gather(1, y[:, None])[:, 0]
+        e = z.sub_(m[:, None]).exp_()
+        s = e.sum(-1); lse = m + s.log()
+        if not grad: return lse - tgt, pred, lse, None
+        p = e.div_(s[:, None]); p[torch.arange(r, device=x.device), y] -= 1.0
+        return lse - tgt, pred, lse, (p.to(cdt) @ W.to(cdt)).to(_acc(cdt))
     m = torch.full((r,), -math.inf, device=x.device, dtype=_acc(cdt)); s = torch.zeros_like(m)
     pred = torch.zeros(r, dtype=torch.long, device=x.device); tgt = torch.zeros_like(m)
-    for v0 in range(0, V, cv):
+    for v0 in range(0, V, cv):   # online log-sum-exp over vocabulary chunks
         z = _ce_logits(x, W, v0, min(v0 + cv, V), cdt)
         cm, ci = z.max(-1)
         pred = torch.where(cm > m, ci + v0, pred)
@@ -536,10 +545,6 @@ def _ce_chunk(x, W, y, cv: int, cdt, grad: bool):
         nm = torch.maximum(m, cm)
         s = s * torch.exp(m - nm) + torch.exp(z - nm[:, None]).sum(-1)
         m = nm
-        if cv >= V and grad:   # one chunk holds the whole vocabulary: the row gradient from the same logits
-            lse = m + s.log()
-            p = z.sub_(lse[:, None]).exp_(); p[torch.arange(r, device=x.device), y] -= 1.0
-            return lse - tgt, pred, lse, (p.to(cdt) @ W.to(cdt)).to(_acc(cdt))
     lse = m + s.log()
     dx = _ce_grad_chunk(x, W, y, lse, None, cv, cdt, False)[0] if grad else None
     return lse - tgt, pred, lse, dx
