@@ -154,7 +154,7 @@ def consecutive_supervised(loss_mask) -> bool:
     lm = [int(x) for x in loss_mask]
     return any(a and b for a, b in zip(lm, lm[1:]))
 
-# %% ../nbs/96_export.ipynb #2891b906
+# %% ../nbs/96_export.ipynb #fc87ea60
 def export_specforge(run_dir, out_dir, group: int = 2000) -> dict:
     "Write SpecForge's offline DFlash features, `train.jsonl` and the chat-template name for `run_dir` into `out_dir`."
     import torch
@@ -183,8 +183,9 @@ def export_specforge(run_dir, out_dir, group: int = 2000) -> dict:
                    'conversations': len(conv), 'chat_template': name, 'chat_template_note': note,
                    'target_layer_ids': store.layer_ids, 'hidden_size': store.hidden_size,
                    'hidden_states_shape': f'[T, {len(store.layer_ids) * store.hidden_size}]',
-                   'offline_args': f'--train-hidden-states-path {Path(out_dir) / "features"}',
-                   'online_args': f'--data-path {Path(out_dir) / "train.jsonl"} --chat-template {name}'}
+                   'offline_args': f'data.hidden_states_path={Path(out_dir) / "features"}',
+                   'online_args': f'data.train_data_path={Path(out_dir) / "train.jsonl"} data.chat_template={name}',
+                   'prepare_hidden_states_args': f'--data-path {Path(out_dir) / "train.jsonl"} --chat-template {name}'}
         write_json(tmp / 'export.json', summary)
     if name is None: warnings.warn(f'{out_dir}: {note}')
     assert summary['samples'] + summary['skipped'] == summary['rows_in']
