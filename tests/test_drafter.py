@@ -97,6 +97,27 @@ def _bm_dense(bm, q_len, kv_len):
     return out
 
 
+@pytest.mark.skipif(not flex_available(), reason='flex attention not available')
+def test_flex_under_bf16_autocast_gets_one_dtype(monkeypatch):
+    "Flex attention is not autocast-aware: under bf16 autocast q, k, v reach it all in bf16, and the loss matches SDPA's."
+    from torch.nn.attention import flex_attention as fa
+    import dflash_nb.drafter as D
+    seen, orig = [], fa.flex_attention
+    def spy(q, k, v, **kw): seen.append((q.dtype, k.dtype, v.dtype)); return orig(q, k, v, **kw)
+    monkeypatch.setattr(fa, 'flex_attention', spy)
+    cfg = tiny_cfg()
+    m = DFlashDrafter(cfg).init_weights(0)
+    torch.manual_seed(0)
+    emb, head = nn.Embedding(60, 32), nn.Linear(32, 60, bias=False)
+    ids = torch.randint(0, 58, (1, 24)); lm = torch.ones(1, 24)
+    anchors, valid = pad_anchors([sample_anchors(lm[0], 4, 4)])
+    feats = torch.randn(1, 24, 3, 32)
+    with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):
+        loss = {be: dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, backend=be)['loss'].item() for be in ('sdpa', 'flex')}
+    assert seen and all(d == (torch.bfloat16,) * 3 for d in seen), seen
+    assert abs(loss['flex'] - loss['sdpa']) < 2e-2 * abs(loss['sdpa'])
+
+
 def test_matches_transformers_qwen3_layers():
     "With an empty context, the drafter stack is a Qwen3 decoder: same names, same math (RMSNorm, RoPE, GQA, SwiGLU)."
     from transformers import Qwen3Config, Qwen3Model
