@@ -232,7 +232,7 @@ def ensure_recompile_limit(n: int):
         if hasattr(dc, name) and getattr(dc, name) < n: setattr(dc, name, int(n))
     if getattr(dc, 'accumulated_recompile_limit', n) < n: dc.accumulated_recompile_limit = int(n)
 
-# %% ../nbs/70_drafter.ipynb #bcc51369
+# %% ../nbs/70_drafter.ipynb #51634140
 class RMSNorm(nn.Module):
     "Qwen3 RMSNorm: normalize in fp32, cast back, then scale by the weight."
     def __init__(self, n: int, eps: float = 1e-6):
@@ -257,6 +257,9 @@ def apply_rope(x, cos, sin): return x * cos + _rotate_half(x) * sin
 
 def _flex(q, k, v, block_mask, scale):
     from torch.nn.attention.flex_attention import flex_attention
+    dev = q.device.type     # flex attention is not autocast-aware: q, k (fp32 after the norms) and v share the autocast dtype
+    dt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else v.dtype
+    q, k, v = q.to(dt), k.to(dt), v.to(dt)
     fn = compiled('flex_attention', flex_attention) if flex_compiles(q.device) else flex_attention
     return fn(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=True)
 
