@@ -76,6 +76,9 @@ def cmd_eval(a):
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
     variants = {}
     for p in a.drafters:
+        if p == 'prompt_lookup':   # the training-free baseline
+            from dflash_nb.evaluate import PromptLookupDrafter
+            variants[p] = (PromptLookupDrafter(16), 0); continue
         d = load_drafter(p, device='cpu', dtype=torch.float32)
         variants[p] = (DFlashDraftSession(d, emb, head), a.shift)
     out = Path(a.log); out.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +109,7 @@ def main():
     t.add_argument('--log-every', type=int, default=50); t.add_argument('--seed', type=int, default=0)
     t.add_argument('--threads', type=int, default=1)
     e = sub.add_parser('eval')
-    e.add_argument('drafters', nargs='+')
+    e.add_argument('drafters', nargs='+', help='drafter folders, or prompt_lookup')
     e.add_argument('--sets', nargs='+', default=['mt_bench', 'humaneval'])
     e.add_argument('--n', type=int, default=8); e.add_argument('--max-new-tokens', type=int, default=64)
     e.add_argument('--shift', type=int, default=0); e.add_argument('--threads', type=int, default=1)
