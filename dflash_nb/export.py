@@ -224,7 +224,7 @@ def target_token_ids(run_dir) -> dict:
     c = c.get('text_config') or c
     return {k: c.get(k, t.get(k)) for k in ('bos_token_id', 'eos_token_id') if c.get(k, t.get(k)) is not None}
 
-# %% ../nbs/96_export.ipynb #c64d9f11
+# %% ../nbs/96_export.ipynb #531eb16a
 def _eval_rows(obj, path=()):
     if isinstance(obj, dict):
         if 'tau' in obj and ('speedup' in obj or 'accept_at' in obj):
@@ -238,6 +238,7 @@ def eval_table(run_dir) -> str:
     if d is None or not (d / 'eval.json').exists(): return '_Not evaluated in this run (no `90_evaluate/eval.json`)._'
     rows = ['| set / variant | tau | accept@1 | speedup | identical |', '|---|---|---|---|---|']
     for name, r in _eval_rows(read_json(d / 'eval.json')):
+        name = ' / '.join(x for x in name.split(' / ') if x not in ('sets', 'variants'))
         a = (r.get('accept_at') or [None])[0]
         rows.append(f"| {name} | {r.get('tau')} | {a} | {r.get('speedup')} | {r.get('identical')} |")
     return '\n'.join(rows) if len(rows) > 2 else '_`eval.json` holds no summary with tau._'

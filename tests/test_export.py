@@ -136,6 +136,12 @@ def test_specforge_reads_export(run, tmp_path):
         assert g['sum'] == pytest.approx(float(f['hidden_states'].double().sum()), rel=1e-6)
     j = got['jsonl']
     assert j['rows'] == s['conversations'] and j['tokenized'] >= 1 and all(x >= 2 for x in j['supervised'])
+    # train.jsonl is the tokenized conversations, whole: system / tool turns, tool calls, tools and reasoning kept
+    from dflash_nb.core import iter_jsonl
+    from dflash_nb.schema import to_speculators
+    src = {r['id']: r for r in iter_jsonl(run / '40_regenerate' / 'regenerated.jsonl')}
+    rows = list(iter_jsonl(out / 'train.jsonl'))
+    assert rows and all(r == to_speculators(src[r['id']]) for r in rows)
 
 HUB_CHECK = r'''
 import json, sys, torch, transformers
