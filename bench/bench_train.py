@@ -47,6 +47,7 @@ def main():
     ap.add_argument('--warmup', type=int, default=None)
     ap.add_argument('--backend', default='auto', help='flex | sdpa | auto (flex on cuda)')
     ap.add_argument('--seq-len', type=int, default=None)
+    ap.add_argument('--grad-checkpointing', action='store_true', help='recompute each draft layer in the backward')
     ap.add_argument('--ce', default='chunked', help='chunked (default: never the full logits) | full | both (interleaved steps; median per mode)')
     ap.add_argument('--num-anchors', type=int, default=None)
     ap.add_argument('--peak-tflops', type=float, default=989.0, help='bf16 dense peak of the GPU for MFU (H100/H200 SXM: 989)')
@@ -63,6 +64,7 @@ def main():
     cfg = DFlashConfig(**c, mask_token_id=c['vocab_size'] - 1, block_size=16, rope_theta=1e6)
     torch.manual_seed(0)
     m = DFlashDrafter(cfg).init_weights(0).to(dev)
+    m.gradient_checkpointing = a.grad_checkpointing
     dt = torch.bfloat16 if dev.type == 'cuda' else torch.float32
     emb = nn.Embedding(cfg.vocab_size, cfg.hidden_size).to(dev, dt).requires_grad_(False)
     head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False).to(dev, dt).requires_grad_(False)
@@ -94,12 +96,15 @@ def main():
     med = {ce: sorted(v)[len(v) // 2] for ce, v in times.items()}
     secs = med[modes[-1]]
     res = {'shape': shape, 'device': str(dev), 'device_name': torch.cuda.get_device_name(dev) if dev.type == 'cuda' else platform.processor() or platform.machine(),
-           'threads': torch.get_num_threads(), 'backend': backend, 'ce': a.ce, 'timing': 'median step', 'dtype': str(dt).replace('torch.', ''),
+           'threads': torch.get_num_threads(), 'backend': backend, 'grad_checkpointing': a.grad_checkpointing, 'ce': a.ce, 'timing': 'median step', 'dtype': str(dt).replace('torch.', ''),
            'seq_len': T, 'batch': b, 'blocks': n_blocks, 'block_size': 16, 'draft_layers': cfg.num_hidden_layers,
            'drafter_params': sum(p.numel() for p in m.parameters()), 'step_s': round(secs, 4),
            **({f'step_s_{ce}': round(v, 4) for ce, v in med.items()} if len(modes) > 1 else {}),
            'tokens_per_s': round(T * b / secs, 1), 'block_tokens_per_s': round(n_blocks * 16 / secs, 1),
            'tflops_per_step': round(flops / 1e12, 4), 'achieved_tflops': round(flops / secs / 1e12, 3)}
+    if dev.type != 'cuda':
+        import resource
+        res['peak_rss_gb'] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)   # whole process, crude
     if dev.type == 'cuda':
         res['mfu_vs_peak'] = round(res['achieved_tflops'] / a.peak_tflops, 4)
         res['max_memory_gb'] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)

@@ -233,8 +233,11 @@ def par_run(out, parallel, placement, accum):
     if roles['role'] == 'features':
         serve_features(tiny_target(), roles['clients'], 2, 16); return None, None
     fn = tiny_target() if placement == 'colocated' else RemoteFeatures(roles['server'], 2, 16)
-    t = Trainer(tiny_drafter(), emb, head, OnlineRows(), tc, out_dir=out, feature_fn=fn, log=lambda m: None, group=roles['group'])
-    t.fit()
+    make = lambda: Trainer(tiny_drafter(), emb, head, OnlineRows(), tc, out_dir=out, feature_fn=fn, log=lambda m: None,
+                           group=roles['group'])
+    if parallel == 'fsdp':    # interrupted after 6 steps (last checkpoint: step 4), resumed by a fresh trainer
+        make().fit(stop_after=6)
+    t = make(); t.fit()
     if placement == 'separate': fn.close()
     return t, t.model_state()
 '''
@@ -260,7 +263,7 @@ def _torchrun_par(tmp_path, name, *args, port):
 
 
 def test_fsdp2_two_gloo_processes_equal_one_process(tmp_path):
-    "FSDP2 (fully_shard) over 2 gloo ranks x batch 1 = 1 process with grad_accum 2 (weights, losses, checkpoints)."
+    "FSDP2 (fully_shard) over 2 gloo ranks x batch 1, interrupted and resumed = 1 process with grad_accum 2, uninterrupted."
     a, ha = _torchrun_par(tmp_path, 'fsdp', 'fsdp', 'colocated', '1', port=29541)
     t, b = par_run(tmp_path / 'single', 'ddp', 'colocated', 2)
     assert sorted(a) == sorted(b)
