@@ -155,7 +155,7 @@ def max_row_length(data, rows=None) -> int:
         return max(int(meta['samples'][i]['length']) for i in sel)
     return max(len(data[i]['input_ids']) for i in (range(len(data)) if rows is None else rows))
 
-# %% ../nbs/80_train.ipynb #30d087d2
+# %% ../nbs/80_train.ipynb #c58cd98f
 def _dist():
     "`(rank, world)`; joins the torchrun process group (gloo on CPU, nccl on CUDA) when `WORLD_SIZE` > 1."
     import torch.distributed as dist
@@ -346,8 +346,8 @@ class Trainer:
         stopped = 'done'
         from dflash_nb.core import progress; pbar = progress(total=self.total_steps - self.step, desc='train', unit='step') if self.rank == 0 else None
         while self.epoch < cfg.epochs and self.step < self.total_steps:
-            batches = self.epoch_batches(self.epoch)
-            while self.step_in_epoch < self.steps_per_epoch and self.step < self.total_steps:
+            ep, batches = self.epoch, self.epoch_batches(self.epoch)
+            while self.epoch == ep and self.step < self.total_steps:   # a new epoch: its own order (the outer loop)
                 group = batches[self.step_in_epoch * cfg.grad_accum:(self.step_in_epoch + 1) * cfg.grad_accum]
                 for j, idx in enumerate(group):
                     b = self._batch(idx, self.epoch)
