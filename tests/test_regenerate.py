@@ -175,3 +175,13 @@ def test_resume_after_kill(tmp_path, model_dir):
     assert ids == [f'r{i}' for i in range(6)]                  # all rows, once, in input order
     assert not parts.exists()
     assert all(x['meta']['regenerated']['new_tokens'] for x in iter_jsonl(out))
+
+def test_workers_match_one_process(tmp_path, hf_backend):
+    "workers=2 (two spawned processes, one model each): the same rows and failures as one process, duplicates found across chunks."
+    inp = write_rows(tmp_path / 'in.jsonl', ROWS)
+    one = regenerate_file(inp, tmp_path / 'one.jsonl', hf_backend, GEN, mode='all', chunk_size=1, progress=False)
+    two = regenerate_file(inp, tmp_path / 'two.jsonl', hf_backend, GEN, mode='all', chunk_size=1, progress=False, workers=2)
+    assert (two['rows_in'], two['rows_out'], two['failed'], two['workers']) == (4, 2, 2, 2)
+    assert two['failure_reasons'] == one['failure_reasons'] == {'invalid': 1, 'duplicate id': 1}   # 'mt' again in chunk 3
+    assert list(iter_jsonl(tmp_path / 'two.jsonl')) == list(iter_jsonl(tmp_path / 'one.jsonl'))
+    assert list(iter_jsonl(tmp_path / 'two.failures.jsonl')) == list(iter_jsonl(tmp_path / 'one.failures.jsonl'))
