@@ -9,7 +9,7 @@
 
 Prints a table, writes bench/results/quality.json and bench/results/quality.png.
 
-    python bench/bench_quality.py runs/smollm2_quality [--n 8] [--max-new-tokens 128] [--skip-curve]
+    python bench/bench_quality.py runs/smollm2_quality [--n 8] [--max-new-tokens 128] [--skip-curve | --reuse-curve]
 """
 import argparse, json, os, re, time
 from pathlib import Path
@@ -91,13 +91,16 @@ def main():
     ap.add_argument('--max-new-tokens', type=int, default=128)
     ap.add_argument('--threads', type=int, default=1)
     ap.add_argument('--skip-curve', action='store_true')
+    ap.add_argument('--reuse-curve', action='store_true', help='take the curve from an earlier --out of the same run')
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'quality.json'))
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from dflash_nb.core import read_json
     run = Path(a.run)
+    old = read_json(a.out) if a.reuse_curve and Path(a.out).exists() else {}
+    if old.get('run') == str(run) and old.get('curve'): curve = old['curve']
+    else: curve = None if a.skip_curve else tau_curve(run, a.n, a.max_new_tokens)
     ev = read_json(run / '90_evaluate' / 'eval.json') if (run / '90_evaluate' / 'eval.json').exists() else None
-    curve = None if a.skip_curve else tau_curve(run, a.n, a.max_new_tokens)
     wall = {}
     for st in sorted(run.glob('[0-9][0-9]_*/manifest.json')):
         m = read_json(st); wall[st.parent.name] = (m.get('timings') or {}).get('total')
@@ -109,17 +112,19 @@ def main():
                          'tpot_ms': m['tpot_ms'], 'plain_tpot_ms': m['plain_tpot_ms']})
     print('\n| set | variant | prompts | tau | P(slot1) | P(slot2) | P(slot3) | identical | tokens/s vs plain |')
     print('|---|---|---|---|---|---|---|---|---|')
+    f = lambda x, spec='.3f': '—' if x is None else format(x, spec)
     for r in rows:
-        acc = (r['accept_at'] + [0, 0, 0])[:3]
-        print(f"| {r['set']} | {r['variant']} | {r['prompts']} | {r['tau']:.3f} | {acc[0]:.3f} | {acc[1]:.3f} | {acc[2]:.3f} | "
-              f"{r['identical']:.2f} | {r['speedup']:.2f}x |")
+        acc = (list(r['accept_at'] or []) + [None, None, None])[:3]
+        print(f"| {r['set']} | {r['variant']} | {r['prompts']} | {f(r['tau'])} | {f(acc[0])} | {f(acc[1])} | {f(acc[2])} | "
+              f"{f(r['identical'], '.2f')} | {f(r['speedup'], '.2f')}x |")
     if curve:
         print('\n| step | training tokens | tau MT-Bench | tau HumanEval |\n|---|---|---|---|')
         for c in curve:
             print(f"| {c['step']} | {c['train_tokens']} | {c['mt_bench']['tau']:.3f} | {c['humaneval']['tau']:.3f} |")
     print('\nstage wall time (s):', json.dumps(wall), ' total', round(sum(v or 0 for v in wall.values()), 1))
     out = Path(a.out); out.parent.mkdir(parents=True, exist_ok=True)
-    res = {'run': str(run), 'eval': rows, 'curve': curve, 'curve_prompts_per_set': a.n, 'max_new_tokens': a.max_new_tokens,
+    res = {'run': str(run), 'eval': rows, 'curve': curve, 'curve_prompts_per_set': old.get('curve_prompts_per_set', a.n) if old.get('curve') else a.n,
+           'max_new_tokens': old.get('max_new_tokens', a.max_new_tokens) if old.get('curve') else a.max_new_tokens,
            'stage_seconds': wall, 'cpu_count': os.cpu_count(), 'load_avg': os.getloadavg()}
     out.write_text(json.dumps(res, indent=1) + '\n')
     plot(curve, ev, out.with_suffix('.png'))

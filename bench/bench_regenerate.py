@@ -74,7 +74,8 @@ def quality(a):
         src = Path(d) / 'in.jsonl'; write_jsonl(src, rows)
         for name, kw, workers in settings:
             be = HFBackend('smollm2', device='cpu', **kw)
-            s = regenerate_file(src, Path(d) / f'out{len(results)}.jsonl', be, gen, chunk_size=32, progress=False, workers=workers)
+            s = regenerate_file(src, Path(d) / f'out{len(results)}.jsonl', be, gen, chunk_size=max(1, len(rows) // 2),
+                                progress=False, workers=workers)   # two chunks: one per worker (their model loads are timed)
             r = {'setting': name, 'rows': s['rows_in'], 'new_tokens': s['new_tokens'], 'seconds': s['seconds'],
                  'tokens_per_s': round(s['new_tokens'] / s['seconds'], 2), 'workers': workers, **{k: str(v) for k, v in kw.items()}}
             results.append(r); print(r, flush=True)

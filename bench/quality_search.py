@@ -24,7 +24,7 @@ def cmd_train(a):
     from dflash_nb.drafter import DFlashDrafter, build_config, export_drafter, resolve_mask_token_id
     from dflash_nb.hidden_states import FeatureStore
     from dflash_nb.targets import load_tokenizer, resolve_target
-    from dflash_nb.train import Trainer, TrainConfig, load_target_head, init_from_target
+    from dflash_nb.train import Trainer, TrainConfig, load_target_head, init_drafter_from_target
     torch.set_num_threads(a.threads)
     seed_everything(a.seed)
     data = FeatureStore(Path(a.run) / '60_hidden_states' / 'features')
@@ -35,8 +35,8 @@ def cmd_train(a):
     dr = DFlashDrafter(dcfg).init_weights(a.seed)
     from dflash_nb.train import eligible_rows
     rows = eligible_rows(data, 16, True)[0][:a.rows] if a.rows else None
-    if a.init == 'target-nocal': init_from_target(dr, 'smollm2', log=print)
-    if a.init == 'target': init_from_target(dr, 'smollm2', features=data[(rows or eligible_rows(data, 16, True)[0])[0]]['hidden_states'], log=print)
+    if a.init == 'target-nocal': init_drafter_from_target(dr, 'smollm2', log=print)
+    if a.init == 'target': init_drafter_from_target(dr, 'smollm2', features=data[(rows or eligible_rows(data, 16, True)[0])[0]]['hidden_states'], log=print)
     emb, head = load_target_head('smollm2')
     cfg = TrainConfig(epochs=a.epochs, lr=a.lr, num_anchors=a.anchors, max_steps=a.steps, log_every=a.log_every,
                       ckpt_every=0, seed=a.seed, warmup_ratio=a.warmup, gamma=a.gamma, batch_size=a.batch_size)
