@@ -20,8 +20,8 @@ from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_conf
 # %% auto #0
 __all__ = ['CKPT_RE', 'TRAIN_PARAMS', 'TrainConfig', 'load_target_head', 'target_features', 'TokenRows', 'eligible_rows',
            'collate', 'pad_batch', 'max_row_length', 'shard_drafter', 'latest_checkpoint', 'Trainer',
-           'init_from_target', 'placement_roles', 'RemoteFeatures', 'serve_features', 'benchmark_step', 'plot_curves',
-           'train_stage', 'register_cli']
+           'init_drafter_from_target', 'placement_roles', 'RemoteFeatures', 'serve_features', 'benchmark_step',
+           'plot_curves', 'train_stage', 'register_cli']
 
 # %% ../nbs/80_train.ipynb #ab324071
 @dataclass
@@ -432,12 +432,12 @@ class _DDPView(nn.Module):
     def fc(self): return self.ddp.module.fc
     def forward(self, *a, **kw): return self.ddp(*a, **kw)
 
-# %% ../nbs/80_train.ipynb #c1fa0b3f
+# %% ../nbs/80_train.ipynb #fbe57aa1
 _LAYER_PARTS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
                 'self_attn.k_norm', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm',
                 'post_attention_layernorm')
 
-def init_from_target(drafter: DFlashDrafter, target, layers=None, features=None, log=None) -> dict:
+def init_drafter_from_target(drafter: DFlashDrafter, target, layers=None, features=None, log=None) -> dict:
     """Copy target decoder `layers` (default: the last `num_hidden_layers`) into the drafter's layers, the target's
     final norm into `norm`, and start `fc`/`hidden_norm` as the pass-through of the feature below the first copied layer.
     `features [T, n, H]` (a stored sample) calibrates `q_norm`/`k_norm` when the target has none (see below)."""
@@ -609,7 +609,7 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #ebb7cf75
+# %% ../nbs/80_train.ipynb #19e30458
 TRAIN_PARAMS = ('target', 'seed', 'device', 'source', 'num_hidden_layers', 'block_size', 'mask_token', 'target_layer_ids',
                 'num_feature_layers', 'num_anchors', 'gamma', 'epochs', 'batch_size', 'grad_accum', 'lr', 'warmup_ratio',
                 'max_grad_norm', 'max_steps', 'max_minutes', 'log_every', 'ckpt_every', 'attn_backend', 'export_dtype',
@@ -684,7 +684,7 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
         torch.distributed.barrier()
         return {'role': 'features', 'served': served, 'clients': roles['clients'], 'world_size': world}
     drafter = DFlashDrafter(dcfg).init_weights(P['seed'])
-    if P['init_from_target']: init_from_target(drafter, P['target'], features=data[keep[0]].get('hidden_states'), log=log)
+    if P['init_from_target']: init_drafter_from_target(drafter, P['target'], features=data[keep[0]].get('hidden_states'), log=log)
     tconf.keep_checkpoints = int(P['keep_checkpoints'])
     trainer = Trainer(drafter, embed, lm_head, data, tconf, out_dir=stage.dir, feature_fn=feature_fn, device=dev,
                       rows=keep, log=log, group=roles['group'])
