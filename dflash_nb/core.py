@@ -18,7 +18,7 @@ __all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'RUN_KEYS', 'STAGE_LOG_ENV', 'repo_root',
            'get_device', 'setup_logging', 'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids',
            'from_aux_layer_ids', 'Quarantine', 'prompt_set_name', 'read_prompt_file', 'Progress', 'progress']
 
-# %% ../nbs/00_core.ipynb #27ef1d77
+# %% ../nbs/00_core.ipynb #73880ce3
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().parent / 'dflash_nb'
 STAGE_NAME_RE = r'^(\d\d)_([a-z0-9_]+)$'
 
@@ -53,8 +53,10 @@ def fixtures_dir() -> Path | None:
     return None
 
 def expand_path(s) -> str:
-    "Expand `~` and `$VARS` in a path string; `$DFLASH_NB_FIXTURES` defaults to `fixtures_dir()` when unset."
+    """Expand `~` and `$VARS` in a path string; `$DFLASH_NB_FIXTURES` defaults to `fixtures_dir()` when unset.
+    `pkg:NAME` names a file shipped in the package's `data/` folder (so a shipped config can point at shipped data)."""
     s = str(s)
+    if s.startswith('pkg:'): return str(PKG_DIR / 'data' / s[4:])
     if 'DFLASH_NB_FIXTURES' in s and not os.environ.get('DFLASH_NB_FIXTURES') and fixtures_dir() is not None:
         s = s.replace('${DFLASH_NB_FIXTURES}', str(fixtures_dir())).replace('$DFLASH_NB_FIXTURES', str(fixtures_dir()))
     return os.path.expanduser(os.path.expandvars(s))
