@@ -609,7 +609,7 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #19e30458
+# %% ../nbs/80_train.ipynb #9e8cd415
 TRAIN_PARAMS = ('target', 'seed', 'device', 'source', 'num_hidden_layers', 'block_size', 'mask_token', 'target_layer_ids',
                 'num_feature_layers', 'num_anchors', 'gamma', 'epochs', 'batch_size', 'grad_accum', 'lr', 'warmup_ratio',
                 'max_grad_norm', 'max_steps', 'max_minutes', 'log_every', 'ckpt_every', 'attn_backend', 'export_dtype',
@@ -666,6 +666,7 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
         feature_fn = lambda ids, am: target_features(tmodel, ids, dcfg.target_layer_ids, am)
     if roles['server'] is not None: feature_fn = RemoteFeatures(roles['server'], dcfg.n_features, dcfg.hidden_size, fdt, dev)
     embed, lm_head = load_target_head(P['target'], dev)
+    if fdt != torch.float32: lm_head = lm_head.to(fdt)   # CUDA: the head in bf16 (its autocast dtype): 2 bytes/weight, no per-step cast
     keep, rejected = eligible_rows(data, P['block_size'], tconf.full_block_anchors)
     q = Quarantine(stage.path('quarantine.jsonl'))
     for i, reason in rejected:
