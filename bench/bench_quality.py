@@ -42,12 +42,14 @@ def train_tokens_per_step(run: Path) -> float:
     return sum(lengths) / len(lengths) * P['batch_size'] * P['grad_accum']
 
 
-def tau_curve(run: Path, n: int, max_new_tokens: int, log=print) -> list:
+def tau_curve(run: Path, n: int, max_new_tokens: int, max_checkpoints: int | None = None, log=print) -> list:
     from dflash_nb.evaluate import DFlashDraftSession, evaluate_prompts, load_prompt_set, summarize
     from dflash_nb.targets import load_target
     model, tok = load_target('smollm2', device='cpu')
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
     ck = checkpoint_drafters(run)
+    if max_checkpoints and len(ck) > max_checkpoints:   # evenly spaced, the last one included
+        ck = [ck[round(i * (len(ck) - 1) / (max_checkpoints - 1))] for i in range(max_checkpoints)] if max_checkpoints > 1 else ck[-1:]
     if not ck: raise FileNotFoundError(f'{run}/80_train/checkpoints has no checkpoint (train with keep_checkpoints > 1)')
     per_step = train_tokens_per_step(run)
     variants = {f'step-{s}': (DFlashDraftSession(d, emb, head), 0) for s, d in ck}
@@ -90,6 +92,7 @@ def main():
     ap.add_argument('--n', type=int, default=8, help='prompts per set for the checkpoint curve')
     ap.add_argument('--max-new-tokens', type=int, default=128)
     ap.add_argument('--threads', type=int, default=1)
+    ap.add_argument('--max-checkpoints', type=int, default=6, help='evenly spaced checkpoints on the curve')
     ap.add_argument('--skip-curve', action='store_true')
     ap.add_argument('--reuse-curve', action='store_true', help='take the curve from an earlier --out of the same run')
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'quality.json'))
@@ -99,7 +102,7 @@ def main():
     run = Path(a.run)
     old = read_json(a.out) if a.reuse_curve and Path(a.out).exists() else {}
     if old.get('run') == str(run) and old.get('curve'): curve = old['curve']
-    else: curve = None if a.skip_curve else tau_curve(run, a.n, a.max_new_tokens)
+    else: curve = None if a.skip_curve else tau_curve(run, a.n, a.max_new_tokens, a.max_checkpoints)
     ev = read_json(run / '90_evaluate' / 'eval.json') if (run / '90_evaluate' / 'eval.json').exists() else None
     wall = {}
     for st in sorted(run.glob('[0-9][0-9]_*/manifest.json')):
