@@ -609,7 +609,7 @@ def get_source(name: str, extra: dict | None = None) -> Source:
     if name not in REGISTRY: raise ValueError(f'unknown source {name!r}; known: {", ".join(REGISTRY)}')
     return REGISTRY[name]
 
-# %% ../nbs/10_sources.ipynb #321ed98b
+# %% ../nbs/10_sources.ipynb #26342e12
 class SourceUnavailable(RuntimeError):
     "A source that cannot be read here (offline, gated, missing file); `status` says which."
     def __init__(self, status: str, msg: str): self.status = status; super().__init__(f'{status}: {msg}')
@@ -626,12 +626,11 @@ def hub_reachable(timeout: float = 3.0) -> bool:
 
 def resolve_path(path: str) -> Path:
     "A registry path (`pkg:NAME`, `fixtures:REL` or a plain path) as a filesystem path; SourceUnavailable when missing."
-    if path.startswith('pkg:'): p = PKG_DIR / 'data' / path[4:]
-    elif path.startswith('fixtures:'):
+    if path.startswith('fixtures:'):
         fx = fixtures_dir()
         if fx is None: raise SourceUnavailable('missing', f'{path}: the test fixtures are not present')
         p = fx / path[len('fixtures:'):]
-    else: p = Path(path).expanduser()
+    else: p = Path(expand_path(path))   # `pkg:NAME`, `~` and `$VARS` as everywhere else (core.expand_path)
     if not p.exists(): raise SourceUnavailable('missing', f'{p} does not exist')
     return p
 
