@@ -613,7 +613,7 @@ def linear_cross_entropy_stats(x, weight, target, chunk_rows: int | None = None,
     cr, cv = ce_chunks(x.shape[0], weight.shape[0], chunk_rows, chunk_vocab)
     return ChunkedLinearCE.apply(x, weight, target, cr, cv, cdt)
 
-# %% ../nbs/70_drafter.ipynb #ba979d78
+# %% ../nbs/70_drafter.ipynb #03b80246
 def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
     "CE `[N]` (fp32) and argmax `[N]` of the LM head on hidden states `h [N, H]`: `'chunked'` (never the full logits) or `'full'`."
     if getattr(lm_head, 'bias', None) is not None: raise ValueError('the LM head has a bias: the chunked loss supports none')
@@ -623,12 +623,15 @@ def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
     return F.cross_entropy(logits, y, reduction='none'), logits.detach().argmax(-1)
 
 def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, features, anchors, valid,
-                gamma: float | None = None, lengths=None, document_ids=None, backend: str = 'sdpa', ce: str = 'chunked') -> dict:
-    "Loss and per-slot statistics of one micro-batch (see the normalization note above); `ce`: 'chunked' | 'full' logits."
+                gamma: float | None = None, lengths=None, document_ids=None, backend: str = 'sdpa', ce: str = 'chunked',
+                loss_slots: int | None = None) -> dict:
+    """Loss and per-slot statistics of one micro-batch (see the normalization note above); `ce`: 'chunked' | 'full' logits.
+    `loss_slots = K` supervises slots `1..K` only (the block keeps all B positions; later slots cost no logits)."""
     cfg = drafter.config
     B, (b, T) = cfg.block_size, input_ids.shape
     gamma = default_gamma(B) if gamma is None else gamma
     pos, labels, sup = block_labels(input_ids, loss_mask, anchors, valid, B, lengths)
+    if loss_slots is not None: sup = sup & (torch.arange(B, device=sup.device) <= int(loss_slots))
     n = anchors.shape[1]
     block_ids = torch.full_like(labels, cfg.mask_token_id)
     block_ids[..., 0] = input_ids.gather(1, anchors)

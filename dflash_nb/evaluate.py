@@ -514,7 +514,7 @@ def summarize(gens: list, plains: list, block_size: int) -> dict:
             'speedup': round(tpot_p / tpot_s, 4) if tpot_s > 0 else None,
             'identical': round(sum(g.tokens == p.tokens for g, p in zip(gens, plains)) / max(len(gens), 1), 4)}
 
-# %% ../nbs/90_evaluate.ipynb #8ea58718
+# %% ../nbs/90_evaluate.ipynb #a0d2112e
 def _gen_record(g: Generation) -> dict:
     d = asdict(g); d['tau'] = round(g.tau, 4); return d
 
@@ -524,11 +524,12 @@ def _from_record(d: dict) -> Generation:
 def evaluate_prompts(model, tokenizer, items: list, variants: dict, max_new_tokens: int, temperature: float = 0.0,
                      seed: int = 0, enable_thinking: bool | None = False, eos_ids=None, set_name: str = 'prompts',
                      done: dict | None = None, on_record=None, tree: dict | None = None, log=print,
-                     enforce_lossless: bool = False) -> dict:
+                     enforce_lossless: bool = False, limits: dict | None = None) -> dict:
     """Plain + speculative generations of every item (`{'id', 'turns'}`, `{'id', 'messages'}` or `{'id', 'input_ids'}`)
     for every variant `{name: (drafter, feature_shift)}`; returns `{'plain': [Generation], name: [Generation]}` in item
     order (multi-turn items contribute one entry per turn). `enforce_lossless` raises `LosslessError` at the first
-    output that differs from plain decoding (after its record is written)."""
+    output that differs from plain decoding (after its record is written). `limits {name: n}` runs a variant on the
+    first `n` items only (its generations then pair with the first entries of `'plain'`)."""
     sampler = lambda: Sampler(temperature, seed)
     if eos_ids is None:
         e = getattr(model.generation_config, 'eos_token_id', None) or tokenizer.eos_token_id
@@ -538,8 +539,8 @@ def evaluate_prompts(model, tokenizer, items: list, variants: dict, max_new_toke
     treeable = lambda dr: bool(tree) and not getattr(dr, 'needs_tokens', False)      # prompt lookup has no draft logits
     tree_variants = {f'{v}+ddtree' for v, (dr, _) in variants.items() if treeable(dr)}
     for v in tree_variants: out[v] = []
-    warm = False
-    for it in progress(items, desc=f'evaluate {set_name}', unit='prompt'):
+    warm, limits = False, dict(limits or {})
+    for n_it, it in enumerate(progress(items, desc=f'evaluate {set_name}', unit='prompt')):
         turns = [None] if ('input_ids' in it or 'messages' in it) else it['turns']
         msgs = []
         for ti, turn in enumerate(turns):
@@ -557,6 +558,7 @@ def evaluate_prompts(model, tokenizer, items: list, variants: dict, max_new_toke
                                          'prompt_tokens': len(prompt), **_gen_record(pg)})
             out['plain'].append(pg)
             for name, (dr, shift) in variants.items():
+                if limits.get(name) is not None and n_it >= limits[name]: continue
                 for use_tree in ((False, True) if treeable(dr) else (False,)):
                     vname = f'{name}+ddtree' if use_tree else name
                     key = f'{rid}|{vname}'
@@ -570,10 +572,12 @@ def evaluate_prompts(model, tokenizer, items: list, variants: dict, max_new_toke
                     if enforce_lossless: check_lossless(g, pg, len(prompt), f"{set_name}/{it['id']} turn {ti}, variant {vname}", model, prompt)
             if turn is not None and ti + 1 < len(turns):
                 msgs.append({'role': 'assistant', 'content': tokenizer.decode(pg.tokens, skip_special_tokens=True)})
-        if log: log(f"[evaluate] {set_name} {it['id']}: " + ', '.join(f'{v} tau {out[v][-1].tau:.2f}' for v in out if v != 'plain'))
+        lim = lambda v: limits.get(v.split('+')[0])
+        ran = [v for v in out if v != 'plain' and (lim(v) is None or n_it < lim(v))]
+        if log: log(f"[evaluate] {set_name} {it['id']}: " + ', '.join(f'{v} tau {out[v][-1].tau:.2f}' for v in ran))
     return out
 
-# %% ../nbs/90_evaluate.ipynb #85561a89
+# %% ../nbs/90_evaluate.ipynb #fd015464
 def plot_acceptance(results: dict, path=None):
     "Per-position acceptance `P(acc >= k)` (one panel per prompt set) and the histogram of `acc + 1` per variant."
     import matplotlib; matplotlib.use('Agg')
@@ -603,12 +607,12 @@ def results_table(results: dict) -> str:
     for sname, r in results.items():
         lines.append(f"\n**{sname}** ({r.get('source', '')}; {r.get('prompts', 0)} prompts, {r.get('quarantined', 0)} quarantined)\n")
         if not r.get('variants'): lines.append(f"skipped: {r.get('skipped', 'no prompts')}\n"); continue
-        lines.append('| variant | tau | tau (z-lab mean) | P(slot1) | P(slot2) | P(slot3) | fwd/token | speedup | identical |')
-        lines.append('|---|---|---|---|---|---|---|---|---|')
+        lines.append('| variant | prompts | tau | tau (z-lab mean) | P(slot1) | P(slot2) | P(slot3) | fwd/token | speedup | identical |')
+        lines.append('|---|---|---|---|---|---|---|---|---|---|')
         f = lambda x, spec='.3f', unit='': '—' if x is None else format(x, spec) + unit   # None: nothing to measure
         for v, m in r['variants'].items():
             a = list(m.get('accept_at') or []) + [None, None, None]
-            lines.append(f"| {v} | {f(m.get('tau'))} | {f(m.get('tau_response_mean'))} | {f(a[0])} | {f(a[1])} | {f(a[2])} | "
+            lines.append(f"| {v} | {m.get('prompts', '—')} | {f(m.get('tau'))} | {f(m.get('tau_response_mean'))} | {f(a[0])} | {f(a[1])} | {f(a[2])} | "
                          f"{f(m.get('target_forwards_per_token'))} | {f(m.get('speedup'), '.2f', 'x')} | {f(m.get('identical'), '.2f')} |")
     return '\n'.join(lines)
 
@@ -677,7 +681,7 @@ def open_drafter(path, device='cpu', dtype=torch.float32):
         msg = ' '.join(str(e).split())[:300]
         raise ValueError(f'{p}: not a readable DFlash drafter folder ({type(e).__name__}: {msg})') from None
 
-# %% ../nbs/90_evaluate.ipynb #1e282bc3
+# %% ../nbs/90_evaluate.ipynb #ee1aef3d
 def evaluate_set(model, tokenizer, set_name: str, items: list, variants: dict, block_size: int, max_new_tokens: int,
                  quarantine, source: str = '', temperature: float = 0.0, seed: int = 0, enable_thinking=False,
                  max_prompt_tokens: int = 4096, lossless: str = 'enforce', **kw) -> tuple[dict, dict]:
@@ -695,7 +699,7 @@ def evaluate_set(model, tokenizer, set_name: str, items: list, variants: dict, b
     gens = evaluate_prompts(model, tokenizer, ok, variants, max_new_tokens, temperature, seed, enable_thinking, set_name=set_name,
                             enforce_lossless=(lossless == 'enforce' and temperature <= 0), **kw)
     res = {'source': source, 'prompts': len(ok), 'quarantined': n_q,
-           'variants': {v: summarize(gs, gens['plain'], block_size) for v, gs in gens.items() if v != 'plain'}}
+           'variants': {v: summarize(gs, gens['plain'][:len(gs)], block_size) for v, gs in gens.items() if v != 'plain' and gs}}
     assert len(ok) + n_q == len(items)
     return res, gens
 

@@ -23,7 +23,7 @@ __all__ = ['CKPT_RE', 'TRAIN_PARAMS', 'TrainConfig', 'load_target_head', 'target
            'init_drafter_from_target', 'placement_roles', 'RemoteFeatures', 'serve_features', 'benchmark_step',
            'plot_curves', 'train_stage', 'register_cli']
 
-# %% ../nbs/80_train.ipynb #ab324071
+# %% ../nbs/80_train.ipynb #458b0439
 @dataclass
 class TrainConfig:
     "Training settings (defaults: the paper's recipe, Appendix A.1; `max_steps`/`max_minutes` cap a run)."
@@ -46,6 +46,7 @@ class TrainConfig:
     seed: int = 0
     attn_backend: str = 'auto'          # auto = flex on CUDA, sdpa (dense mask) elsewhere
     amp: str = 'auto'                   # auto = bf16 autocast on CUDA; 'bf16' | 'none'
+    loss_slots: int | None = None       # supervise slots 1..K only (None: all B-1); later slots cost no logits
     bucketing: str = 'auto'             # pad length / anchor count to buckets: auto = when flex runs compiled (CUDA); 'on' | 'off'
     buckets: int = 4                    # buckets per dimension (linear_buckets of the longest row and of num_anchors)
     grad_checkpointing: bool = False    # recompute each draft layer in the backward (activations of ~one layer kept)
@@ -155,7 +156,7 @@ def max_row_length(data, rows=None) -> int:
         return max(int(meta['samples'][i]['length']) for i in sel)
     return max(len(data[i]['input_ids']) for i in (range(len(data)) if rows is None else rows))
 
-# %% ../nbs/80_train.ipynb #c58cd98f
+# %% ../nbs/80_train.ipynb #7c0e18c8
 def _dist():
     "`(rank, world)`; joins the torchrun process group (gloo on CPU, nccl on CUDA) when `WORLD_SIZE` > 1."
     import torch.distributed as dist
@@ -357,7 +358,7 @@ class Trainer:
                     with ctx, torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
                         out = dflash_loss(net if self.ddp is None else _DDPView(net, self.model.config), self.embed, self.lm_head,
                                           b['input_ids'], b['loss_mask'], b['features'], b['anchors'], b['valid'],
-                                          self.gamma, b['lengths'], backend=self.backend)
+                                          self.gamma, b['lengths'], backend=self.backend, loss_slots=cfg.loss_slots)
                         (out['loss'] / len(group)).backward()
                     win['loss'] += out['loss'].detach().double().cpu() / len(group)
                     win['correct'] += out['correct'].cpu(); win['count'] += out['count'].cpu()
@@ -609,11 +610,11 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #9e8cd415
+# %% ../nbs/80_train.ipynb #d735410d
 TRAIN_PARAMS = ('target', 'seed', 'device', 'source', 'num_hidden_layers', 'block_size', 'mask_token', 'target_layer_ids',
                 'num_feature_layers', 'num_anchors', 'gamma', 'epochs', 'batch_size', 'grad_accum', 'lr', 'warmup_ratio',
                 'max_grad_norm', 'max_steps', 'max_minutes', 'log_every', 'ckpt_every', 'attn_backend', 'export_dtype',
-                'parallel', 'placement', 'feature_ranks', 'grad_checkpointing')
+                'parallel', 'placement', 'feature_ranks', 'grad_checkpointing', 'amp', 'loss_slots')
 
 def train_stage(run_dir, params: dict, log=None) -> dict:
     """Run the `80_train` stage on `run_dir` with the stage's `params` (all of `TRAIN_PARAMS`). Under torchrun every
@@ -654,7 +655,8 @@ def train_stage(run_dir, params: dict, log=None) -> dict:
                         warmup_ratio=P['warmup_ratio'], max_grad_norm=P['max_grad_norm'], num_anchors=P['num_anchors'],
                         gamma=P['gamma'], max_steps=P['max_steps'], max_minutes=P['max_minutes'], log_every=P['log_every'],
                         ckpt_every=P['ckpt_every'], seed=P['seed'], attn_backend=P['attn_backend'], parallel=P['parallel'],
-                        placement=P['placement'], feature_ranks=P['feature_ranks'], grad_checkpointing=P['grad_checkpointing'])
+                        placement=P['placement'], feature_ranks=P['feature_ranks'], grad_checkpointing=P['grad_checkpointing'],
+                        amp=P['amp'], loss_slots=P['loss_slots'])
     if tconf.placement == 'separate' and P['source'] != 'online':
         raise ValueError("placement 'separate' serves online features: it needs source='online'")
     roles = placement_roles(tconf)     # a collective with placement='separate' (creates the trainers' group)

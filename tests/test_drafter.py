@@ -347,3 +347,21 @@ def test_build_config_from_real_target_config():
     with pytest.raises(ValueError, match='strictly increasing'): build_config(tc, mask_token_id=1, num_feature_layers=2)
     assert build_config(tc, mask_token_id=1, target_layer_ids=[0, 2]).target_layer_ids == [0, 2]
     assert cfg.rope_theta == 10000.0
+
+
+def test_loss_slots_supervises_only_the_first_slots():
+    "`loss_slots=K`: only slots 1..K carry loss and statistics; with K = B-1 the loss is unchanged."
+    cfg = tiny_cfg()
+    m = DFlashDrafter(cfg).init_weights(0)
+    torch.manual_seed(0)
+    emb, head = nn.Embedding(60, 32), nn.Linear(32, 60, bias=False)
+    ids = torch.randint(0, 58, (1, 24)); lm = torch.ones(1, 24)
+    anchors, valid = pad_anchors([sample_anchors(lm[0], 4, cfg.block_size)])
+    feats = torch.randn(1, 24, 3, 32)
+    with torch.no_grad():
+        full = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid)
+        same = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, loss_slots=cfg.block_size - 1)
+        one = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, loss_slots=1)
+    assert torch.allclose(full['loss'], same['loss'])
+    assert one['count'][0] == full['count'][0] and one['count'][1:].sum() == 0
+    assert not torch.allclose(one['loss'], full['loss'])

@@ -316,3 +316,17 @@ def test_read_prompt_file_layouts(tmp_path):
     with pytest.raises(ValueError, match=r'b.jsonl:1: prompt is empty'): read_prompt_file(tmp_path / 'b.jsonl')
     (tmp_path / 'c.jsonl').write_text('{"prompt": "ok"}\n{not json\n')
     with pytest.raises(ValueError, match=r'c.jsonl:2: invalid JSON'): read_prompt_file(tmp_path / 'c.jsonl')
+
+
+def test_control_prompts_limit_a_variant_to_the_first_prompts():
+    "`limits` (the stage's `control_prompts`) runs a variant on the first K prompts only, summarized against their plain runs."
+    from dflash_nb.core import Quarantine
+    from dflash_nb.evaluate import evaluate_set
+    model, tok = target('tiny-qwen3')
+    items = [{'id': f'p{i}', 'messages': [{'role': 'user', 'content': f'Count to {i + 3}'}]} for i in range(3)]
+    variants = {'trained': (dflash_session(model, block_size=4), 0), 'untrained': (dflash_session(model, block_size=4), 0)}
+    res, gens = evaluate_set(model, tok, 'few', items, variants, 4, 6, Quarantine(None), limits={'untrained': 1}, log=None)
+    assert [len(gens[v]) for v in ('plain', 'trained', 'untrained')] == [3, 3, 1]
+    assert res['variants']['trained']['prompts'] == 3 and res['variants']['untrained']['prompts'] == 1
+    assert res['variants']['untrained']['identical'] == 1.0
+    assert res['variants']['untrained']['tokens'] == len(gens['plain'][0].tokens)

@@ -14,7 +14,7 @@ def test_quality_config_resolves():
     assert reg['max_new_tokens'] == ev['max_new_tokens'] == 128 and ev['temperature'] == 0.0
     srcs = p['10_sources']['sources']
     assert not [s for s in srcs if REGISTRY[s].category == 'eval' or re.search('mt.?bench|humaneval', s)]
-    assert train['init_from_target'] and train['keep_checkpoints'] >= 4 and train['max_steps'] // train['ckpt_every'] >= 4
+    assert train['keep_checkpoints'] >= 4 and train['max_steps'] // train['ckpt_every'] >= 4
     assert ev['max_prompts'] >= 20 and {'mt_bench', 'humaneval'} <= set(ev['prompt_sets'])
     assert {'trained', 'untrained', 'shifted', 'served_offset', 'prompt_lookup'} <= set(ev['variants'])
     assert [f.endswith('unseen_prompts.jsonl') for f in ev['prompt_files']] == [True]

@@ -274,7 +274,15 @@ def test_fsdp2_two_gloo_processes_equal_one_process(tmp_path):
     assert ck['world_size'] == 2 and sorted(ck['model']) == sorted(b)      # full (unsharded) weights in the checkpoint
 
 
-def test_separate_feature_rank_equals_colocated(tmp_path):
+@pytest.fixture
+def one_thread():
+    "torchrun's ranks run with OMP_NUM_THREADS=1; the in-process reference must reduce in the same order (bitwise equality)."
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_separate_feature_rank_equals_colocated(tmp_path, one_thread):
     "1 feature rank (holds the target, serves features over torch.distributed) + 1 trainer rank = 1 colocated process."
     a, ha = _torchrun_par(tmp_path, 'sep', 'ddp', 'separate', '1', port=29543)
     t, b = par_run(tmp_path / 'colo', 'ddp', 'colocated', 1)
