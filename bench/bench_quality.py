@@ -25,6 +25,9 @@ def checkpoint_drafters(run: Path):
     from dflash_nb.core import read_json
     cfg = DFlashConfig.from_json_dict(read_json(run / '80_train' / 'drafter' / 'config.json'))
     out = []
+    P = read_json(run / '80_train' / 'manifest.json')['params']
+    if not P.get('init_from_target'):      # step 0: the random initialization training started from (the untrained drafter)
+        out.append((0, DFlashDrafter(cfg).init_weights(P.get('seed', 0)).eval()))
     for p in sorted((run / '80_train' / 'checkpoints').glob('step-*')):
         st = torch.load(p / 'state.pt', map_location='cpu', weights_only=True)
         d = DFlashDrafter(cfg); d.load_state_dict(st['model']); d.eval()
@@ -110,7 +113,7 @@ def main():
     rows = []
     for sname, r in ((ev or {}).get('sets') or {}).items():
         for v, m in (r.get('variants') or {}).items():
-            rows.append({'set': sname, 'variant': v, 'prompts': r.get('prompts'), 'tau': m['tau'],
+            rows.append({'set': sname, 'variant': v, 'prompts': m.get('prompts', r.get('prompts')), 'tau': m['tau'],
                          'accept_at': m['accept_at'], 'identical': m['identical'], 'speedup': m['speedup'],
                          'tpot_ms': m['tpot_ms'], 'plain_tpot_ms': m['plain_tpot_ms']})
     print('\n| set | variant | prompts | tau | P(slot1) | P(slot2) | P(slot3) | identical | tokens/s vs plain |')

@@ -330,3 +330,12 @@ def test_control_prompts_limit_a_variant_to_the_first_prompts():
     assert res['variants']['trained']['prompts'] == 3 and res['variants']['untrained']['prompts'] == 1
     assert res['variants']['untrained']['identical'] == 1.0
     assert res['variants']['untrained']['tokens'] == len(gens['plain'][0].tokens)
+
+
+def test_prompt_file_from_the_package_data():
+    "`pkg:NAME` (what configs/smollm2_quality.yaml uses) names a file shipped in dflash_nb/data, for the stage and the command."
+    from dflash_nb.evaluate import load_prompt_file
+    from dflash_nb.core import expand_path, prompt_set_name
+    items, src = load_prompt_file('pkg:unseen_prompts.jsonl', 3)
+    assert len(items) == 3 and src.endswith('dflash_nb/data/unseen_prompts.jsonl')
+    assert prompt_set_name(expand_path('pkg:unseen_prompts.jsonl')) == 'unseen_prompts'

@@ -18,6 +18,9 @@ def test_quality_config_resolves():
     assert ev['max_prompts'] >= 20 and {'mt_bench', 'humaneval'} <= set(ev['prompt_sets'])
     assert {'trained', 'untrained', 'shifted', 'served_offset', 'prompt_lookup'} <= set(ev['variants'])
     assert [f.endswith('unseen_prompts.jsonl') for f in ev['prompt_files']] == [True]
+    from dflash_nb.core import expand_path
+    from pathlib import Path
+    assert all(Path(expand_path(f)).is_file() for f in ev['prompt_files'])   # the stage reads them (pkg: = dflash_nb/data)
 
 def test_unseen_prompts():
     recs = read_prompt_file(UNSEEN)
