@@ -44,3 +44,18 @@ def test_shipped_configs_check():
     from dflash_nb.pipeline import check_config
     for p in sorted((PKG_DIR / 'configs').glob('*.yaml')):
         check_config(load_config(p), discover_stages())
+
+
+def test_papermill_parses_every_parameter():
+    "papermill reads each `name = value  # comment` line of a parameters cell; one it cannot parse ('=' in the comment) is warned about as unknown."
+    from papermill.translators import PythonTranslator
+    NBS = Path(__file__).resolve().parents[1] / 'nbs'
+    bad = {}
+    for nb in sorted(NBS.glob('*.ipynb')):
+        for c in json.loads(nb.read_text())['cells']:
+            if 'parameters' not in c.get('metadata', {}).get('tags', []): continue
+            src = ''.join(c['source'])
+            names = {p.name for p in PythonTranslator.inspect({'source': src})}
+            want = {l.split('=')[0].strip() for l in src.splitlines() if l[:1].isalpha() and '=' in l}
+            if want - names: bad[nb.name] = sorted(want - names)
+    assert not bad, bad
