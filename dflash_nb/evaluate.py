@@ -617,7 +617,7 @@ def results_table(results: dict) -> str:
                          f"{f(m.get('target_forwards_per_token'))} | {f(m.get('speedup'), '.2f', 'x')} | {f(m.get('identical'), '.2f')} |")
     return '\n'.join(lines)
 
-# %% ../nbs/90_evaluate.ipynb #bfd9531c
+# %% ../nbs/90_evaluate.ipynb #97d00e95
 def train_control(run_dir, out_dir, shift: int = -1, max_minutes: float | None = None, device: str = 'cpu',
                   model=None, log=print) -> tuple:
     """Train the shifted-layer control into the scratch run folder `out_dir`: stage 60's rows and settings at
@@ -643,9 +643,10 @@ def train_control(run_dir, out_dir, shift: int = -1, max_minutes: float | None =
         feat_dir = out_dir / '60_hidden_states' / 'features'
         log(f'[control] features at layers {sids} (trained: {ids}) with stage 60 settings, then train_stage for at most {P["max_steps"]} steps')
         extract_to_disk(run_dir / '50_tokenization' / 'dataset', p60.get('target', p80['target']), feat_dir, layer_ids=sids,
-                        include_last=False, storage_dtype=p60.get('storage_dtype', 'bfloat16'), device=device,
+                        include_last=False, storage_dtype=p60.get('storage_dtype', 'bfloat16'), device=device, dtype=p60.get('dtype') or 'auto',
                         max_batch_tokens=p60.get('max_batch_tokens', 8192), max_batch_size=p60.get('max_batch_size', 64),
-                        shard_mb=p60.get('shard_mb', 1024), max_samples=p60.get('max_samples'), model=model,
+                        shard_mb=p60.get('shard_mb', 1024), max_samples=p60.get('max_samples'),
+                        model=model if p60.get('dtype') in (None, 'auto') else None,   # stage 60's explicit compute dtype: its own copy
                         rank=0, world_size=1, progress=True)
         train_stage(out_dir, P, log=lambda msg: log(f'[control] {msg}'))
         import logging                      # train_stage logs into its own log.txt: detach it again
