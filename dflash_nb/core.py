@@ -18,7 +18,7 @@ __all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'RUN_KEYS', 'STAGE_LOG_ENV', 'repo_root',
            'get_device', 'setup_logging', 'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids',
            'from_aux_layer_ids', 'Quarantine', 'prompt_set_name', 'read_prompt_file', 'Progress', 'progress']
 
-# %% ../nbs/00_core.ipynb #73880ce3
+# %% ../nbs/00_core.ipynb #d288cd53
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().parent / 'dflash_nb'
 STAGE_NAME_RE = r'^(\d\d)_([a-z0-9_]+)$'
 
@@ -29,14 +29,15 @@ def repo_root() -> Path | None:
     return None
 
 def nbs_dir() -> Path:
-    "Folder of the stage notebooks: `$DFLASH_NB_NBS`, else `nbs/` of the source checkout."
+    """Folder of the stage notebooks: `$DFLASH_NB_NBS`, else `nbs/` of the source checkout this package lives in,
+    else the copy installed with the package (`dflash_nb/nbs/`, put there when a wheel is built)."""
     env = os.environ.get('DFLASH_NB_NBS')
     if env: return Path(env)
-    root = repo_root()
-    if root is None or not (root / 'nbs').is_dir():
-        raise FileNotFoundError('The stage notebooks were not found: run from a source checkout of dflash_nb '
-                                '(pip install -e .) or set DFLASH_NB_NBS to the folder holding them.')
-    return root / 'nbs'
+    checkout = PKG_DIR.parent / 'nbs' if (PKG_DIR.parent / 'settings.ini').exists() else None
+    for d in (checkout, PKG_DIR / 'nbs'):
+        if d is not None and d.is_dir(): return d
+    raise FileNotFoundError(f'The stage notebooks were not found in {PKG_DIR / "nbs"} (a broken install?) nor in a '
+                            'source checkout: reinstall dflash_nb or set DFLASH_NB_NBS to the folder holding them.')
 
 def cache_dir() -> Path:
     "Cache for converted models and downloads: `$DFLASH_NB_CACHE`, else `~/.cache/dflash_nb`."
@@ -351,15 +352,17 @@ def setup_logging(folder=None, level: int = logging.INFO) -> logging.Logger:
     log.propagate = False
     return log
 
-# %% ../nbs/00_core.ipynb #b9b4b012
+# %% ../nbs/00_core.ipynb #a28b7ab8
 def default_target_layer_ids(num_target_layers: int, n: int = 5) -> list[int]:
-    "The DFlash default feature layers for a target of `num_target_layers` decoder layers (DFlash convention)."
+    """The DFlash default feature layers of a target with `num_target_layers` decoder layers (DFlash convention):
+    `round(1 + i*(N-4)/(n-1))`, or `[N // 2]` for `n = 1`. A target too shallow for `n` distinct layers gets the
+    distinct ones (the first `min(n, N)` layers when N < 4), so a caller counts the features with `len(ids)`."""
     N = int(num_target_layers)
     if n < 1: raise ValueError('need at least one feature layer')
+    if N < 1: raise ValueError(f'a target needs at least one decoder layer, got {N}')
     if n == 1: return [N // 2]
-    if N < 4: raise ValueError(f'a target with {N} layers is too shallow for {n} feature layers; pass target_layer_ids explicitly')
-    ids = [int(round(1 + i * (N - 4) / (n - 1))) for i in range(n)]
-    return ids
+    if N < 4: return list(range(min(n, N)))
+    return sorted({int(round(1 + i * (N - 4) / (n - 1))) for i in range(n)})
 
 def check_target_layer_ids(ids, num_target_layers: int) -> list[int]:
     "Validate DFlash-convention ids: integers in [0, N-1], strictly increasing."
