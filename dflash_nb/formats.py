@@ -372,7 +372,7 @@ def norm_glaive_v2(raw: dict, # `{system, chat}`
         else: msgs.append(_msg('assistant', body))
     return [{'messages': msgs, **({'tools': tools} if tools else {})}]
 
-# %% ../nbs/07_formats.ipynb #88d4336e
+# %% ../nbs/07_formats.ipynb #f1087d0f
 def _json_call(body: str) -> str | None:
     "`body` as a `<functioncall>` text when it is a call (marked, or a bare `{name, arguments}`), else None."
     if '<functioncall>' in body: return body
@@ -381,6 +381,7 @@ def _json_call(body: str) -> str | None:
     except ValueError: return None
     return '<functioncall>' + body if isinstance(obj, dict) and 'name' in obj and 'arguments' in obj else None
 
+# %% ../nbs/07_formats.ipynb #c5a8a8bf
 @normalizer('qwen35_toolcalling')
 def norm_qwen35_toolcalling(raw: dict, # `{messages}` with Glaive-style calls and results in the text
                            ) -> list[dict]: # one partial row
@@ -407,7 +408,7 @@ def norm_qwen35_toolcalling(raw: dict, # `{messages}` with Glaive-style calls an
         prev_call = call is not None
     return [{'messages': out, **({'tools': tools} if tools else {})}]
 
-# %% ../nbs/07_formats.ipynb #2c24de7c
+# %% ../nbs/07_formats.ipynb #05c924ee
 _TAG = lambda t: re.compile(rf'<{t}>\s*(.*?)\s*</{t}>', re.S)
 _TOOL_CALL, _TOOL_RESP, _TOOLS = _TAG('tool_call'), _TAG('tool_response'), _TAG('tools')
 
@@ -427,7 +428,7 @@ def _as_tools(obj) -> list:
         else: raise NormalizeError('bad tools: a tool is not a function spec')
     return out
 
-# %% ../nbs/07_formats.ipynb #d2666a5e
+# %% ../nbs/07_formats.ipynb #a41f6162
 def _hermes_system(v: str, tools):
     "(system text without its tools listing, tools): the listing is read unless `tools` came from the record."
     listing = next((m for m in _TOOLS.finditer(v) if m.group(1).strip()), None)   # a non-empty one
@@ -439,6 +440,7 @@ def _hermes_system(v: str, tools):
         tools = _as_tools(objs)
     return (v[:listing.start()] + v[listing.end():]).strip(), tools
 
+# %% ../nbs/07_formats.ipynb #39208486
 def _hermes_calls(v: str, calls: list) -> dict:
     "An assistant turn with `<tool_call>` blocks; the names are appended to `calls`."
     tcs = []
@@ -466,7 +468,7 @@ def _hermes_results(v: str) -> list[dict]:
         out.append({'role': 'tool', 'content': c, **name})
     return out
 
-# %% ../nbs/07_formats.ipynb #9a7b1ce0
+# %% ../nbs/07_formats.ipynb #71d9d1bd
 @normalizer('hermes_fc')
 def norm_hermes_fc(raw: dict, # `{id?, conversations: [{from, value}], tools?, category?, ...}`
                   ) -> list[dict]: # one partial row
@@ -490,7 +492,7 @@ def norm_hermes_fc(raw: dict, # `{id?, conversations: [{from, value}], tools?, c
     out = {'messages': msgs, 'native_id': raw.get('id'), 'meta': meta}
     return [{**out, 'tools': tools} if tools else out]
 
-# %% ../nbs/07_formats.ipynb #dd0d89c6
+# %% ../nbs/07_formats.ipynb #cb33aada
 def _lf_calls(v: str, i: int) -> dict:
     "The assistant turn of a LLaMA-Factory `function_call` turn."
     obj = _loads(v, f'function_call at turn {i}')
@@ -504,6 +506,7 @@ def _lf_calls(v: str, i: int) -> dict:
         tcs.append(make_tool_call(c['name'], args))
     return {'role': 'assistant', 'content': '', 'tool_calls': tcs}
 
+# %% ../nbs/07_formats.ipynb #17a5dc7c
 _LF_ROLES = {'observation': 'tool', 'human': 'user', 'user': 'user', 'gpt': 'assistant',
              'assistant': 'assistant', 'system': 'system'}
 
@@ -524,7 +527,7 @@ def norm_llamafactory_tools(raw: dict, # `{conversations: [{from, value}], syste
     tools = _loads(raw.get('tools'), 'tools') if raw.get('tools') else None
     return [{'messages': msgs, **({'tools': _as_tools(tools)} if tools else {})}]
 
-# %% ../nbs/07_formats.ipynb #518ee78d
+# %% ../nbs/07_formats.ipynb #88c047b8
 def _xlam_params(p) -> dict:
     if isinstance(p, dict) and p.get('type') == 'object': return p
     if not isinstance(p, dict): raise NormalizeError('bad tools: xLAM parameters is not an object')
@@ -539,6 +542,7 @@ def _xlam_call(a, j) -> dict:
     if not isinstance(args, dict): raise NormalizeError(f'arguments not an object: answer {j}')
     return make_tool_call(a['name'], args, f'call_{j}')
 
+# %% ../nbs/07_formats.ipynb #41ba2dc2
 @normalizer('xlam')
 def norm_xlam(raw: dict, # `{id?, query, tools: JSON text, answers: JSON text}`
              ) -> list[dict]: # one partial row: the query and one assistant turn of calls
@@ -556,7 +560,7 @@ def norm_xlam(raw: dict, # `{id?, query, tools: JSON text, answers: JSON text}`
     if calls: msgs.append({'role': 'assistant', 'content': '', 'tool_calls': calls})
     return [{'messages': msgs, 'tools': specs, 'native_id': raw.get('id')}]
 
-# %% ../nbs/07_formats.ipynb #f485e0a1
+# %% ../nbs/07_formats.ipynb #84fb9b3a
 SCHEMA_TYPES = {'dict': 'object', 'float': 'number', 'tuple': 'array', 'list': 'array',   # Python-style name
                 'int': 'integer', 'str': 'string', 'bool': 'boolean', 'any': None}      # -> JSON-schema type
 
@@ -574,7 +578,7 @@ def json_schema(p, # a parameter schema, possibly with Python-style type names
         else: out[k] = v
     return out
 
-# %% ../nbs/07_formats.ipynb #cd2319c5
+# %% ../nbs/07_formats.ipynb #9873baaa
 def _schema_typed(t: dict) -> dict:
     "Tool `t` with its parameters in JSON-schema types."
     fn = t['function']
@@ -590,7 +594,7 @@ def norm_bfcl(raw: dict, # `{id?, question: [[{role, content}], ...], function?:
     if fns: out['tools'] = [_schema_typed(t) for t in _as_tools(fns)]
     return [out]
 
-# %% ../nbs/07_formats.ipynb #0d2e3714
+# %% ../nbs/07_formats.ipynb #eca7b3d8
 @normalizer('mt_bench')
 def norm_mt_bench(raw: dict, # `{question_id, category?, turns: [str, ...]}`
                  ) -> list[dict]: # one prompt-only row
@@ -612,7 +616,7 @@ def norm_humaneval(raw: dict, # `{task_id, prompt, ...}`
          '\n\n```python\n' + p.rstrip() + '\n```')
     return [{'messages': [_msg('user', q)], 'native_id': raw.get('task_id')}]
 
-# %% ../nbs/07_formats.ipynb #ababaa6c
+# %% ../nbs/07_formats.ipynb #ca71b5f5
 @normalizer('messages')
 def norm_openai_messages(raw: dict, # `{id?, messages, tools?}`
                         ) -> list[dict]: # one partial row
@@ -623,7 +627,7 @@ def norm_openai_messages(raw: dict, # `{id?, messages, tools?}`
     if raw.get('tools'): out['tools'] = _as_tools(_loads(raw['tools'], 'tools'))
     return [out]
 
-# %% ../nbs/07_formats.ipynb #6a6da5e4
+# %% ../nbs/07_formats.ipynb #a98ad1ee
 def _answer(x, what) -> list[dict]:
     "A chosen answer as assistant messages: a string, a `{from, value}`/`{role, content}` turn, or messages."
     if isinstance(x, str): return [_msg('assistant', x)]
@@ -636,7 +640,7 @@ def _answer(x, what) -> list[dict]:
                               for m in x])
     raise NormalizeError(f'wrong type: {what} is {type(x).__name__}, not a string, turn or message list')
 
-# %% ../nbs/07_formats.ipynb #d8124339
+# %% ../nbs/07_formats.ipynb #8e177f67
 @normalizer('sharegpt_preference')
 def norm_sharegpt_preference(raw: dict, # `{conversations, chosen, rejected, system?}`
                             ) -> list[dict]: # one partial row answered by the chosen turn
@@ -649,7 +653,7 @@ def norm_sharegpt_preference(raw: dict, # `{conversations, chosen, rejected, sys
     msgs += _answer(chosen, 'chosen')
     return [{'messages': msgs, 'native_id': raw.get('id'), 'needs_answer': 'chosen'}]
 
-# %% ../nbs/07_formats.ipynb #12265764
+# %% ../nbs/07_formats.ipynb #e0396e49
 _HH = re.compile(r'(?:^|\n\n)(Human|Assistant):[ \t]?')
 
 @normalizer('hh_rlhf')
@@ -664,7 +668,7 @@ def norm_hh_rlhf(raw: dict, # `{chosen: transcript, rejected: transcript}`
             for who, body in zip(parts[1::2], parts[2::2])]
     return [{'messages': msgs, 'needs_answer': 'chosen'}]
 
-# %% ../nbs/07_formats.ipynb #2161daba
+# %% ../nbs/07_formats.ipynb #3f0b4dc1
 @normalizer('openai_preference')
 def norm_openai_preference(raw: dict, # `{prompt, chosen, rejected}`, or `{input, preferred_output}`
                           ) -> list[dict]: # one partial row answered by the chosen output
@@ -682,7 +686,7 @@ def norm_openai_preference(raw: dict, # `{prompt, chosen, rejected}`, or `{input
     msgs += _answer(chosen, 'chosen')
     return [{'messages': msgs, 'native_id': raw.get('id'), 'needs_answer': 'chosen'}]
 
-# %% ../nbs/07_formats.ipynb #8d8e779c
+# %% ../nbs/07_formats.ipynb #751756e4
 class SourceUnavailable(RuntimeError):
     "A source that cannot be read here (offline, gated, missing file); `status` says which."
     def __init__(self, status: str, msg: str): self.status = status; super().__init__(f'{status}: {msg}')
@@ -698,7 +702,7 @@ def resolve_path(path: str, # `pkg:NAME`, `fixtures:REL`, or a path (`~` and `$V
     if not p.exists(): raise SourceUnavailable('missing', f'{p} does not exist')
     return p
 
-# %% ../nbs/07_formats.ipynb #2c33cd5d
+# %% ../nbs/07_formats.ipynb #7ea8d7e2
 def _open_text(p: Path):
     return (gzip.open(p, 'rt', encoding='utf-8', errors='replace') if p.name.lower().endswith('.gz')
             else open(p, encoding='utf-8', errors='replace'))
@@ -726,7 +730,7 @@ def _is_lines(p: Path) -> bool:
     try: return isinstance(json.loads(first), dict)
     except ValueError: return False
 
-# %% ../nbs/07_formats.ipynb #18ed899d
+# %% ../nbs/07_formats.ipynb #b38c6b1b
 CONTAINER_KEYS = ('data', 'train', 'rows', 'records', 'examples', 'instances')   # {"data": [...], "v": 1}
 
 def _container_key(doc: dict) -> str | None:
@@ -752,7 +756,7 @@ def _read_document(p: Path) -> Iterator[dict]:
                                                  '_line': i}
     else: yield {'_error': f'expected a JSON list or object, got {type(doc).__name__}', '_line': 0}
 
-# %% ../nbs/07_formats.ipynb #dbb21ed7
+# %% ../nbs/07_formats.ipynb #f62dc884
 def read_file(path, # JSON lines (`.jsonl`, `.jsonl.gz`, a `.json` written as lines), JSON, `.traj` or Parquet
              ) -> Iterator[dict]: # its native records; unreadable ones as `{'_error', '_line'}` records
     "Stream the native records of a local file."
@@ -763,7 +767,7 @@ def read_file(path, # JSON lines (`.jsonl`, `.jsonl.gz`, a `.json` written as li
     elif not name.endswith('.traj') and _is_lines(p): yield from _read_lines(p)
     else: yield from _read_document(p)
 
-# %% ../nbs/07_formats.ipynb #610b5bf9
+# %% ../nbs/07_formats.ipynb #f394349a
 GROUP_BY = {'oasst_messages': 'message_tree_id'}   # normalizer -> the key of the rows that form one record
 
 def group_records(records: Iterable, # native records in file order
@@ -777,7 +781,7 @@ def group_records(records: Iterable, # native records in file order
         cur = k; rows.append(r)
     if rows: yield {key: cur, 'rows': rows}
 
-# %% ../nbs/07_formats.ipynb #54d21695
+# %% ../nbs/07_formats.ipynb #bebc4219
 class _Tracked(dict):
     "A native record that remembers which of its fields the normalizer looked at."
     def __init__(self, *a):
@@ -797,7 +801,7 @@ def _apply(norm, raw, unmapped: Counter | None) -> tuple:
         unmapped.update(k for k in raw if k not in raw.seen and not k.startswith('_')); raw = dict(raw)
     return raw, parts, None
 
-# %% ../nbs/07_formats.ipynb #f0c8e4ab
+# %% ../nbs/07_formats.ipynb #4f58f28c
 def _row(src_name: str, p: dict, index: int, k: int, n: int, prompts_only: bool) -> dict:
     "Partial row `p` (the `k`-th of `n` from record `index`) with its id and source."
     nid = p.get('native_id')
@@ -821,7 +825,7 @@ def _checked(row: dict, repairs, needs_answer: str | None) -> tuple[dict, list[s
         reasons = [f'no answer: the preference pair\'s {needs_answer} answer is empty (no assistant turn)']
     return row, reasons
 
-# %% ../nbs/07_formats.ipynb #8c05317b
+# %% ../nbs/07_formats.ipynb #5763e608
 def normalize_record(src_name: str, # the source's name: the rows' `source` and the prefix of their ids
                      norm: Callable, # a normalizer (a value of `NORMALIZERS`)
                      raw, # one native record; an `_error` record of `read_file` becomes its rejection
@@ -844,7 +848,7 @@ def normalize_record(src_name: str, # the source's name: the rows' `source` and 
         else: rows.append(row)
     return rows, rej
 
-# %% ../nbs/07_formats.ipynb #7e4c0e12
+# %% ../nbs/07_formats.ipynb #e8194407
 def _turns(r, key='conversations') -> bool:
     "ShareGPT turns: a non-empty list of `{from, value}`."
     c = r.get(key)
@@ -868,7 +872,7 @@ def _nested(r, key) -> bool:
     t = r.get(key)
     return isinstance(t, list) and bool(t) and all(isinstance(x, list) for x in t) and _roles(r, key)
 
-# %% ../nbs/07_formats.ipynb #7ea2e9bb
+# %% ../nbs/07_formats.ipynb #e82386f3
 class Signature(NamedTuple):
     "What a layout's records look like: the fields they must have (or all of `alt`), and a shape check."
     fields: tuple
@@ -878,7 +882,7 @@ class Signature(NamedTuple):
 def _hh(r) -> bool: return isinstance(r['chosen'], str) and 'Human:' in r['chosen']
 def _tool_markup(r, key, marks) -> bool: return any(m in _blob(r[key]) for m in marks)
 
-# %% ../nbs/07_formats.ipynb #878ce672
+# %% ../nbs/07_formats.ipynb #cc4183b8
 SIGNATURES: dict[str, Signature] = {
     'openorca': Signature(('system_prompt', 'question', 'response')),
     'alpaca': Signature(('instruction', 'output'), lambda r: 'input' in r),
@@ -921,7 +925,7 @@ def _sig_ok(name: str, r) -> bool:
     try: return sig.check is None or bool(sig.check(r))
     except (TypeError, AttributeError, KeyError): return False
 
-# %% ../nbs/07_formats.ipynb #1a16d03c
+# %% ../nbs/07_formats.ipynb #c0cec625
 def _expects(sig: Signature) -> str:
     return '+'.join(sig.fields) + (f' (or {"+".join(sig.alt)})' if sig.alt else '')
 
@@ -929,7 +933,7 @@ def _evidence(name: str, recs: list[dict], fields: Counter) -> dict:
     "What the sample `recs` says about normalizer `name`."
     sig, hits = SIGNATURES[name], sum(_sig_ok(name, r) for r in recs)
     have = max((s for s in (sig.fields, sig.alt) if s), key=lambda s: sum(f in fields for f in s) / len(s))
-    ev = {'normalizer': name, 'signature': f'{_expects(sig)}: {hits}/{len(recs)}',
+    ev = {'normalizer': name, 'expects': _expects(sig), 'signature': f'{_expects(sig)}: {hits}/{len(recs)}',
           'group_by': GROUP_BY.get(name), 'hits': hits, 'present': [f for f in have if f in fields],
           'missing': [f for f in have if f not in fields]}
     if not recs or hits < max(1, len(recs) // 2): return ev
@@ -942,7 +946,7 @@ def _evidence(name: str, recs: list[dict], fields: Counter) -> dict:
     return {**ev, 'normalized': f'{ok}/{len(sample)}', 'unmapped': dict(um), 'first_rejection': why,
             'score': (ok / max(1, len(sample)), -len(um), specific)}
 
-# %% ../nbs/07_formats.ipynb #c5b2337a
+# %% ../nbs/07_formats.ipynb #cf8b84ac
 def _why(bad) -> str:
     "Why a record could not be read (with its line, when known)."
     if not (isinstance(bad, dict) and '_error' in bad): return f'not an object: {type(bad).__name__}'
@@ -957,7 +961,7 @@ def _sample(path_or_records, n: int) -> tuple:
         if len(recs) >= n or len(bad) >= n: break
     return path, recs, bad
 
-# %% ../nbs/07_formats.ipynb #4a82d0d0
+# %% ../nbs/07_formats.ipynb #048cb79b
 def detect_format(path_or_records, # a file (a path, `pkg:NAME`, `fixtures:REL`) or an iterable of records
                   n: int = 50, # records to sample
                  ) -> dict: # {path, sampled, unreadable, fields, canonical, best, matches, expected}
@@ -974,7 +978,7 @@ def detect_format(path_or_records, # a file (a path, `pkg:NAME`, `fixtures:REL`)
                                          >= len(recs),
             'best': matches[0]['normalizer'] if matches else None, 'matches': matches, 'expected': near}
 
-# %% ../nbs/07_formats.ipynb #8e376b4e
+# %% ../nbs/07_formats.ipynb #2706331b
 _PUNCT = re.compile(r'[\W_]+', re.U)
 
 def norm_text(s: str, # any text

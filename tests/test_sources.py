@@ -113,6 +113,53 @@ def test_unknown_file_is_a_clear_no_match(tmp_path):
     code, out, err = cli('sources', 'normalize', '--input', p, '--output', tmp_path / 'o.jsonl')
     assert code == 1 and err.count('\n') == 1 and 'no normalizer matches' in err and not (tmp_path / 'o.jsonl').exists()
 
+def test_detect_says_what_each_normalizer_expected(tmp_path):
+    "A file no normalizer reads: the fields seen, then every normalizer's expectation, nearest first."
+    p = tmp_path / 'qa.json'
+    p.write_text(json.dumps([{'question': 'What is the capital of France?', 'answer': 'Paris'}] * 4, indent=1))
+    code, out, err = cli('sources', 'detect', p)
+    lines = out.splitlines()
+    assert code == 1 and 'no match' in err and 'fields: question (4), answer (4)' in lines[0]
+    i = lines.index('what each normalizer expects, nearest first:')
+    table = lines[i + 1:]
+    assert len(table) == len(NORMALIZERS)
+    assert table[0].split()[:3] == ['bfcl', 'expects', 'question'] and 'their shape fits 0 of the records' in table[0]
+    assert ' '.join(table[1].split()) == 'openorca expects system_prompt+question+response has question; lacks system_prompt, response'
+    assert any(l.split()[0] == 'alpaca' and l.endswith('lacks instruction, output') for l in table)
+
+def test_detect_reports_unreadable_lines_and_normalizes_the_rest(tmp_path):
+    p = tmp_path / 'chats.json'                    # JSON lines under a .json name, one line broken
+    rows = [{'messages': [{'role': 'user', 'content': f'Question {i}?'}, {'role': 'assistant', 'content': 'Yes.'}]}
+            for i in range(3)]
+    p.write_text(json.dumps(rows[0]) + '\n{"messages": [\n' + ''.join(json.dumps(r) + '\n' for r in rows[1:]))
+    code, out, _ = cli('sources', 'detect', p)
+    assert code == 0 and '3 records sampled' in out and '1 records could not be read; first: line 2: invalid JSON' in out
+    code, out, _ = cli('sources', 'normalize', '--input', p, '--output', tmp_path / 'o.jsonl', '--quarantine', tmp_path / 'q.jsonl')
+    assert code == 0 and 'read 4 records, wrote 3 rows' in out and 'quarantined 1' in out
+    q = [json.loads(l) for l in (tmp_path / 'q.jsonl').read_text().splitlines()]
+    assert len(q) == 1 and (q[0]['index'], q[0]['line']) == (1, 2) and q[0]['reason'].startswith('invalid JSON')
+
+def test_preference_rows_without_an_answer_are_quarantined_not_written(tmp_path):
+    pairs = _llamafactory_ranking(3)
+    pairs[1]['chosen'] = {'from': 'gpt', 'value': '   '}
+    p = tmp_path / 'dpo.json'; p.write_text(json.dumps(pairs))
+    c = normalize_file('auto', p, tmp_path / 'o.jsonl', tmp_path / 'q.jsonl')
+    out = [json.loads(l) for l in (tmp_path / 'o.jsonl').read_text().splitlines()]
+    assert (c['written'], c['quarantined']) == (2, 1) and list(c['reasons']) == ['no answer']
+    assert all(o['messages'][-1]['role'] == 'assistant' for o in out)
+    q = json.loads((tmp_path / 'q.jsonl').read_text())
+    assert 'chosen answer is empty' in json.dumps(q)
+
+def test_normalize_prints_each_repair_with_its_class(tmp_path, monkeypatch):
+    "The class of a repair is read from schema.REPAIRS (when schema declares it), printed next to its count."
+    import dflash_nb.schema as schema, dflash_nb.sources as sources
+    from types import SimpleNamespace
+    monkeypatch.setattr(schema, 'REPAIRS', {'prepend_user': SimpleNamespace(kind='meaning-changing')}, raising=False)
+    monkeypatch.setattr(sources, 'FIXES', ('prepend_user',))
+    p = tmp_path / 'greet.jsonl'; p.write_text(json.dumps({'messages': [{'role': 'assistant', 'content': 'Hello!'}]}) + '\n')
+    code, out, _ = cli('sources', 'normalize', '--input', p, '--output', tmp_path / 'o.jsonl')
+    assert code == 0 and '1  repaired: prepend_user (meaning-changing)' in out
+
 def test_openai_messages_file_keeps_ids_tools_calls_and_reasoning(tmp_path):
     row = {'id': 'conv-42', 'tools': [{'type': 'function', 'function': {'name': 'get_weather', 'parameters': {'type': 'object'}}}],
            'messages': [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Weather in Paris?'},
