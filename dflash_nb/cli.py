@@ -138,7 +138,7 @@ def _add_parser_calls(fn: ast.FunctionDef) -> list[ast.Call]:
              if isinstance(c, ast.Call) and on_sub(c.func) and c.func.attr == 'add_parser']
     return sorted(calls, key=lambda c: (c.lineno, c.col_offset))
 
-# %% ../nbs/03_cli.ipynb #2f0597e6
+# %% ../nbs/03_cli.ipynb #2af9cd9e
 def declared_commands(module: str,  # a module of `dflash_nb` (e.g. `plan`)
                      ) -> list[tuple[str, str | None]] | None:  # [(command, help)]; None: import to know
     "The commands `dflash_nb.<module>.register_cli` adds, read from its source without importing the module."
@@ -146,12 +146,11 @@ def declared_commands(module: str,  # a module of `dflash_nb` (e.g. `plan`)
     if spec is None or not (spec.origin or '').endswith('.py'): return []
     src = Path(spec.origin).read_text(encoding='utf-8')
     at = src.find('\ndef register_cli(')
-    if at < 0: return []
+    if at < 0: return None if 'register_cli' in src else []     # defined some other way: import to know
     try:
-        fn = ast.parse(src[at:]).body[0]
-        calls = _add_parser_calls(fn)
+        calls = _add_parser_calls(ast.parse(src[at:]).body[0])
         helps = [next((k.value for k in c.keywords if k.arg == 'help'), ast.Constant(None)) for c in calls]
-        return [(ast.literal_eval(c.args[0]), ast.literal_eval(h)) for c, h in zip(calls, helps)]
+        return [(ast.literal_eval(c.args[0]), ast.literal_eval(h)) for c, h in zip(calls, helps)] or None
     except (SyntaxError, ValueError, IndexError): return None
 
 # %% ../nbs/03_cli.ipynb #21bd95e7
