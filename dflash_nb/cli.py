@@ -25,10 +25,11 @@ def shipped_configs() -> list[str]:
     "Names of the run configs shipped with the package (what `dflash-nb run NAME` accepts)."
     return sorted(p.stem for p in CONFIGS_DIR.glob('*.yaml'))
 
-# %% ../nbs/03_cli.ipynb #14a035a2
+# %% ../nbs/03_cli.ipynb #e8866e22
 def find_config(name: str | Path | None,  # a file or run folder, or a shipped file's name (`.yaml` optional)
                ) -> Path | None:          # the path to read (None stays None: the embedded demo)
     "A CONFIG argument as a path: what exists as given, else a file shipped in `dflash_nb/configs/`."
+    # TODO(core): `core.load_config` could resolve shipped names itself, for library callers too
     if name is None: return None
     p = Path(name)
     if p.exists() or len(p.parts) != 1: return p

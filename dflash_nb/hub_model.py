@@ -42,7 +42,7 @@ def sliding_causal(config,     # the drafter's config
             getattr(config, 'is_causal', None))
     return next((bool(v) for v in keys if v is not None), True)
 
-# %% ../nbs/97_hub_model.ipynb #eb30fb22
+# %% ../nbs/97_hub_model.ipynb #ba5f8cf3
 class DFlashRMSNorm(nn.Module):
     "RMSNorm in fp32, cast back, times the weight."
     def __init__(self, n: int, eps: float = 1e-6):
@@ -67,7 +67,7 @@ def _rot(x, cos, sin):
     a, b = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-b, a], -1) * sin
 
-# %% ../nbs/97_hub_model.ipynb #852db3fc
+# %% ../nbs/97_hub_model.ipynb #3f4105bc
 class DFlashAttention(nn.Module):
     "Block queries over injected context keys/values and the block's own."
     def __init__(self, config, layer_idx: int):
@@ -87,7 +87,7 @@ class DFlashAttention(nn.Module):
         k = self.k_norm(self.k_proj(x).view(b, L, self.nkv, self.hd)).transpose(1, 2)
         return _rot(k, cos, sin), self.v_proj(x).view(b, L, self.nkv, self.hd).transpose(1, 2)
 
-# %% ../nbs/97_hub_model.ipynb #865fd690
+# %% ../nbs/97_hub_model.ipynb #3be3c752
 @_method(DFlashAttention, 'forward')
 def _attention_forward(self: DFlashAttention,
                        x,                 # the block's hidden states `[b, B, H]`
@@ -105,7 +105,7 @@ def _attention_forward(self: DFlashAttention,
     o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.hd ** -0.5)
     return self.o_proj(o.transpose(1, 2).reshape(b, Q, self.nh * self.hd))
 
-# %% ../nbs/97_hub_model.ipynb #5c86ee65
+# %% ../nbs/97_hub_model.ipynb #f20de7d9
 class DFlashDecoderLayer(nn.Module):
     "Pre-norm layer: attention with KV injection, then the SwiGLU MLP."
     def __init__(self, config, layer_idx: int):
@@ -123,7 +123,7 @@ class DFlashDecoderLayer(nn.Module):
         x = self.post_attention_layernorm(h)
         return h + self.mlp.down_proj(F.silu(self.mlp.gate_proj(x)) * self.mlp.up_proj(x))
 
-# %% ../nbs/97_hub_model.ipynb #a53bd5ff
+# %% ../nbs/97_hub_model.ipynb #2c73d0ca
 class DFlashContextCache:
     "Per-layer context keys/values and their positions."
     def __init__(self): self.k, self.v, self.positions = {}, {}, None
@@ -134,7 +134,7 @@ class DFlashContextCache:
         else: self.k[i], self.v[i] = k, v
         return self.k[i], self.v[i]
 
-# %% ../nbs/97_hub_model.ipynb #eacb3933
+# %% ../nbs/97_hub_model.ipynb #d88f0652
 def sliding_mask(ctx_positions,     # `[b, S]` positions of the context keys
                  block_positions,   # `[b, B]` positions of the block
                  window: int,       # the sliding window W
@@ -150,7 +150,7 @@ def sliding_mask(ctx_positions,     # `[b, S]` positions of the context keys
     if causal: blk = blk & (ko <= qo)
     return torch.cat([ctx, blk.expand(ctx.shape[0], B, B)], -1)[:, None]
 
-# %% ../nbs/97_hub_model.ipynb #1cd96966
+# %% ../nbs/97_hub_model.ipynb #db4bc39a
 class DFlashDraftModel(PreTrainedModel):
     "DFlash drafter for `trust_remote_code` users: fc + hidden_norm fusion, KV-injection layers, final norm."
     config_class = Qwen3Config
@@ -179,7 +179,7 @@ class DFlashDraftModel(PreTrainedModel):
         if isinstance(module, nn.Linear): module.weight.data.normal_(0.0, std)
         elif isinstance(module, DFlashRMSNorm): module.weight.data.fill_(1.0)
 
-# %% ../nbs/97_hub_model.ipynb #cd3807eb
+# %% ../nbs/97_hub_model.ipynb #9598afd7
 @_method(DFlashDraftModel, 'forward')
 def _model_forward(self: DFlashDraftModel,
                    position_ids,          # `[b, T+B]`: the T new context positions, then the block's
@@ -209,7 +209,7 @@ def _model_forward(self: DFlashDraftModel,
     if past_key_values is not None: past_key_values.positions = all_pos
     return self.norm(h)
 
-# %% ../nbs/97_hub_model.ipynb #192b93db
+# %% ../nbs/97_hub_model.ipynb #8be42d56
 @_method(DFlashDraftModel, 'features')
 def _features(self: DFlashDraftModel,
               hidden_states,  # a target's `hidden_states` tuple (embeddings first)
@@ -224,7 +224,7 @@ def _pick(logits, temperature: float):
         return torch.multinomial(p.view(-1, p.shape[-1]), 1).view(p.shape[:-1])
     return logits.argmax(-1)
 
-# %% ../nbs/97_hub_model.ipynb #2a7a86d5
+# %% ../nbs/97_hub_model.ipynb #d8ef8de5
 @_method(DFlashDraftModel, 'draft_block')
 def _draft_block(self: DFlashDraftModel,
                  last: int,         # the last verified token (the block's anchor)
@@ -243,7 +243,7 @@ def _draft_block(self: DFlashDraftModel,
     block[0, 1:] = _pick(head(h[:, 1:].to(head.weight.dtype)), temperature)[0]
     return block
 
-# %% ../nbs/97_hub_model.ipynb #3a2e9cec
+# %% ../nbs/97_hub_model.ipynb #9279cbb5
 def _cache_kw(target) -> str:
     "The name of the target's cache argument (`cache` in transformers 5.x, else `past_key_values`)."
     return 'cache' if 'cache' in inspect.signature(target.forward).parameters else 'past_key_values'
@@ -263,7 +263,7 @@ def _verify(target, block, start: int, cache, temperature: float):
     while a < block.shape[1] - 1 and int(block[0, a + 1]) == int(truth[a]): a += 1
     return a, truth, v
 
-# %% ../nbs/97_hub_model.ipynb #fb5d2ac2
+# %% ../nbs/97_hub_model.ipynb #a66e9ba6
 def _stop_at(new: list, stops: set) -> list:
     "The tokens up to and including the first stop token."
     for j, t in enumerate(new):

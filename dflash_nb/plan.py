@@ -22,7 +22,7 @@ __all__ = ['PLAN_DEFAULTS', 'PLAN_FILES', 'GPU_KINDS', 'MEM_DEFAULTS', 'GATED_HO
            'drafter_params', 'stage_costs', 'feasibility_warnings', 'fmt_bytes', 'estimate', 'usable_bytes',
            'target_token_bytes', 'regen_memory', 'extract_memory', 'drafter_token_bytes', 'train_memory',
            'separate_split', 'train_settings', 'train_fit', 'recommend_train', 'recommend_regen', 'train_setting',
-           'seq_len', 'memory_plan', 'format_recommendation', 'format_memory', 'make_plan', 'format_plan',
+           'seq_len', 'format_recommendation', 'memory_plan', 'format_memory', 'make_plan', 'format_plan',
            'register_cli']
 
 # %% ../nbs/95_plan.ipynb #a742cd59
@@ -64,7 +64,7 @@ MEM_DEFAULTS = {
     'prefill_chunk': 8192,       # tokens per prefill step of a serving engine (chunked prefill)
 }
 
-# %% ../nbs/95_plan.ipynb #a2647bf0
+# %% ../nbs/95_plan.ipynb #4eeba568
 def hub_offline(host: str = 'huggingface.co',  # the hub's host
                 timeout: float = 2.0,          # seconds to wait for a TCP connection
                ) -> bool:                      # True: do not ask the hub
@@ -75,7 +75,7 @@ def hub_offline(host: str = 'huggingface.co',  # the hub's host
         with socket.create_connection((host, 443), timeout=timeout): return False
     except OSError: return True
 
-# %% ../nbs/95_plan.ipynb #bf478253
+# %% ../nbs/95_plan.ipynb #aac72971
 def load_target_config(spec: str | None = None,  # the run's target spec (`run.target`)
                        config_file=None,         # a config.json (or its folder) to read instead
                       ) -> dict:                 # the target's config as a dict
@@ -97,7 +97,7 @@ def load_target_config(spec: str | None = None,  # the run's target spec (`run.t
                                 f'{str(e)[:200]}); on a machine without hub access pass --target-config '
                                 'path/to/config.json') from None
 
-# %% ../nbs/95_plan.ipynb #adba7d98
+# %% ../nbs/95_plan.ipynb #cf0930a9
 def _attention_params(t: dict, H: int, nh: int, nkv: int, hd: int) -> tuple[int, int]:
     "Parameters of one full-attention and one linear-attention (Gated-DeltaNet) layer's attention block."
     gate = 2 if t.get('attn_output_gate', 'qwen3_5' in str(t.get('model_type', ''))) else 1
@@ -107,7 +107,7 @@ def _attention_params(t: dict, H: int, nh: int, nkv: int, hd: int) -> tuple[int,
     lin = H * (2 * lk * lkd + 2 * lv * lvd) + lv * lvd * H + 2 * H * lv if lk else full
     return full, lin
 
-# %% ../nbs/95_plan.ipynb #6b6c23c9
+# %% ../nbs/95_plan.ipynb #ef6c948d
 def target_dims(cfg: dict,  # a target's config.json as a dict (multimodal or not)
                ) -> dict:   # layers, widths, vocabulary, layer kinds, estimated parameters
     "The shape of a target from its config: what the checks and estimates need."
@@ -131,7 +131,7 @@ def target_dims(cfg: dict,  # a target's config.json as a dict (multimodal or no
             'linear_value_head_dim': int(t.get('linear_value_head_dim') or 0),
             'linear_conv_kernel': int(t.get('linear_conv_kernel_dim') or 4)}
 
-# %% ../nbs/95_plan.ipynb #c30abe8e
+# %% ../nbs/95_plan.ipynb #06db769d
 def check_row(check: str,             # what is checked (e.g. `source lima`)
               ok: bool,               # whether it passed
               detail: str = '',       # what was found
@@ -140,7 +140,7 @@ def check_row(check: str,             # what is checked (e.g. `source lima`)
     "One row of the plan's checks."
     return {'check': check, 'ok': bool(ok), 'level': level, 'detail': detail}
 
-# %% ../nbs/95_plan.ipynb #8166a976
+# %% ../nbs/95_plan.ipynb #94fdf7f9
 GATED_HOWTO = ('accept its terms on the hub, then `huggingface-cli login` on every machine that runs the '
                'sources stage')
 
@@ -163,7 +163,7 @@ def source_checks(src: dict,                 # the complete `sources` section
             out.append(check_row(f'quota {q}', False, 'names a source that is not in sources.sources'))
     return out
 
-# %% ../nbs/95_plan.ipynb #30f5fc51
+# %% ../nbs/95_plan.ipynb #7d9ac609
 def feature_layer_ids(cfg: dict,  # a complete run config
                       N: int,     # the target's decoder layers
                      ) -> list[int]:  # DFlash-convention layer ids the drafter will read
@@ -174,7 +174,7 @@ def feature_layer_ids(cfg: dict,  # a complete run config
         return list(hs['target_layer_ids'] or default_target_layer_ids(N, hs['num_features']))
     return default_target_layer_ids(N, tr['num_feature_layers'])
 
-# %% ../nbs/95_plan.ipynb #fdb8977f
+# %% ../nbs/95_plan.ipynb #98b2f2b2
 def layer_checks(cfg: dict,   # a complete run config
                  dims: dict,  # `target_dims` of the target
                 ) -> list[dict]:  # check rows
@@ -196,7 +196,7 @@ def layer_checks(cfg: dict,   # a complete run config
                              f'train.target_layer_ids {a} != hidden_states.target_layer_ids {b}'))
     return out
 
-# %% ../nbs/95_plan.ipynb #d368bb14
+# %% ../nbs/95_plan.ipynb #343cb5bc
 def _mask_token_id(mt, tokenizer=None) -> tuple[int | None, str | None]:
     "(id, None) of the configured mask token, or (None, why it is unknown)."
     if mt is None: return None, 'not set: resolved at training time (the tokenizer mask token or a spare row)'
@@ -219,7 +219,7 @@ def mask_checks(train: dict,      # the complete `train` section
     return [check_row('mask token', 0 <= mid < V, f"id {mid} {'inside' if 0 <= mid < V else 'OUTSIDE'} the "
                       f'vocabulary (0..{V-1}){spare}')]
 
-# %% ../nbs/95_plan.ipynb #0db055c5
+# %% ../nbs/95_plan.ipynb #e1e1d8a3
 def shape_checks(cfg: dict,   # a complete run config
                  dims: dict,  # `target_dims` of the target
                 ) -> list[dict]:  # check rows
@@ -233,7 +233,7 @@ def shape_checks(cfg: dict,   # a complete run config
     if mpe and L: out.append(check_row('max_seq_len', L <= int(mpe), f'{L} tokens vs the target\'s {mpe}'))
     return out
 
-# %% ../nbs/95_plan.ipynb #84e7d70c
+# %% ../nbs/95_plan.ipynb #c5788f25
 def regen_checks(cfg: dict,   # a complete run config
                  dims: dict,  # `target_dims` of the target
                 ) -> list[dict]:  # check rows
@@ -247,7 +247,7 @@ def regen_checks(cfg: dict,   # a complete run config
                                                      f"endpoint {rg['endpoint']}"))
     return out
 
-# %% ../nbs/95_plan.ipynb #5904535d
+# %% ../nbs/95_plan.ipynb #ca530b3a
 def template_checks(tokenizer,         # the target's tokenizer (None: nothing to probe)
                     enable_thinking,   # `templates.enable_thinking`
                    ) -> list[dict]:    # check rows (warnings)
@@ -264,7 +264,7 @@ def template_checks(tokenizer,         # the target's tokenizer (None: nothing t
     return [check_row('chat template probe', not bare, f'{len(diag)} of {n} probes rejected by the template, '
                       f'{len(diag) - len(bare)} with a checked repair: {what}', 'warning')]
 
-# %% ../nbs/95_plan.ipynb #1ecdef1f
+# %% ../nbs/95_plan.ipynb #26d6ce63
 def validate(cfg: dict,        # a complete run config
              dims: dict,       # `target_dims` of the target
              tokenizer=None,   # the target's tokenizer, when at hand
@@ -279,7 +279,7 @@ def validate(cfg: dict,        # a complete run config
             + mask_checks(cfg['train'], dims, tokenizer) + shape_checks(cfg, dims) + regen_checks(cfg, dims)
             + template_checks(tokenizer, cfg['templates']['enable_thinking']))
 
-# %% ../nbs/95_plan.ipynb #0e575ce6
+# %% ../nbs/95_plan.ipynb #79dad241
 def plan_assumptions(plan: dict | None = None,  # the config's `plan` section
                     ) -> dict:                  # every assumption, the section's values over the defaults
     "The plan's assumptions: `PLAN_DEFAULTS` and `MEM_DEFAULTS` under the `plan` section's values."
@@ -291,7 +291,7 @@ def plan_assumptions(plan: dict | None = None,  # the config's `plan` section
     P['tokens_per_row'] = {**PLAN_DEFAULTS['tokens_per_row'], **(plan.get('tokens_per_row') or {})}
     return P
 
-# %% ../nbs/95_plan.ipynb #edccdb17
+# %% ../nbs/95_plan.ipynb #c4652ed9
 INTERLEAVED = ('multi-turn', 'agentic')   # categories whose assistant turns are spread through the row
 
 def row_tokens(category: str,    # the source's category
@@ -306,7 +306,7 @@ def row_tokens(category: str,    # the source's category
     a = min(a, max_new); t = min(p + a, L) if L else p + a
     return p, a, t, (t * a / (p + a) if category in INTERLEAVED else max(0, t - p))
 
-# %% ../nbs/95_plan.ipynb #75d5e208
+# %% ../nbs/95_plan.ipynb #008a931a
 def source_rows(s,           # a registry source (`sources.get_source`)
                 quota: int,  # rows allocated to it
                ) -> int:     # rows it can give
@@ -314,7 +314,7 @@ def source_rows(s,           # a registry source (`sources.get_source`)
     if not s.size: return quota
     return min(quota, s.size // 2 if s.group_by else s.size)
 
-# %% ../nbs/95_plan.ipynb #70a11e8d
+# %% ../nbs/95_plan.ipynb #a1d75e98
 def mix_warnings(total: int,      # `sources.total`
                  quotas: dict,    # `sources.quotas`
                  alloc: dict,     # rows allocated per source (`sources.allocate`)
@@ -337,7 +337,7 @@ def mix_warnings(total: int,      # `sources.total`
             w.append(f'{s.name}: quota {want:,} cannot be met ({what}): short by at least {want - n:,}')
     return w
 
-# %% ../nbs/95_plan.ipynb #65db9492
+# %% ../nbs/95_plan.ipynb #f242d698
 def mix_estimate(cfg: dict,  # a complete run config
                  P: dict,    # `plan_assumptions`
                 ) -> tuple[dict, list[str]]:  # ({source: rows, tokens, ...}, warnings)
@@ -356,7 +356,7 @@ def mix_estimate(cfg: dict,  # a complete run config
             warn.append(f'{s.name}: prompts (~{p} tokens) fill max_seq_len {L}: nothing supervised is left')
     return per, warn
 
-# %% ../nbs/95_plan.ipynb #e2b9ed0b
+# %% ../nbs/95_plan.ipynb #0fc3818a
 def mix_checks(per_source: dict,  # `mix_estimate`'s rows per source
                src: dict,         # the complete `sources` section
               ) -> list[dict]:    # one check row: the mix gives rows of some length
@@ -372,7 +372,7 @@ def mix_checks(per_source: dict,  # `mix_estimate`'s rows per source
                           f'for {", ".join(cats)}')]
     return [check_row('mix', True, f'{rows:,} rows, {tokens / rows:,.0f} tokens per row on average')]
 
-# %% ../nbs/95_plan.ipynb #e03d116f
+# %% ../nbs/95_plan.ipynb #aa1dab92
 def drafter_params(dims: dict,   # `target_dims` of the target
                    train: dict,  # `num_hidden_layers` and `num_feature_layers` of the drafter
                   ) -> int:      # trainable parameters
@@ -382,7 +382,7 @@ def drafter_params(dims: dict,   # `target_dims` of the target
     per = H * nh * hd * 2 + 2 * H * nkv * hd + 3 * H * I + 2 * H + 2 * hd
     return train['num_hidden_layers'] * per + train['num_feature_layers'] * H * H + 2 * H
 
-# %% ../nbs/95_plan.ipynb #85b92cee
+# %% ../nbs/95_plan.ipynb #a418dc21
 def stage_costs(cfg: dict,   # a complete run config
                 dims: dict,  # `target_dims` of the target
                 P: dict,     # `plan_assumptions`
@@ -415,7 +415,7 @@ def stage_costs(cfg: dict,   # a complete run config
                          'trained_block_tokens': trained, 'flops': train,
                          'gpu_hours': gh(train, P['util_training']), 'target_forward_in_loop': online}}
 
-# %% ../nbs/95_plan.ipynb #e6f874cc
+# %% ../nbs/95_plan.ipynb #0f6df679
 def feasibility_warnings(cfg: dict,              # a complete run config
                          stages: dict,           # `stage_costs`
                          tot: dict,              # the mix's totals
@@ -594,7 +594,7 @@ def train_settings() -> list[dict]:
     return [{'placement': p, 'fsdp': f, 'grad_checkpoint': c, 'ce': 'chunked'}
             for p in ('colocated', 'separate') for f, c in ((False, False), (True, False), (True, True))]
 
-# %% ../nbs/95_plan.ipynb #c129c97a
+# %% ../nbs/95_plan.ipynb #ac91ecdd
 def train_fit(dims: dict,      # `target_dims` of the target
               train: dict,     # the complete `train` section
               seq: int,        # tokens per sequence
@@ -627,7 +627,7 @@ def recommend_train(dims: dict, train: dict, seq: int, kind: str, num_gpus: int,
         if f['batch'] and (best is None or f['batch'] > best['batch']): best = f
     return best
 
-# %% ../nbs/95_plan.ipynb #e9527037
+# %% ../nbs/95_plan.ipynb #4a8e6019
 def _regen_setting(cfg: dict, P: dict) -> dict:
     "Batch, longest prompt of the mix, context and tensor parallelism of the regeneration as configured."
     rg, src = cfg['regenerate'], cfg['sources']
@@ -655,7 +655,7 @@ def recommend_regen(dims: dict, rs: dict, kind: str, P: dict | None = None) -> d
     tp = next((t for t in (1, 2, 4, 8) if t >= rs['tp'] and _max_batch(fn(t), u) >= rs['batch']), 8)
     return {'tp': tp, 'max_batch': _max_batch(fn(tp), u)}
 
-# %% ../nbs/95_plan.ipynb #6e879d74
+# %% ../nbs/95_plan.ipynb #5d9e00a6
 def train_setting(tr: dict,  # the complete `train` section
                  ) -> dict:  # placement, fsdp, grad_checkpoint, ce
     "The memory-relevant settings of a `train` section."
@@ -668,7 +668,7 @@ def seq_len(cfg: dict, P: dict) -> int:
     cats = {get_source(n, cfg['sources']['extra_sources']).category for n in cfg['sources']['sources']}
     return max([row_tokens(c, P, None, cfg['regenerate']['max_new_tokens'])[2] for c in cats] or [1])
 
-# %% ../nbs/95_plan.ipynb #8167dd6f
+# %% ../nbs/95_plan.ipynb #b3f0fdcb
 def _stage_memory(cfg: dict, dims: dict, P: dict, kinds: list) -> dict:
     "Each GPU stage's setting, components and recommendation per GPU kind."
     tr, hs, G, seq = cfg['train'], cfg['hidden_states'], int(P['num_gpus']), seq_len(cfg, P)
@@ -691,31 +691,7 @@ def _stage_memory(cfg: dict, dims: dict, P: dict, kinds: list) -> dict:
                          'components': m['trainer'], 'target_components': m['target'],
                          'recommend': {k: recommend_train(dims, tr, seq, k, G, P) for k in kinds}}}
 
-# %% ../nbs/95_plan.ipynb #02f15ede
-def memory_plan(cfg: dict,              # a complete run config
-                dims: dict,             # `target_dims` of the target
-                P: dict | None = None,  # the `plan` section (assumptions)
-               ) -> dict:               # gpus, stages (components, fits, recommendations), warnings
-    "Per-GPU memory of regeneration, extraction and training, what fits on each GPU kind, what to use."
-    P = plan_assumptions(P)
-    kinds = [k for k in P['gpu_kinds'] if k in GPU_KINDS]
-    out = {'gpus': {k: {'label': GPU_KINDS[k]['label'], 'usable_bytes': usable_bytes(k, P)} for k in kinds},
-           'stages': _stage_memory(cfg, dims, P, kinds), 'warnings': []}
-    for st in out['stages'].values():
-        st['total_bytes'] = sum(st['components'].values())
-        st['fits'] = {k: _fits({'a': st['components'], 'b': st.get('target_components')}, usable_bytes(k, P))
-                      for k in kinds}
-    g = P['gpu'] if P['gpu'] in GPU_KINDS else None
-    for name, st in out['stages'].items():
-        if g is None or (name == '60_hidden_states' and st['setting']['skipped']): continue
-        if not _fits({'a': st['components'], 'b': st.get('target_components')}, usable_bytes(g, P)):
-            out['warnings'].append(
-                f"{name} as configured needs {fmt_bytes(st['total_bytes'])} per GPU; "
-                f"a {GPU_KINDS[g]['label']} has {fmt_bytes(usable_bytes(g, P))} usable: OUT OF MEMORY. "
-                f"Use: {format_recommendation(name, st['recommend'].get(g))}")
-    return out
-
-# %% ../nbs/95_plan.ipynb #91646b3a
+# %% ../nbs/95_plan.ipynb #0dc35a61
 def format_recommendation(stage: str,       # 40_regenerate | 60_hidden_states | 80_train
                           r: dict | None,   # a recommendation (`recommend_regen`, `recommend_train`, ...)
                          ) -> str:          # one line
@@ -746,7 +722,31 @@ def _stage_line(name: str, s: dict) -> str:
     return (f"placement {s['placement']}, batch {s['batch']} per GPU, parallel "
             f"{'fsdp' if s['fsdp'] else 'ddp'}, grad_checkpointing {s['grad_checkpoint']}, chunked loss")
 
-# %% ../nbs/95_plan.ipynb #5b2ed231
+# %% ../nbs/95_plan.ipynb #6d791584
+def memory_plan(cfg: dict,              # a complete run config
+                dims: dict,             # `target_dims` of the target
+                P: dict | None = None,  # the `plan` section (assumptions)
+               ) -> dict:               # gpus, stages (components, fits, recommendations), warnings
+    "Per-GPU memory of regeneration, extraction and training, what fits on each GPU kind, what to use."
+    P = plan_assumptions(P)
+    kinds = [k for k in P['gpu_kinds'] if k in GPU_KINDS]
+    out = {'gpus': {k: {'label': GPU_KINDS[k]['label'], 'usable_bytes': usable_bytes(k, P)} for k in kinds},
+           'stages': _stage_memory(cfg, dims, P, kinds), 'warnings': []}
+    for st in out['stages'].values():
+        st['total_bytes'] = sum(st['components'].values())
+        st['fits'] = {k: _fits({'a': st['components'], 'b': st.get('target_components')}, usable_bytes(k, P))
+                      for k in kinds}
+    g = P['gpu'] if P['gpu'] in GPU_KINDS else None
+    for name, st in out['stages'].items():
+        if g is None or (name == '60_hidden_states' and st['setting']['skipped']): continue
+        if not _fits({'a': st['components'], 'b': st.get('target_components')}, usable_bytes(g, P)):
+            out['warnings'].append(
+                f"{name} as configured needs {fmt_bytes(st['total_bytes'])} per GPU; "
+                f"a {GPU_KINDS[g]['label']} has {fmt_bytes(usable_bytes(g, P))} usable: OUT OF MEMORY. "
+                f"Use: {format_recommendation(name, st['recommend'].get(g))}")
+    return out
+
+# %% ../nbs/95_plan.ipynb #6533c62e
 def format_memory(mem: dict,  # `memory_plan`'s result
                  ) -> str:    # the tables as text
     "The memory tables as text: components per stage, what fits on each GPU kind, the recommendations."
@@ -767,7 +767,7 @@ def format_memory(mem: dict,  # `memory_plan`'s result
                          f"{format_recommendation(name, st['recommend'].get(k))}")
     return '\n'.join(lines)
 
-# %% ../nbs/95_plan.ipynb #00024703
+# %% ../nbs/95_plan.ipynb #ef0bc13e
 def _tokenizer(path, required: bool = False):
     "The tokenizer in folder `path`; None when none is given or (not `required`) the folder is missing."
     if not path: return None
@@ -782,7 +782,7 @@ def _target_file(arg, section: dict):
     name = arg or section.get('target_config')
     return find_config(expand_path(name)) if name else None
 
-# %% ../nbs/95_plan.ipynb #88b90522
+# %% ../nbs/95_plan.ipynb #0fafd65c
 def make_plan(config=None,            # a run config: path, shipped name's path, or dict (default: the demo)
               overrides=(),           # `--set` overrides
               target_config=None,     # the target's config.json (else plan.target_config, else the target)
@@ -816,7 +816,7 @@ def _disk_probe(runs_dir, cfg) -> Path:
     p = Path(runs_dir or cfg['run'].get('runs_dir') or 'runs')
     return p if p.exists() else Path('.')
 
-# %% ../nbs/95_plan.ipynb #b4a4e995
+# %% ../nbs/95_plan.ipynb #825cd10a
 def _check_lines(checks: list) -> list[str]:
     marks = lambda c: 'ok ' if c['ok'] else ('ERR' if c['level'] == 'error' else 'warn')
     return ['checks:'] + [f"  [{marks(c)}] {c['check']}: {c['detail']}" for c in checks]
@@ -847,7 +847,7 @@ def _stage_lines(e: dict) -> list[str]:
                     f"~{e['wall_hours_on_cluster']:,.1f} h on {a['num_gpus']}x {a['gpu']} "
                     f"(bf16 peak {a['gpu_bf16_tflops']} TFLOP/s; utilization: {util})"]
 
-# %% ../nbs/95_plan.ipynb #d1427aa3
+# %% ../nbs/95_plan.ipynb #79cda92e
 def format_plan(plan: dict,  # `make_plan`'s result
                ) -> str:     # readable text tables
     "The plan as readable text tables."
@@ -862,7 +862,7 @@ def format_plan(plan: dict,  # `make_plan`'s result
     lines.append(f"free disk here: {fmt_bytes(plan['free_disk_bytes'])}; plan {verdict}")
     return '\n'.join(lines)
 
-# %% ../nbs/95_plan.ipynb #e08f66f5
+# %% ../nbs/95_plan.ipynb #98d07908
 def register_cli(sub):
     "Add `dflash-nb plan CONFIG` to the CLI."
     p = sub.add_parser('plan', help='check a run config offline: rows, tokens, disk, FLOPs, GPU-hours, memory')
