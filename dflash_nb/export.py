@@ -115,7 +115,7 @@ def _speculators_rows(tmp: Path, kept: list):
     for p in (tmp / '_rows').iterdir(): p.rename(tmp / p.name)
     (tmp / '_rows').rmdir()
 
-# %% ../nbs/96_export.ipynb #587a0852
+# %% ../nbs/96_export.ipynb #0ae38cd1
 def export_speculators(run_dir,                # a finished run folder (features with `include_last`)
                        out_dir,                # the data path to write (replaced atomically)
                        version: str = '0.9',   # speculators version: 0.7 | 0.9 (mapping file names)
@@ -132,7 +132,7 @@ def export_speculators(run_dir,                # a finished run folder (features
     summary = {'format': f'speculators-{version}', 'rows_in': len(ds), 'rows': len(kept),
                'skipped': len(skipped), 'target_layer_ids': store.layer_ids, 'aux_layer_ids': aux,
                'hidden_size': store.hidden_size,
-               'hidden_states_shape': f'[T, {len(aux) + 1}, {store.hidden_size}] (last: final layer, pre-norm)',
+               'hidden_states_shape': f'[T, {len(aux) + 1}, {store.hidden_size}] (last: final, pre-norm)',
                'draft_vocab_size': K, 'target_vocab_size': V, 'mapping_files': list(names),
                'train_args': f"--data-path {Path(out_dir)} --target-layer-ids {' '.join(map(str, aux))} "
                              f'--draft-vocab-size {K}'}
@@ -333,7 +333,7 @@ def _card_usage(base_model: str, commands: dict) -> list[str]:
             'out = draft.spec_generate(input_ids=ids, max_new_tokens=256, temperature=0.0, target=target, '
             'stop_token_ids=[tok.eos_token_id])', '```', '']
 
-# %% ../nbs/96_export.ipynb #8f87389f
+# %% ../nbs/96_export.ipynb #a3576d75
 def model_card(run_dir,                     # a finished run folder
                cfg,                         # the drafter's `DFlashConfig`
                base_model: str,             # the target's hub id
@@ -352,7 +352,8 @@ def model_card(run_dir,                     # a finished run folder
              f'A DFlash block-diffusion drafter (block size {cfg.block_size}, {cfg.num_hidden_layers} '
              f'layers, target layers {cfg.target_layer_ids}, mask token {cfg.mask_token_id}) for speculative '
              f'decoding of `{base_model}`, trained with dflash_nb. Lossless: the target verifies every '
-             'drafted token.', '', *_card_usage(base_model, commands), '## Data mix', '', data_mix(run_dir), '',
+             'drafted token.', '', *_card_usage(base_model, commands), '## Data mix', '', data_mix(run_dir),
+             '',
              '## Training recipe', '', *[f'- `{k}`: `{v}`' for k, v in recipe.items()], '',
              f"Final training metrics: tau {m.get('tau')}, per-slot accuracy {m.get('acc')}, "
              f"steps {m.get('steps')}.",
@@ -420,12 +421,13 @@ def export_hub_drafter(run_dir,                     # a finished run folder (a t
     for k, c in cmds.items(): echo(f'[export] serve with {k}:\n  {c}')
     return {'base_model': base, 'block_size': cfg.block_size, 'commands': cmds, 'warnings': notes}
 
-# %% ../nbs/96_export.ipynb #e57729ee
+# %% ../nbs/96_export.ipynb #9141a5fa
 def _add_run_out(p):
     p.add_argument('run_dir', help='a finished run folder (e.g. runs/demo)')
     p.add_argument('out', help='the folder to write (replaced as a whole when the export succeeds)')
 
-def register_cli(sub):
+def register_cli(sub,  # the `dflash-nb` sub-parsers action
+                ):
     "Add `dflash-nb export speculators|specforge|drafter RUN_DIR OUT` to the CLI."
     p = sub.add_parser('export', help='translate a finished run into speculators / SpecForge data or a '
                        'hub-ready drafter folder')

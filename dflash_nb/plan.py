@@ -174,7 +174,7 @@ def feature_layer_ids(cfg: dict,  # a complete run config
         return list(hs['target_layer_ids'] or default_target_layer_ids(N, hs['num_features']))
     return default_target_layer_ids(N, tr['num_feature_layers'])
 
-# %% ../nbs/95_plan.ipynb #98b2f2b2
+# %% ../nbs/95_plan.ipynb #c6d6d6fe
 def layer_checks(cfg: dict,   # a complete run config
                  dims: dict,  # `target_dims` of the target
                 ) -> list[dict]:  # check rows
@@ -188,7 +188,7 @@ def layer_checks(cfg: dict,   # a complete run config
                              f'hidden_states[L+1]; vLLM/speculators aux ids = [{aux}])'))
         if max(ids) == N - 1:
             out.append(check_row('last layer as feature', False, f'layer {N-1} is the last layer: its raw '
-                                 'output needs a hook (hidden_states[-1] is after the final norm)', 'warning'))
+                                 'output needs a hook (hidden_states[-1] follows the final norm)', 'warning'))
     except ValueError as e: out.append(check_row('target_layer_ids', False, str(e)))
     a, b = tr['target_layer_ids'], hs['target_layer_ids']
     if a and b and list(a) != list(b):
@@ -415,7 +415,7 @@ def stage_costs(cfg: dict,   # a complete run config
                          'trained_block_tokens': trained, 'flops': train,
                          'gpu_hours': gh(train, P['util_training']), 'target_forward_in_loop': online}}
 
-# %% ../nbs/95_plan.ipynb #0f6df679
+# %% ../nbs/95_plan.ipynb #8c63cadf
 def feasibility_warnings(cfg: dict,              # a complete run config
                          stages: dict,           # `stage_costs`
                          tot: dict,              # the mix's totals
@@ -435,7 +435,8 @@ def feasibility_warnings(cfg: dict,              # a complete run config
                  'sequences will use fewer anchors')
     return w
 
-def fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float,  # bytes
+             ) -> str:     # e.g. `51.2 KB`
     "Bytes in decimal units (KB = 1000 B), one decimal."
     for u in ('B', 'KB', 'MB', 'GB', 'TB', 'PB'):
         if abs(n) < 1000: return f'{n:.1f} {u}'
@@ -594,7 +595,7 @@ def train_settings() -> list[dict]:
     return [{'placement': p, 'fsdp': f, 'grad_checkpoint': c, 'ce': 'chunked'}
             for p in ('colocated', 'separate') for f, c in ((False, False), (True, False), (True, True))]
 
-# %% ../nbs/95_plan.ipynb #ac91ecdd
+# %% ../nbs/95_plan.ipynb #e39c0f9e
 def train_fit(dims: dict,      # `target_dims` of the target
               train: dict,     # the complete `train` section
               seq: int,        # tokens per sequence
@@ -617,8 +618,13 @@ def train_fit(dims: dict,      # `target_dims` of the target
                     'target_bytes': sum(m['target'].values()) if m['target'] else None}
     return {**setting, 'batch': 0, 'target_gpus': tg, 'trainer_gpus': world}
 
-def recommend_train(dims: dict, train: dict, seq: int, kind: str, num_gpus: int,
-                    P: dict | None = None) -> dict | None:
+def recommend_train(dims: dict,            # `target_dims` of the target
+                    train: dict,           # the complete `train` section
+                    seq: int,              # tokens per sequence
+                    kind: str,             # a key of `GPU_KINDS`
+                    num_gpus: int,         # GPUs in all
+                    P: dict | None = None,  # assumptions
+                   ) -> dict | None:       # a `train_fit` result, or None
     "The first setting that fits the configured batch on `kind`, else the largest batch's; None: none fits."
     P = {**MEM_DEFAULTS, **(P or {})}; best = None
     for s in train_settings():
@@ -627,7 +633,7 @@ def recommend_train(dims: dict, train: dict, seq: int, kind: str, num_gpus: int,
         if f['batch'] and (best is None or f['batch'] > best['batch']): best = f
     return best
 
-# %% ../nbs/95_plan.ipynb #4a8e6019
+# %% ../nbs/95_plan.ipynb #161e983e
 def _regen_setting(cfg: dict, P: dict) -> dict:
     "Batch, longest prompt of the mix, context and tensor parallelism of the regeneration as configured."
     rg, src = cfg['regenerate'], cfg['sources']
@@ -648,21 +654,27 @@ def _max_batch(fn, usable: float, cap: int = 1 << 16) -> int:
         lo, hi = (mid, hi) if sum(fn(mid).values()) <= usable else (lo, mid)
     return lo
 
-def recommend_regen(dims: dict, rs: dict, kind: str, P: dict | None = None) -> dict:
+def recommend_regen(dims: dict,            # `target_dims` of the target
+                    rs: dict,              # the regeneration as configured (batch, prompt, ctx, tp)
+                    kind: str,             # a key of `GPU_KINDS`
+                    P: dict | None = None,  # assumptions
+                   ) -> dict:              # {'tp', 'max_batch'}
     "The smallest tensor parallelism (from the configured one) holding `rs['batch']` sequences, and the most."
     fn = lambda t: (lambda b: regen_memory(dims, b, rs['ctx'], rs['prompt'], t, P))
     u = usable_bytes(kind, P)
     tp = next((t for t in (1, 2, 4, 8) if t >= rs['tp'] and _max_batch(fn(t), u) >= rs['batch']), 8)
     return {'tp': tp, 'max_batch': _max_batch(fn(tp), u)}
 
-# %% ../nbs/95_plan.ipynb #5d9e00a6
+# %% ../nbs/95_plan.ipynb #9bb67d62
 def train_setting(tr: dict,  # the complete `train` section
                  ) -> dict:  # placement, fsdp, grad_checkpoint, ce
     "The memory-relevant settings of a `train` section."
     return {'placement': tr['placement'], 'fsdp': tr['parallel'] == 'fsdp',
             'grad_checkpoint': bool(tr['grad_checkpointing']), 'ce': 'chunked'}
 
-def seq_len(cfg: dict, P: dict) -> int:
+def seq_len(cfg: dict,  # a complete run config
+            P: dict,    # `plan_assumptions`
+           ) -> int:    # tokens per training sequence
     "Tokens per training sequence: `max_seq_len`, or with no limit the longest row of the mix."
     if cfg['tokenization']['max_seq_len']: return cfg['tokenization']['max_seq_len']
     cats = {get_source(n, cfg['sources']['extra_sources']).category for n in cfg['sources']['sources']}
@@ -862,10 +874,11 @@ def format_plan(plan: dict,  # `make_plan`'s result
     lines.append(f"free disk here: {fmt_bytes(plan['free_disk_bytes'])}; plan {verdict}")
     return '\n'.join(lines)
 
-# %% ../nbs/95_plan.ipynb #98d07908
-def register_cli(sub):
+# %% ../nbs/95_plan.ipynb #e3ae4acb
+def register_cli(sub,  # the `dflash-nb` sub-parsers action
+                ):
     "Add `dflash-nb plan CONFIG` to the CLI."
-    p = sub.add_parser('plan', help='check a run config offline: rows, tokens, disk, FLOPs, GPU-hours, memory')
+    p = sub.add_parser('plan', help='check a run config offline: rows, tokens, disk, compute, memory')
     add_config_args(p)
     p.add_argument('--target-config', help="the target's config.json (for machines without hub access); a "
                    'shipped one by its name, e.g. qwen3_6_27b.target_config.json')
