@@ -127,10 +127,10 @@ def add_builtin_commands(sub,  # the `dflash-nb` sub-parsers action
     d.add_argument('--only', metavar='NB,...', help='only these notebooks, e.g. 00_core,20_templates')
     d.set_defaults(func=cmd_docs)
 
-# %% ../nbs/03_cli.ipynb #1a63d286
+# %% ../nbs/03_cli.ipynb #0b4f3181
 # the modules that may define `register_cli`, in the order `dflash-nb --help` lists their commands
 COMMAND_MODULES = ('targets', 'sources', 'templates', 'convert', 'regenerate', 'tokenization',
-                   'hidden_states', 'drafter', 'train', 'evaluate', 'plan', 'export')
+                   'hidden_states', 'drafter', 'train', 'evaluate', 'plan', 'export', 'params')
 
 def _add_parser_calls(fn: ast.FunctionDef) -> list[ast.Call]:
     sub = fn.args.args[0].arg
