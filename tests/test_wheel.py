@@ -16,13 +16,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# the demo config shrunk to minutes on two cores: a tiny seeded target (its own tokenizer, spare rows for the mask
-# token), 8 rows, answers of 4 tokens, 2 training steps, one held-out prompt of 4 tokens with the trained drafter only
+# the demo config shrunk to minutes on two cores: a tiny seeded target (its own tokenizer; the mask token is its last
+# embedding row, a spare one), 8 rows, answers of 4 tokens, 2 training steps, one held-out prompt of 4 tokens with
+# the trained drafter only
 SMOKE = ['run.target=tiny-qwen3', 'sources.total=8', 'regenerate.max_new_tokens=4', 'tokenization.num_proc=1',
-         'hidden_states.max_samples=6', 'train.mask_token=null', 'train.max_steps=2', 'train.max_minutes=1.0',
-         'train.ckpt_every=1', 'evaluate.prompt_sets=[held_out]', 'evaluate.max_prompts=1',
-         'evaluate.max_new_tokens=4', 'evaluate.variants=[trained]']
-SETS = [a for s in SMOKE for a in ('--set', s)]
+         'hidden_states.max_samples=6', 'train.max_steps=2', 'train.max_minutes=1.0', 'train.ckpt_every=1',
+         'evaluate.prompt_sets=[held_out]', 'evaluate.max_prompts=1', 'evaluate.max_new_tokens=4',
+         'evaluate.variants=[trained]']
+
+def smoke_sets() -> list[str]:
+    "The `--set` arguments of the smoke, with the tiny target's last (spare) embedding row as the mask token."
+    from dflash_nb.targets import resolve_target       # the checkout's, here: it builds the same cached tiny model
+    vocab = json.loads((Path(resolve_target('tiny-qwen3')) / 'config.json').read_text())['vocab_size']
+    return [a for s in SMOKE + [f'train.mask_token={vocab - 1}'] for a in ('--set', s)]
 SKIP_IN_BASE = ('__editable__', 'dflash_nb', 'dflash-nb', '_dflash_nb')   # the editable install stays out
 
 def clean_copy(dst: Path) -> Path:
@@ -111,7 +117,7 @@ def test_the_installed_package_runs_outside_the_checkout(installed):
     assert 'plan' in run.dflash('help', '--help')
     out = run.dflash('plan (demo)', 'plan')
     assert 'plan OK' in out and '0 rows' not in out
-    out = run.dflash('run --until train', 'run', '--quiet', *SETS, '--until', 'train')
+    out = run.dflash('run --until train', 'run', '--quiet', *smoke_sets(), '--until', 'train')
     rd = run.cwd / 'runs' / 'demo'
     assert (rd / '60_hidden_states' / 'manifest.json').exists() and not (rd / '80_train').exists(), out
     run('torchrun 2 x train', run.py, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', '29531',
