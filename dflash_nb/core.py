@@ -189,11 +189,13 @@ def versions() -> dict:
         with contextlib.suppress(md.PackageNotFoundError): out[pkg] = md.version(pkg.replace('_', '-'))
     return out
 
-# %% ../nbs/00_core.ipynb #f24dc4b8
+# %% ../nbs/00_core.ipynb #cadfae4f
 def _rel(path, root) -> str:
+    "`path` relative to the run folder, `pkg:NAME` for the package's own data (any install), else absolute."
     path = Path(path).resolve()
-    try: return str(path.relative_to(Path(root).resolve()))
-    except ValueError: return str(path)
+    for base, prefix in ((Path(root).resolve(), ''), ((PKG_DIR / 'data').resolve(), 'pkg:')):
+        with contextlib.suppress(ValueError): return prefix + str(path.relative_to(base))
+    return str(path)
 
 def _entry(path, root) -> dict:
     p = Path(path)

@@ -224,9 +224,11 @@ def load_target(spec: str, device: str | None = 'cpu', dtype=None, trust_remote_
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code).to(device).eval()
     return model, tok
 
-# %% ../nbs/01_targets.ipynb #a863e5d2
+# %% ../nbs/01_targets.ipynb #cf130f31
 def text_config(obj):
-    "The language-model config of a config or a model (`get_text_config()` of multimodal configs, else the config)."
+    """The language-model config of a model, a config, or a raw `config.json` dict (`get_text_config()` of multimodal
+    configs; for a dict, its `text_config` keys over the top-level ones)."""
+    if isinstance(obj, dict): return {**obj, **(obj.get('text_config') or {})}
     cfg = getattr(obj, 'config', obj)
     return cfg.get_text_config() if hasattr(cfg, 'get_text_config') else cfg
 
