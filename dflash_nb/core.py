@@ -14,8 +14,8 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'DEVICE_RE', 'DEVICE_WORDS', 'RUN_KEYS', 'STAGE_LOG_ENV', 'repo_root', 'nbs_dir',
            'cache_dir', 'fixtures_dir', 'expand_path', 'atomic_write', 'write_text', 'write_json', 'read_json',
-           'write_jsonl', 'JSONLError', 'iter_jsonl', 'atomic_dir', 'file_hash', 'obj_hash', 'versions', 'Stage',
-           'read_manifest', 'ConfigError', 'default_config_path', 'apply_override', 'validate_run_section',
+           'write_jsonl', 'open_text', 'JSONLError', 'iter_jsonl', 'atomic_dir', 'file_hash', 'obj_hash', 'versions',
+           'Stage', 'read_manifest', 'ConfigError', 'default_config_path', 'apply_override', 'validate_run_section',
            'load_config', 'seed_everything', 'get_device', 'setup_logging', 'default_target_layer_ids',
            'check_target_layer_ids', 'to_aux_layer_ids', 'from_aux_layer_ids', 'Quarantine', 'prompt_set_name',
            'read_prompt_file', 'Progress', 'progress']
@@ -120,18 +120,23 @@ def write_jsonl(path, rows: Iterable[dict]) -> int:
             f.write(json.dumps(r, default=_json_default, ensure_ascii=False) + '\n'); n += 1
     return n
 
-# %% ../nbs/00_core.ipynb #9282a236
+# %% ../nbs/00_core.ipynb #56bace83
+def open_text(path, errors: str = 'replace'):
+    "Open a text file for reading as UTF-8, through gzip when its name ends in `.gz`."
+    if str(path).lower().endswith('.gz'): return gzip.open(path, 'rt', encoding='utf-8', errors=errors)
+    return open(path, encoding='utf-8', errors=errors)
+
 class JSONLError(ValueError):
     "A line of a JSONL file that is not a JSON object; names the file and the 1-based line."
     def __init__(self, path, lineno, reason): 
         self.path, self.lineno, self.reason = path, lineno, reason
         super().__init__(f'{path}:{lineno}: {reason}')
 
-# %% ../nbs/00_core.ipynb #5677889f
+# %% ../nbs/00_core.ipynb #13a89935
 def iter_jsonl(path, errors: str = 'raise') -> Iterator[dict]:
-    """Stream the objects of a JSONL file (constant memory). Blank lines are skipped. `errors='raise'` raises
+    """Stream the objects of a JSONL file, gzipped or not (constant memory). Blank lines are skipped. `errors='raise'` raises
     `JSONLError` naming the line; `errors='yield'` yields `{'_error': reason, '_line': n, '_raw': text}` instead."""
-    with open(path, encoding='utf-8', errors='replace') as f:
+    with open_text(path) as f:
         for n, line in enumerate(f, 1):
             if not line.strip(): continue
             try:
@@ -425,10 +430,7 @@ class Quarantine:
         "Write the rejected rows (an empty file when none were rejected)."
         path = Path(path or self.path); write_jsonl(path, self.rows); return path
 
-# %% ../nbs/00_core.ipynb #e7fc82a4
-def _open_text(path):
-    return gzip.open(path, 'rt', encoding='utf-8') if str(path).endswith('.gz') else open(path, encoding='utf-8')
-
+# %% ../nbs/00_core.ipynb #8f3c3510
 def _prompt_record(obj: dict, stem: str, n: int) -> dict:
     "One prompt record from one parsed line (`n` = 1-based line number); raises ValueError with the reason."
     def text(x, what):
@@ -464,7 +466,7 @@ def prompt_set_name(path) -> str:
         if name.endswith(ext): name = name[:-len(ext)]
     return name
 
-# %% ../nbs/00_core.ipynb #2b0d77d5
+# %% ../nbs/00_core.ipynb #bfa069ea
 def read_prompt_file(path) -> list[dict]:
     """Prompt records `{'id', 'kind', 'messages', ...}` of a JSONL (or `.jsonl.gz`) file of canonical rows,
     `{"prompt"}` lines, MT-Bench questions or HumanEval tasks. Raises one-line errors naming the file and line."""
@@ -472,7 +474,7 @@ def read_prompt_file(path) -> list[dict]:
     if not path.is_file(): raise FileNotFoundError(f'prompt file {path} does not exist')
     stem, out = prompt_set_name(path), []
     try:
-        with _open_text(path) as f:
+        with open_text(path, errors='strict') as f:
             for n, line in enumerate(f, 1):
                 if not line.strip(): continue
                 try:
