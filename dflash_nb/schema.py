@@ -161,7 +161,7 @@ class Repair:
     fn: Callable            # (row, **options) -> (new row, note) or (the same row, None)
     valid_rows: bool = False  # applies to rows the validator accepts too (only merge_same_role)
 
-# %% ../nbs/05_schema.ipynb #d1e5b455
+# %% ../nbs/05_schema.ipynb #9c0235f8
 def _msgs_map(row, name: str, change) -> tuple[dict, str | None]:
     "Apply `change(message) -> new message | None` to every dict message; (new row, `name: n message(s)`) or (row, None)."
     msgs, n = [], 0
@@ -184,9 +184,10 @@ def _flatten_content(row, **_):
 
 def _none_to_empty(row, **_):
     "`content: null` becomes `''` (a tool-call-only turn of an OpenAI export)."
-    return _msgs_map(row, 'none_to_empty', lambda m: {**m, 'content': ''} if 'content' in m and m['content'] is None else None)
+    return _msgs_map(row, 'none_to_empty',
+                     lambda m: {**m, 'content': ''} if 'content' in m and m['content'] is None else None)
 
-# %% ../nbs/05_schema.ipynb #d49d7c22
+# %% ../nbs/05_schema.ipynb #0d13e948
 def _wrap_tool(t):
     "A bare function spec -> the OpenAI `{type: function, function: …}` form (None when not recognisable)."
     if isinstance(t, dict) and t.get('type') == 'function' and isinstance(t.get('function'), dict): return t
@@ -210,13 +211,17 @@ def _tool_call_form(row, **_):
         tcs = m.get('tool_calls')
         if m.get('role') == 'assistant' and tcs == []: return {k: v for k, v in m.items() if k != 'tool_calls'}
         if not (isinstance(tcs, list) and any(isinstance(tc, dict) and 'type' not in tc for tc in tcs)): return None
-        return {**m, 'tool_calls': [{**tc, 'type': 'function'} if isinstance(tc, dict) and 'type' not in tc else tc for tc in tcs]}
+        return {**m,
+                'tool_calls': [{**tc, 'type': 'function'} if isinstance(tc, dict) and 'type' not in tc else tc for tc in tcs]}
     return _msgs_map(row, 'tool_call_form', ch)
 
-# %% ../nbs/05_schema.ipynb #f1313748
-ROLE_ALIASES = {'human': 'user', 'prompter': 'user', 'gpt': 'assistant', 'chatgpt': 'assistant', 'bot': 'assistant',
-                'ai': 'assistant', 'chatbot': 'assistant', 'model': 'assistant', 'bard': 'assistant', 'bing': 'assistant',
-                'observation': 'tool', 'function': 'tool', 'function_response': 'tool', 'ipython': 'tool', 'developer': 'system'}
+# %% ../nbs/05_schema.ipynb #73ba1585
+ROLE_ALIASES = {'human': 'user', 'prompter': 'user', 'gpt': 'assistant', 'chatgpt': 'assistant',
+                'bot': 'assistant',
+                'ai': 'assistant', 'chatbot': 'assistant', 'model': 'assistant', 'bard': 'assistant',
+                'bing': 'assistant',
+                'observation': 'tool', 'function': 'tool', 'function_response': 'tool', 'ipython': 'tool',
+                'developer': 'system'}
 
 def _rename_roles(row, **_):
     "Known aliases of a role (`gpt`, `human`, `observation`, ...) become the role (`ROLE_ALIASES`)."
@@ -292,19 +297,30 @@ def _prepend_user(row, placeholder: str = PLACEHOLDER_USER, had_user: bool = Fal
     while i < len(msgs) and isinstance(msgs[i], dict) and msgs[i].get('role') == 'system': i += 1
     return {**row, 'messages': msgs[:i] + [{'role': 'user', 'content': placeholder}] + msgs[i:]}, f'prepend_user: {placeholder!r} inserted'
 
-# %% ../nbs/05_schema.ipynb #1c357ec4
+# %% ../nbs/05_schema.ipynb #77ca6314
 REPAIRS = {r.name: r for r in [
-    Repair('tools_to_specs', FORMAT_ONLY, 'tools given as a JSON string are parsed; bare function specs are wrapped', _tools_to_specs),
-    Repair('flatten_content', FORMAT_ONLY, 'content given as a list of text parts becomes one string', _flatten_content),
+    Repair('tools_to_specs', FORMAT_ONLY,
+           'tools given as a JSON string are parsed; bare function specs are wrapped', _tools_to_specs),
+    Repair('flatten_content', FORMAT_ONLY, 'content given as a list of text parts becomes one string',
+           _flatten_content),
     Repair('none_to_empty', FORMAT_ONLY, "content null becomes ''", _none_to_empty),
-    Repair('tool_call_form', FORMAT_ONLY, "a tool call without a type gets 'function'; an empty tool_calls list is removed", _tool_call_form),
-    Repair('rename_roles', FORMAT_ONLY, 'known role aliases (gpt, human, observation, ...) become the role', _rename_roles),
-    Repair('args_to_objects', FORMAT_ONLY, 'tool-call arguments given as a JSON string become the object', _args_to_objects),
-    Repair('drop_empty_turns', MEANING_CHANGING, 'blank system/user/assistant turns are dropped', _drop_empty_turns),
-    Repair('merge_same_role', MEANING_CHANGING, 'consecutive turns of one role are joined by a blank line', _merge_same_role, True),
-    Repair('map_unknown_roles', MEANING_CHANGING, 'a role that is not a known alias becomes user (a guess)', _map_unknown_roles),
-    Repair('move_system_first', MEANING_CHANGING, 'system turns are merged into one at the start (moved)', _move_system_first),
-    Repair('prepend_user', MEANING_CHANGING, 'a placeholder user turn is inserted before the first answer', _prepend_user)]}
+    Repair('tool_call_form', FORMAT_ONLY,
+           "a tool call without a type gets 'function'; an empty tool_calls list is removed",
+           _tool_call_form),
+    Repair('rename_roles', FORMAT_ONLY, 'known role aliases (gpt, human, observation, ...) become the role',
+           _rename_roles),
+    Repair('args_to_objects', FORMAT_ONLY, 'tool-call arguments given as a JSON string become the object',
+           _args_to_objects),
+    Repair('drop_empty_turns', MEANING_CHANGING, 'blank system/user/assistant turns are dropped',
+           _drop_empty_turns),
+    Repair('merge_same_role', MEANING_CHANGING, 'consecutive turns of one role are joined by a blank line',
+           _merge_same_role, True),
+    Repair('map_unknown_roles', MEANING_CHANGING, 'a role that is not a known alias becomes user (a guess)',
+           _map_unknown_roles),
+    Repair('move_system_first', MEANING_CHANGING, 'system turns are merged into one at the start (moved)',
+           _move_system_first),
+    Repair('prepend_user', MEANING_CHANGING, 'a placeholder user turn is inserted before the first answer',
+           _prepend_user)]}
 DEFAULT_REPAIRS = tuple(n for n, r in REPAIRS.items() if r.kind == FORMAT_ONLY)   # what applies unless a config opts in
 FIXES = tuple(n for n, r in REPAIRS.items() if not r.valid_rows)   # every repair of a rejected row (what *could* apply)
 
@@ -385,9 +401,10 @@ def repair_row(
     if not isinstance(row, dict): return row, []
     return apply_repairs(row, DEFAULT_REPAIRS + (('merge_same_role',) if merge_same_role else ()))
 
-# %% ../nbs/05_schema.ipynb #0b46a574
+# %% ../nbs/05_schema.ipynb #c2255d63
 TO_SHAREGPT = {'system': 'system', 'user': 'human', 'assistant': 'gpt', 'tool': 'tool'}
-FROM_SHAREGPT = {'system': 'system', 'human': 'user', 'user': 'user', 'gpt': 'assistant', 'assistant': 'assistant',
+FROM_SHAREGPT = {'system': 'system', 'human': 'user', 'user': 'user', 'gpt': 'assistant',
+                 'assistant': 'assistant',
                  'chatgpt': 'assistant', 'bing': 'assistant', 'bard': 'assistant', 'model': 'assistant',
                  'tool': 'tool', 'observation': 'tool', 'function_response': 'tool', 'ipython': 'tool'}
 
@@ -406,13 +423,14 @@ def to_sharegpt(
              **{k: v for k, v in m.items() if k not in ('role', 'content')}} for m in row['messages']]
     return _top(row, 'conversations', conv)
 
-# %% ../nbs/05_schema.ipynb #d68b8223
+# %% ../nbs/05_schema.ipynb #26945d3a
 def _from_function_call(t) -> dict | None:
     "A LLaMA-Factory `function_call` turn -> an assistant tool call (None when its value is not a call)."
     ok, call = _parse_json_str(t.get('value'))
     if not (ok and isinstance(call, dict) and 'name' in call): return None
     args = call.get('arguments', call.get('parameters', {}))
-    return {'role': 'assistant', 'content': '', 'tool_calls': [{'type': 'function', 'function': {'name': call['name'], 'arguments': args}}]}
+    return {'role': 'assistant', 'content': '',
+            'tool_calls': [{'type': 'function', 'function': {'name': call['name'], 'arguments': args}}]}
 
 def from_sharegpt(
     row: dict,  # a ShareGPT row (`conversations` of `{from, value}` or `{role, content}` turns)

@@ -40,7 +40,7 @@ class TokenizeOptions:
         if int(self.max_seq_len) < 0 or int(self.min_supervised_tokens) < 0: raise ValueError('max_seq_len and min_supervised_tokens must be >= 0')
         self.max_seq_len, self.min_supervised_tokens = int(self.max_seq_len), int(self.min_supervised_tokens)
 
-# %% ../nbs/50_tokenization.ipynb #588d05bb
+# %% ../nbs/50_tokenization.ipynb #ec853ce8
 def _last_run(mask: list[int]) -> list[int]:
     "Keep only the last contiguous run of ones of `mask`."
     out, i = [0] * len(mask), len(mask) - 1
@@ -59,9 +59,10 @@ def _row_error(row) -> str | None:
     return None
 
 def _rejected(reason, row, index, **kw) -> dict:
-    return {'reason': reason, 'id': row.get('id') if isinstance(row, dict) else None, 'index': index, 'unit': 'conversation', 'row': row, **kw}
+    return {'reason': reason, 'id': row.get('id') if isinstance(row, dict) else None, 'index': index,
+            'unit': 'conversation', 'row': row, **kw}
 
-# %% ../nbs/50_tokenization.ipynb #cf374dd6
+# %% ../nbs/50_tokenization.ipynb #7bab50da
 def _mask_items(rows: list, opts: TokenizeOptions, start: int) -> tuple[list, list, list]:
     "(items to mask, their owners (row position, turn or None), rejected rows) of a batch."
     items, owners, rej = [], [], []
@@ -83,7 +84,8 @@ def _masks(tokenizer, items, opts: TokenizeOptions) -> list[dict]:
     out = []
     for it in items:
         try: out += assistant_masks(tokenizer, [it], **kw)
-        except Exception as e: out.append({'error': f'render error: {type(e).__name__}: {str(e)[:300]}', 'reason': 'render error'})
+        except Exception as e: out.append({'error': f'render error: {type(e).__name__}: {str(e)[:300]}',
+                                           'reason': 'render error'})
     return out
 
 # %% ../nbs/50_tokenization.ipynb #cd258f0b
@@ -106,9 +108,10 @@ def _row_rejections(reasons: list, kept: int, rid: str, index: int, row: dict) -
         out.append({**e, 'unit': 'conversation', 'row': row} if not kept and j == reasons[0][0] else {**e, 'unit': 'turn'})
     return out
 
-# %% ../nbs/50_tokenization.ipynb #e8e777a1
+# %% ../nbs/50_tokenization.ipynb #8ef1697d
 def _new_counts(n: int) -> dict:
-    return dict(rows_in=n, rows_out=0, conversations_out=0, conversations_dropped=0, content_lost=0, truncated=0, turns_in=0, turns_out=0)
+    return dict(rows_in=n, rows_out=0, conversations_out=0, conversations_dropped=0, content_lost=0,
+                truncated=0, turns_in=0, turns_out=0)
 
 def _encode_row(row, k: int, results, opts: TokenizeOptions, start: int, c: dict) -> tuple[list[dict], list[dict]]:
     "The output rows and the quarantine entries of row `k` from its masks `results` [(turn, mask result)]."
@@ -119,7 +122,8 @@ def _encode_row(row, k: int, results, opts: TokenizeOptions, start: int, c: dict
         if isinstance(got, str): reasons.append((j, got)); continue
         ids, mask, trunc = got
         c['truncated'] += trunc; c['turns_out'] += j is not None
-        out.append({'id': rid if j is None else f'{rid}#{j}', 'source': src, 'input_ids': ids, 'loss_mask': mask, 'seq_len': len(ids)})
+        out.append({'id': rid if j is None else f'{rid}#{j}', 'source': src, 'input_ids': ids,
+                    'loss_mask': mask, 'seq_len': len(ids)})
     c['conversations_out'] += bool(out)
     c['content_lost'] += not out and any(reason.split(':', 1)[0] in LOSS_REASONS for _, reason in reasons)
     return out, _row_rejections(reasons, len(out), rid, start + k, row)
@@ -165,7 +169,7 @@ def freq_dict(
     import numpy as np   # heavy: see count_tokens
     return {int(i): int(counts[i]) for i in np.nonzero(counts)[0]}
 
-# %% ../nbs/50_tokenization.ipynb #e9d94243
+# %% ../nbs/50_tokenization.ipynb #dcec5597
 def save_token_freq(
     freq: dict,  # `{token_id: count}`
     path,  # the `.pt` file
@@ -182,7 +186,7 @@ def load_token_freq(
     import torch   # heavy: see count_tokens
     return torch.load(path, weights_only=True)
 
-# %% ../nbs/50_tokenization.ipynb #459ebb1d
+# %% ../nbs/50_tokenization.ipynb #31b4915c
 def build_vocab_mapping(
     freq: dict,  # `{token_id: count}` of supervised tokens
     draft_vocab_size: int,  # K (0: the full target vocabulary)
@@ -202,7 +206,7 @@ def build_vocab_mapping(
     t2d = np.zeros(V, dtype=bool); t2d[sel] = True
     return sel - np.arange(K, dtype=np.int64), t2d
 
-# %% ../nbs/50_tokenization.ipynb #0643c96e
+# %% ../nbs/50_tokenization.ipynb #074c1918
 _W: dict = {}     # per-process worker state: tokenizer, options, work folder
 _NP = {'int8': 'int8', 'int32': 'int32', 'int64': 'int64'}
 
@@ -219,10 +223,13 @@ def _table(rows: list[dict], dtype: str):
     def lst(key, typ):
         lens = np.fromiter((len(r[key]) for r in rows), dtype=np.int64, count=len(rows))
         offs = np.zeros(len(rows) + 1, dtype=np.int32); np.cumsum(lens, out=offs[1:])
-        vals = np.fromiter(itertools.chain.from_iterable(r[key] for r in rows), dtype=_NP[str(typ)], count=int(offs[-1]))
+        vals = np.fromiter(itertools.chain.from_iterable(r[key] for r in rows), dtype=_NP[str(typ)],
+                           count=int(offs[-1]))
         return pa.ListArray.from_arrays(pa.array(offs), pa.array(vals, type=typ))
-    cols = [pa.array([r['id'] for r in rows], pa.string()), pa.array([r['source'] for r in rows], pa.string()),
-            lst('input_ids', sch.field('input_ids').type.value_type), lst('loss_mask', sch.field('loss_mask').type.value_type),
+    cols = [pa.array([r['id'] for r in rows], pa.string()),
+            pa.array([r['source'] for r in rows], pa.string()),
+            lst('input_ids', sch.field('input_ids').type.value_type),
+            lst('loss_mask', sch.field('loss_mask').type.value_type),
             pa.array([r['seq_len'] for r in rows], pa.int64())]
     return pa.Table.from_arrays(cols, schema=sch)
 
@@ -231,7 +238,7 @@ def _write_arrow(table, path):
     with atomic_write(path, 'wb') as f:
         with pa.ipc.new_stream(f, table.schema) as w: w.write_table(table, max_chunksize=1000)
 
-# %% ../nbs/50_tokenization.ipynb #43427dd9
+# %% ../nbs/50_tokenization.ipynb #4e0b53f6
 def _chunk_paths(work: Path, k: int) -> tuple[Path, Path]:
     return work / f'chunk-{k:06d}.arrow', work / f'chunk-{k:06d}.json'
 
@@ -252,7 +259,8 @@ def _process_chunk(args) -> dict:
     arrow, meta = _chunk_paths(work, k)
     _write_arrow(_table(out, opts.dtype), arrow)
     c.update(tokens=sum(r['seq_len'] for r in out), supervised=sum(sum(r['loss_mask']) for r in out))
-    write_json(meta, {'chunk': k, 'start': start, 'counts': c, 'seconds': round(time.time() - t, 4), 'rejected': rej}, indent=None)
+    write_json(meta,
+               {'chunk': k, 'start': start, 'counts': c, 'seconds': round(time.time() - t, 4), 'rejected': rej}, indent=None)
     return c
 
 def _init_worker(state):
@@ -262,7 +270,7 @@ def _init_worker(state):
         _W.update(tokenizer=load_tokenizer(state['tokenizer_spec']))
     _W.update(opts=state['opts'], work=state['work'], key=state['key'])
 
-# %% ../nbs/50_tokenization.ipynb #294aba87
+# %% ../nbs/50_tokenization.ipynb #65aebc76
 def _iter_chunks(path, chunk_rows: int) -> Iterator[tuple[int, int, list[str]]]:
     "(chunk index, index of its first row, raw lines) over the non-blank lines of a JSONL file."
     with open(path, encoding='utf-8', errors='replace') as f:
@@ -282,10 +290,11 @@ def tokenizer_key(
     "What identifies a tokenizer for resuming: class, vocabulary size, a hash of the vocabulary and the template."
     tpl = Path(chat_template).read_text(encoding='utf-8') if chat_template else tokenizer.chat_template
     vocab = tokenizer.get_vocab()
-    return {'class': type(tokenizer).__name__, 'len': len(tokenizer), 'vocab': obj_hash(sorted(vocab.items(), key=lambda x: x[1])),
+    return {'class': type(tokenizer).__name__, 'len': len(tokenizer),
+            'vocab': obj_hash(sorted(vocab.items(), key=lambda x: x[1])),
             'template': obj_hash(tpl or '')}
 
-# %% ../nbs/50_tokenization.ipynb #33656103
+# %% ../nbs/50_tokenization.ipynb #48ab146d
 def _work_key(work: Path, input_path, tokenizer, tokenizer_spec, opts, chunk_rows, echo) -> str:
     "The key of this run's work; work left by a different key is discarded."
     key = obj_hash({'opts': asdict(opts), 'tokenizer': tokenizer_key(tokenizer, opts.chat_template),
@@ -308,7 +317,7 @@ def _run_chunks(gen, num_proc: int, state: dict) -> int:
     with ctx.Pool(num_proc, initializer=_init_worker, initargs=(state,)) as pool:
         return sum(1 for _ in pool.imap_unordered(_process_chunk, gen))
 
-# %% ../nbs/50_tokenization.ipynb #e0f303b7
+# %% ../nbs/50_tokenization.ipynb #565ba435
 def encode_file(
     input_path,  # canonical conversations (JSONL)
     work,  # the work folder (chunks, key.json)
@@ -337,7 +346,7 @@ def encode_file(
     complete = rest == 0 and all(_chunk_paths(work, k)[1].exists() for k in range(n['total']))
     return {'chunks': n['total'], 'done_before': n['before'], 'done_now': done, 'complete': complete}
 
-# %% ../nbs/50_tokenization.ipynb #33fbca8c
+# %% ../nbs/50_tokenization.ipynb #9b4ae967
 class EmptyDatasetError(RuntimeError):
     "Tokenization produced no rows; the message gives the quarantine reasons."
 
@@ -356,11 +365,13 @@ def _read_chunk(m: Path, q: Quarantine, acc: dict):
     acc['hashes'].append(file_hash(arrow))
     if not t.num_rows: return
     ids, msk = t.column('input_ids').combine_chunks(), t.column('loss_mask').combine_chunks()
-    acc['freq'] = count_tokens(ids.flatten().to_numpy(zero_copy_only=False), msk.flatten().to_numpy(zero_copy_only=False), acc['freq'])
-    offs, cs = msk.offsets.to_numpy(), np.concatenate([[0], np.cumsum(msk.values.to_numpy(zero_copy_only=False), dtype=np.int64)])
+    acc['freq'] = count_tokens(ids.flatten().to_numpy(zero_copy_only=False),
+                               msk.flatten().to_numpy(zero_copy_only=False), acc['freq'])
+    offs, cs = msk.offsets.to_numpy(), np.concatenate([[0],
+                                                       np.cumsum(msk.values.to_numpy(zero_copy_only=False), dtype=np.int64)])
     acc['tables'].append(t); acc['seq'].append(t.column('seq_len').to_numpy()); acc['sup'].append(cs[offs[1:]] - cs[offs[:-1]])
 
-# %% ../nbs/50_tokenization.ipynb #f6260d43
+# %% ../nbs/50_tokenization.ipynb #825f0bd1
 def assemble(
     work,  # the work folder with the finished chunks
     out_dir,  # the dataset folder to write (atomically)
@@ -372,7 +383,8 @@ def assemble(
     import numpy as np   # heavy: see count_tokens
     from datasets import Dataset   # heavy: see count_tokens
     from datasets.table import concat_tables
-    q, acc = Quarantine(quarantine_path), {'counts': {}, 'seconds': 0.0, 'tables': [], 'freq': None, 'seq': [], 'sup': [], 'hashes': []}
+    q, acc = Quarantine(quarantine_path), {'counts': {}, 'seconds': 0.0, 'tables': [], 'freq': None,
+                                           'seq': [], 'sup': [], 'hashes': []}
     for m in sorted(Path(work).glob('chunk-*.json')): _read_chunk(m, q, acc)
     if quarantine_path is not None: q.save(quarantine_path)
     n_rows, counts = int(sum(t.num_rows for t in acc['tables'])), acc['counts']
@@ -383,11 +395,13 @@ def assemble(
     ds = Dataset(concat_tables(acc['tables']), fingerprint=obj_hash(acc['hashes'])[:16])
     num_shards = max(1, min(n_rows, math.ceil(sum(t.nbytes for t in acc['tables']) / (shard_mb * 2**20))))
     with atomic_dir(out_dir) as tmp: ds.save_to_disk(str(tmp), num_shards=num_shards)
-    return {'counts': counts, 'reasons': q.reasons, 'n_quarantined': len(q), 'freq': acc['freq'] if acc['freq'] is not None else np.zeros(0, np.int64),
-            'seq_len': np.concatenate(acc['seq']), 'supervised': np.concatenate(acc['sup']), 'num_shards': num_shards,
+    return {'counts': counts, 'reasons': q.reasons, 'n_quarantined': len(q),
+            'freq': acc['freq'] if acc['freq'] is not None else np.zeros(0, np.int64),
+            'seq_len': np.concatenate(acc['seq']), 'supervised': np.concatenate(acc['sup']),
+            'num_shards': num_shards,
             'worker_seconds': round(acc['seconds'], 3)}
 
-# %% ../nbs/50_tokenization.ipynb #725fc3ea
+# %% ../nbs/50_tokenization.ipynb #110e043e
 def target_vocab_size(
     target: str,  # the target spec
     tokenizer,  # its tokenizer
@@ -406,7 +420,8 @@ def _stats(a) -> dict:
     import numpy as np   # heavy: see count_tokens
     if not len(a): return {}
     q = np.percentile(a, [50, 90, 99])
-    return {'min': int(a.min()), 'mean': round(float(a.mean()), 1), 'p50': int(q[0]), 'p90': int(q[1]), 'p99': int(q[2]), 'max': int(a.max())}
+    return {'min': int(a.min()), 'mean': round(float(a.mean()), 1), 'p50': int(q[0]), 'p90': int(q[1]),
+            'p99': int(q[2]), 'max': int(a.max())}
 
 def _write_vocab(out_dir: Path, freq: dict, draft_vocab_size: int, V: int):
     "`token_freq.pt`, `d2t.npy` and `t2d.npy`; returns (d2t, t2d)."
@@ -417,25 +432,30 @@ def _write_vocab(out_dir: Path, freq: dict, draft_vocab_size: int, V: int):
         with atomic_write(out_dir / name, 'wb') as f: np.save(f, arr)
     return d2t, t2d
 
-# %% ../nbs/50_tokenization.ipynb #a3695439
+# %% ../nbs/50_tokenization.ipynb #8c4ec6cb
 def _report(input_path, opts, target, a: dict, freq: dict, d2t, t2d, V: int, run: dict, num_proc: int, secs: dict) -> dict:
     "The stage's report (`report.json`)."
     import numpy as np   # heavy: see count_tokens
     c, seq, sup = a['counts'], a['seq_len'], a['supervised']
     cover = sum(freq.get(int(i), 0) for i in np.nonzero(t2d)[0]) / max(1, sum(freq.values()))
     rep = {'complete': True, 'input': str(input_path), 'options': asdict(opts), 'target': target,
-           **{k: c.get(k, 0) for k in ('rows_in', 'conversations_out', 'conversations_dropped', 'content_lost')},
+           **{k: c.get(k, 0) for k in ('rows_in', 'conversations_out', 'conversations_dropped',
+                                       'content_lost')},
            'rows_out': int(len(seq)), 'quarantined': a['n_quarantined'], 'quarantine_reasons': a['reasons'],
            **{k: c.get(k, 0) for k in ('truncated', 'turns_in', 'turns_out')},
-           'tokens': int(seq.sum()), 'supervised_tokens': int(sup.sum()), 'supervised_fraction': round(float(sup.sum() / max(1, seq.sum())), 4),
+           'tokens': int(seq.sum()), 'supervised_tokens': int(sup.sum()),
+           'supervised_fraction': round(float(sup.sum() / max(1, seq.sum())), 4),
            'seq_len': _stats(seq), 'supervised_per_row': _stats(sup), 'distinct_supervised_tokens': len(freq),
-           'target_vocab_size': V, 'draft_vocab_size': int(len(d2t)), 'draft_vocab_coverage': round(float(cover), 6),
-           'num_proc': num_proc, 'chunks': run['chunks'], 'chunks_resumed': run['done_before'], 'seconds': secs,
-           'rows_per_s': round(c.get('rows_in', 0) / max(secs['total'], 1e-9), 1), 'tokens_per_s': round(int(seq.sum()) / max(secs['total'], 1e-9), 1)}
+           'target_vocab_size': V, 'draft_vocab_size': int(len(d2t)),
+           'draft_vocab_coverage': round(float(cover), 6),
+           'num_proc': num_proc, 'chunks': run['chunks'], 'chunks_resumed': run['done_before'],
+           'seconds': secs,
+           'rows_per_s': round(c.get('rows_in', 0) / max(secs['total'], 1e-9), 1),
+           'tokens_per_s': round(int(seq.sum()) / max(secs['total'], 1e-9), 1)}
     h, edges = np.histogram(seq, bins=20)
     return {**rep, 'histogram': {'seq_len_counts': h.tolist(), 'seq_len_edges': edges.round(1).tolist()}}
 
-# %% ../nbs/50_tokenization.ipynb #81d9c43c
+# %% ../nbs/50_tokenization.ipynb #e79da363
 def tokenize_conversations(
     input_path,  # canonical conversations (JSONL)
     out_dir,  # the output folder
@@ -458,20 +478,22 @@ def tokenize_conversations(
         from dflash_nb.targets import load_tokenizer   # loads transformers: only when not given a tokenizer
         tokenizer = load_tokenizer(target)
     t1 = time.time()
-    run = encode_file(input_path, out_dir / 'work', tokenizer, target, opts, num_proc, chunk_rows, max_chunks, echo)
+    run = encode_file(input_path, out_dir / 'work', tokenizer, target, opts, num_proc, chunk_rows,
+                      max_chunks, echo)
     if not run['complete']: return {'complete': False, **run}
     t2 = time.time()
     a = assemble(out_dir / 'work', out_dir / 'dataset', opts, shard_mb, out_dir / 'quarantine.jsonl')
     V, freq = int(vocab_size or target_vocab_size(target, tokenizer)), freq_dict(a['freq'])
     d2t, t2d = _write_vocab(out_dir, freq, draft_vocab_size, V)
-    secs = {'load_tokenizer': round(t1 - t0, 3), 'encode': round(t2 - t1, 3), 'assemble': round(time.time() - t2, 3), 'total': round(time.time() - t0, 3)}
+    secs = {'load_tokenizer': round(t1 - t0, 3), 'encode': round(t2 - t1, 3),
+            'assemble': round(time.time() - t2, 3), 'total': round(time.time() - t0, 3)}
     rep = _report(input_path, opts, target, a, freq, d2t, t2d, V, run, num_proc, secs)
     rep['shards'] = [{'file': p.name, 'bytes': p.stat().st_size} for p in sorted((out_dir / 'dataset').glob('*.arrow'))]
     write_json(out_dir / 'report.json', rep)
     if not keep_work: shutil.rmtree(out_dir / 'work', ignore_errors=True)
     return {**rep, '_lengths': (a['seq_len'], a['supervised'])}
 
-# %% ../nbs/50_tokenization.ipynb #96657ac5
+# %% ../nbs/50_tokenization.ipynb #982fe90e
 def plot_lengths(
     seq_len,  # tokens per row
     supervised,  # supervised tokens per row
@@ -491,7 +513,7 @@ def plot_lengths(
     plt.close(fig)
     return fig
 
-# %% ../nbs/50_tokenization.ipynb #18cad94b
+# %% ../nbs/50_tokenization.ipynb #60b0c90b
 def _row_box(tokenizer, r, max_tokens: int) -> str:
     "One row as HTML: its tokens, supervised ones in green."
     ids, mask, toks = list(r['input_ids'])[:max_tokens], list(r['loss_mask'])[:max_tokens], []
@@ -512,9 +534,10 @@ def show_rows(
     from IPython.display import HTML   # notebooks only
     return HTML(''.join(_row_box(tokenizer, rows[i], max_tokens) for i in range(min(n, len(rows)))))
 
-# %% ../nbs/50_tokenization.ipynb #9cc02775
+# %% ../nbs/50_tokenization.ipynb #60e90039
 CLI_DEFAULTS = dict(max_seq_len=1024, truncation='truncate', min_supervised_tokens=4, rows='conversation',
-                    mask_method='locate', ids_dtype='int32', draft_vocab_size=8192, num_proc=2, chunk_rows=500, shard_mb=500)
+                    mask_method='locate', ids_dtype='int32', draft_vocab_size=8192, num_proc=2,
+                    chunk_rows=500, shard_mb=500)
 
 class InputError(ValueError):
     "An input that a CLI command refuses before doing any work; the message is one line naming the fault."
@@ -526,7 +549,7 @@ def _bool_or_none(s: str):
     if s in ('false', '0', 'no', 'off'): return False
     raise ValueError(f'expected true, false or none, got {s!r}')
 
-# %% ../nbs/50_tokenization.ipynb #46aec794
+# %% ../nbs/50_tokenization.ipynb #fe795ab1
 def check_input(
     path,  # canonical conversations (JSONL)
     tokenizer=None,  # the tokenizer (checked for a chat template)
@@ -548,25 +571,33 @@ def check_input(
     if n == 0: raise InputError(f'{p} has no rows')
     return n
 
-# %% ../nbs/50_tokenization.ipynb #4146df82
+# %% ../nbs/50_tokenization.ipynb #160f4561
 def _add_run_args(r, d: dict):
     "The options of `tokenization run` (defaults: `CLI_DEFAULTS`)."
     r.add_argument('input', help='canonical conversations (JSONL)'); r.add_argument('out', help='output folder')
     r.add_argument('--target', required=True, help='target spec whose tokenizer and template to use')
     r.add_argument('--chat-template', default=None, help="a .jinja file replacing the tokenizer's template")
-    r.add_argument('--enable-thinking', type=_bool_or_none, default=None, help='true | false | none (the template default)')
+    r.add_argument('--enable-thinking', type=_bool_or_none, default=None,
+                   help='true | false | none (the template default)')
     r.add_argument('--max-seq-len', type=int, default=d['max_seq_len'], help='tokens per row; 0: no limit')
-    r.add_argument('--truncation', default=d['truncation'], choices=['truncate', 'drop'], help='rows longer than --max-seq-len')
-    r.add_argument('--min-supervised-tokens', type=int, default=d['min_supervised_tokens'], help='rows with fewer are quarantined')
-    r.add_argument('--rows', default=d['rows'], choices=['conversation', 'turn'], help='one row per conversation or per assistant turn')
-    r.add_argument('--mask-method', default=d['mask_method'], choices=['locate', 'prefix'], help='how assistant masks are found')
-    r.add_argument('--dtype', default=d['ids_dtype'], choices=['int32', 'int64'], help='int64: the speculators byte layout')
-    r.add_argument('--draft-vocab-size', type=int, default=d['draft_vocab_size'], help='reduced draft vocabulary; 0: the full target vocabulary')
+    r.add_argument('--truncation', default=d['truncation'], choices=['truncate', 'drop'],
+                   help='rows longer than --max-seq-len')
+    r.add_argument('--min-supervised-tokens', type=int, default=d['min_supervised_tokens'],
+                   help='rows with fewer are quarantined')
+    r.add_argument('--rows', default=d['rows'], choices=['conversation', 'turn'],
+                   help='one row per conversation or per assistant turn')
+    r.add_argument('--mask-method', default=d['mask_method'], choices=['locate', 'prefix'],
+                   help='how assistant masks are found')
+    r.add_argument('--dtype', default=d['ids_dtype'], choices=['int32', 'int64'],
+                   help='int64: the speculators byte layout')
+    r.add_argument('--draft-vocab-size', type=int, default=d['draft_vocab_size'],
+                   help='reduced draft vocabulary; 0: the full target vocabulary')
     r.add_argument('--num-proc', type=int, default=d['num_proc'], help='worker processes')
     r.add_argument('--chunk-rows', type=int, default=d['chunk_rows'], help='rows per resumable chunk')
-    r.add_argument('--shard-mb', type=float, default=d['shard_mb'], help='target size of a dataset shard (MB)')
+    r.add_argument('--shard-mb', type=float, default=d['shard_mb'],
+                   help='target size of a dataset shard (MB)')
 
-# %% ../nbs/50_tokenization.ipynb #e03818fc
+# %% ../nbs/50_tokenization.ipynb #7f29fab5
 def _run_cmd(a) -> int:
     "`tokenization run`: check the numbers and the rows first, then tokenize."
     for k in ('max_seq_len', 'min_supervised_tokens', 'draft_vocab_size'):
@@ -579,8 +610,10 @@ def _run_cmd(a) -> int:
     if a.chat_template is None and not getattr(tok, 'chat_template', None):
         raise InputError(f'the tokenizer of {a.target} has no chat template: pass one with --chat-template FILE.jinja')
     print(f'{a.input}: {n} canonical conversations', file=sys.stderr)
-    opts = TokenizeOptions(a.max_seq_len, a.truncation, a.min_supervised_tokens, a.rows, a.enable_thinking, a.chat_template, a.mask_method, a.dtype)
-    rep = tokenize_conversations(a.input, a.out, a.target, opts, tokenizer=tok, draft_vocab_size=a.draft_vocab_size,
+    opts = TokenizeOptions(a.max_seq_len, a.truncation, a.min_supervised_tokens, a.rows, a.enable_thinking,
+                           a.chat_template, a.mask_method, a.dtype)
+    rep = tokenize_conversations(a.input, a.out, a.target, opts, tokenizer=tok,
+                                 draft_vocab_size=a.draft_vocab_size,
                                  num_proc=a.num_proc, chunk_rows=a.chunk_rows, shard_mb=a.shard_mb)
     rep.pop('_lengths', None); rep.pop('histogram', None)
     print(json.dumps(rep, indent=2)); return 0
@@ -591,7 +624,8 @@ def register_cli(
     "Add `dflash-nb tokenization run` to the CLI."
     p = sub.add_parser('tokenization', help='tokenize canonical conversations into a training dataset')
     ts = p.add_subparsers(dest='tokenization_cmd', required=True)
-    r = ts.add_parser('run', help='JSONL of canonical conversations -> dataset/, token_freq.pt, d2t.npy, t2d.npy',
+    r = ts.add_parser('run',
+                      help='JSONL of canonical conversations -> dataset/, token_freq.pt, d2t.npy, t2d.npy',
                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     _add_run_args(r, CLI_DEFAULTS)
     r.set_defaults(func=_run_cmd)
