@@ -134,9 +134,6 @@ def _options(parser):
 # text to add); the test fails on any other option without help, and on an entry here that got its help.
 PENDING_HELP = {
     ('targets', 'prepare', '--device'), ('sources', 'detect', 'file'),
-    ('templates', 'probe', '--enable-thinking'), ('templates', 'masks', '--enable-thinking'),
-    ('templates', 'masks', '--method'), ('templates', 'masks', 'input'), ('templates', 'masks', 'output'),
-    ('templates', 'report', '--enable-thinking'), ('templates', 'report', '--method'),
     *(('regenerate', o) for o in ('--mode', '--select', '--tool-turns', '--max-new-tokens', '--temperature', '--top-p',
                                   '--reasoning', '--batch-size', '--concurrency', '--timeout', '--max-retries',
                                   '--chunk-size', '--device', '--dtype', '--seed', '--quiet')),

@@ -150,14 +150,13 @@ def test_preference_rows_without_an_answer_are_quarantined_not_written(tmp_path)
     q = json.loads((tmp_path / 'q.jsonl').read_text())
     assert 'chosen answer is empty' in json.dumps(q)
 
-def test_normalize_prints_each_repair_with_its_class(tmp_path, monkeypatch):
-    "The class of a repair is read from schema.REPAIRS (when schema declares it), printed next to its count."
-    import dflash_nb.schema as schema, dflash_nb.sources as sources
-    from types import SimpleNamespace
-    monkeypatch.setattr(schema, 'REPAIRS', {'prepend_user': SimpleNamespace(kind='meaning-changing')}, raising=False)
-    monkeypatch.setattr(sources, 'FIXES', ('prepend_user',))
+def test_normalize_prints_each_repair_with_its_class(tmp_path):
+    "A meaning-changing repair applies only when opted in (`--repair`), and is printed with its class from schema.REPAIRS."
     p = tmp_path / 'greet.jsonl'; p.write_text(json.dumps({'messages': [{'role': 'assistant', 'content': 'Hello!'}]}) + '\n')
-    code, out, _ = cli('sources', 'normalize', '--input', p, '--output', tmp_path / 'o.jsonl')
+    code, out, _ = cli('sources', 'normalize', '--source', 'messages', '--input', p, '--output', tmp_path / 'o.jsonl')
+    assert code == 0 and 'wrote 0 rows' in out and 'no user turn' in out   # quarantined unless opted in
+    code, out, _ = cli('sources', 'normalize', '--source', 'messages', '--input', p, '--output', tmp_path / 'o.jsonl',
+                       '--repair', 'prepend_user')
     assert code == 0 and '1  repaired: prepend_user (meaning-changing)' in out
 
 def test_openai_messages_file_keeps_ids_tools_calls_and_reasoning(tmp_path):
@@ -216,7 +215,8 @@ def test_structural_repairs_are_applied_and_recorded(tmp_path):
             {'id': 's', 'messages': [U, {'role': 'system', 'content': 'Be brief.'}, A]},
             {'id': 'e', 'messages': [{'role': 'wizard', 'content': '   '}]}]
     p = tmp_path / 'r.jsonl'; p.write_text(''.join(json.dumps(r) + '\n' for r in rows))
-    c = normalize_file('messages', p, tmp_path / 'o.jsonl', tmp_path / 'q.jsonl')
+    c = normalize_file('messages', p, tmp_path / 'o.jsonl', tmp_path / 'q.jsonl',
+                       repairs=('map_unknown_roles', 'prepend_user', 'move_system_first', 'drop_empty_turns'))
     assert (c['written'], c['quarantined']) == (3, 1)
     assert c['repairs'] == {'map_unknown_roles': 1, 'prepend_user': 1, 'move_system_first': 1}
     out = {o['id']: o for o in map(json.loads, (tmp_path / 'o.jsonl').read_text().splitlines())}
