@@ -27,7 +27,7 @@ __all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'RETRY_STATUS', 'GenConfig', 'GenRe
            'Server', 'ServerPool', 'HTTPBackend', 'read_response', 'regenerate_chunk', 'regenerate_file',
            'assistant_token_counts', 'token_stats', 'length_histogram', 'make_backend', 'register_cli']
 
-# %% ../nbs/40_regenerate.ipynb #65ec64f0
+# %% ../nbs/40_regenerate.ipynb #ef3f0f79
 @dataclass
 class GenConfig:
     "Generation settings shared by every backend."
@@ -40,7 +40,8 @@ class GenConfig:
     seed: int = 0                              # sampling seed
 
     def __post_init__(self):
-        if int(self.max_new_tokens) < 1: raise ValueError(f'max_new_tokens must be >= 1, got {self.max_new_tokens}')
+        if int(self.max_new_tokens) < 1:
+            raise ValueError(f'max_new_tokens must be >= 1, got {self.max_new_tokens}')
         if float(self.temperature) < 0: raise ValueError(f'temperature must be >= 0, got {self.temperature}')
         if not 0 < float(self.top_p) <= 1: raise ValueError(f'top_p must be in (0, 1], got {self.top_p}')
         if self.reasoning not in ('save', 'drop'):
@@ -50,7 +51,7 @@ class GenConfig:
     @property
     def greedy(self) -> bool: return float(self.temperature) == 0.0
 
-# %% ../nbs/40_regenerate.ipynb #780575fd
+# %% ../nbs/40_regenerate.ipynb #6cad0fc0
 @dataclass
 class GenRequest:
     "One generation: the conversation so far (ending before the turn to write) and the row's tools."
@@ -60,17 +61,17 @@ class GenRequest:
 
 @dataclass
 class GenResult:
-    "What a backend returns for one request: raw text, parsed parts, why it stopped, tokens generated, or an error."
+    "What a backend returns for one request: text, parsed parts, why it stopped, tokens generated, or an error."
     text: str = ''
     finish_reason: str | None = None    # stop | length | tool_calls | error
     new_tokens: int = 0                 # generated tokens, the stop token included
-    reasoning: str | None = None        # reasoning the server already separated (OpenAI-compatible `reasoning_content`)
+    reasoning: str | None = None        # reasoning the server already separated (`reasoning_content`)
     tool_calls: list | None = None      # tool calls the server already parsed
     error: str | None = None            # why this request failed (the row goes to the failures file)
 
-# %% ../nbs/40_regenerate.ipynb #81ad7e63
+# %% ../nbs/40_regenerate.ipynb #6b83bb94
 def split_reasoning(text: str,               # generated text
-                    opened: bool | None = None  # the prompt opened a `<think>` block (None: a `</think>` says so)
+                    opened: bool | None = None  # the prompt opened a `<think>` block (None: `</think>` tells)
                    ) -> tuple[str, str | None]:  # (content, reasoning or None)
     "Split generated `text` into its answer and its reasoning."
     if not isinstance(text, str): return text, None
@@ -86,7 +87,7 @@ def split_reasoning(text: str,               # generated text
     if end < 0: return '', text.strip('\n')
     return text[end + len('</think>'):].lstrip('\n'), text[:end].strip('\n')
 
-# %% ../nbs/40_regenerate.ipynb #f00bda2a
+# %% ../nbs/40_regenerate.ipynb #ffbd2ee3
 _TC_RE = re.compile(r'<tool_call>\s*(.*?)\s*(?:</tool_call>|$)', re.S)
 _FN_RE = re.compile(r'<function=([^>\n]+)>(.*?)(?:</function>|$)', re.S)
 _PARAM_RE = re.compile(r'<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>', re.S)
@@ -112,7 +113,7 @@ def _parse_call(body: str) -> tuple[dict | None, str | None]:
 
 def parse_tool_calls(text: str  # generated text that may hold `<tool_call>` blocks
                     ) -> tuple[str, list, list]:  # (text before the first call, calls, problems)
-    "Find the `<tool_call>` blocks in `text`; calls as `{'type': 'function', 'function': {'name', 'arguments': dict}}`."
+    "The `<tool_call>` blocks of `text`, as `{'type': 'function', 'function': {'name', 'arguments': dict}}`."
     first = text.find('<tool_call>')
     if first < 0: return text, [], []
     found = [_parse_call(body) for body in _TC_RE.findall(text[first:])]
@@ -154,16 +155,17 @@ def is_selected(row: dict,          # a canonical row
     if select == 'prompt_only': return not _answers(row)
     return not msgs or not isinstance(msgs[-1], dict) or msgs[-1].get('role') != 'assistant'
 
-# %% ../nbs/40_regenerate.ipynb #90084210
+# %% ../nbs/40_regenerate.ipynb #38f4fc4d
 class RowJob:
     "The regeneration of one row: yields generation requests in conversation order and assembles the new row."
     def __init__(self, row: dict, mode: str = 'final', tool_turns: str = 'keep'):
         if mode not in MODES: raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-        if tool_turns not in TOOL_TURNS: raise ValueError(f'tool_turns must be one of {TOOL_TURNS}, got {tool_turns!r}')
+        if tool_turns not in TOOL_TURNS:
+            raise ValueError(f'tool_turns must be one of {TOOL_TURNS}, got {tool_turns!r}')
         self.row, self.mode, self.tool_turns, self.src = row, mode, tool_turns, list(row['messages'])
-        self.out, self.turns, self.notes = [], [], []   # built conversation; per generated turn: index, finish, tokens
+        self.out, self.turns, self.notes = [], [], []   # the conversation built; per generated turn: index, ...
         self.error, self.done, self.pos, self._tail_asked = None, False, 0, False
-        self._pending = None             # the original turn being replaced (False: a new turn), None: nothing asked
+        self._pending = None             # the turn being replaced (False: a new turn; None: nothing asked)
         if mode == 'final':
             end = len(self.src)
             while end > 0 and self.src[end - 1].get('role') == 'assistant': end -= 1
@@ -174,12 +176,13 @@ class RowJob:
         self._pending = replaced
         return GenRequest(messages=list(self.out), tools=self.row.get('tools'), key=self.row.get('id'))
 
-# %% ../nbs/40_regenerate.ipynb #e7bb1c1e
+# %% ../nbs/40_regenerate.ipynb #1c57435f
 @patch
 def next_request(self: RowJob) -> GenRequest | None:
     "The next generation this row needs, or None when the row is complete (or failed)."
     if self.done or self.error: return None
-    if self._pending is not None: raise RuntimeError('next_request called before the last result was accepted')
+    if self._pending is not None:
+        raise RuntimeError('next_request called before the last result was accepted')
     if self.mode == 'final':
         if self._final_asked: self.done = True; return None
         self._final_asked = True
@@ -189,8 +192,9 @@ def next_request(self: RowJob) -> GenRequest | None:
         m, self.pos = src[self.pos], self.pos + 1
         if m.get('role') == 'assistant':
             follows_tool = self.pos < len(src) and src[self.pos].get('role') == 'tool'
-            if not (m.get('tool_calls') and follows_tool and self.tool_turns == 'keep'): return self._request(m)
-            self.out.append(m); continue
+            if m.get('tool_calls') and follows_tool and self.tool_turns == 'keep':
+                self.out.append(m); continue
+            return self._request(m)
         self.out.append(m)
         if m.get('role') == 'user' and self.pos < len(src) and src[self.pos].get('role') == 'user':
             return self._request(False)            # a user turn answered by nobody: answer it
@@ -200,19 +204,20 @@ def next_request(self: RowJob) -> GenRequest | None:
     self.done = True
     return None
 
-# %% ../nbs/40_regenerate.ipynb #3509d583
+# %% ../nbs/40_regenerate.ipynb #8dbb1c91
 def _names(calls) -> list:
     return [(c.get('function') or {}).get('name') for c in calls or [] if isinstance(c, dict)]
 
 @patch
 def _match_tool_results(self: RowJob, replaced, msg) -> bool:
-    "Same calls in the same order: carry the recorded call ids over (True). Otherwise end the conversation (False)."
+    "Same calls in the same order: carry the recorded ids over (True); else end the conversation (False)."
     old, new = _names(replaced['tool_calls']), _names(msg.get('tool_calls'))
     if old == new:
         for o, n in zip(replaced['tool_calls'], msg['tool_calls']):
             if o.get('id'): n['id'] = o['id']
         return True
-    self.notes.append(f'tool_mismatch: turn {len(self.out)} called {new} instead of {old}; conversation ends here')
+    self.notes.append(f'tool_mismatch: turn {len(self.out)} called {new} instead of {old}; '
+                      'conversation ends here')
     self.out.append(msg); self.pos = len(self.src); self._tail_asked = True
     return False
 
@@ -223,15 +228,17 @@ def accept(self: RowJob, res: GenResult, gen: GenConfig, opened_think: bool | No
     if res.error: self.error = res.error; return
     msg, problems = make_turn(res, gen, tools_offered=bool(self.row.get('tools')), opened_think=opened_think)
     self.notes += problems
+    k = len(self.out)
     if not msg['content'] and not msg.get('tool_calls'):   # the schema needs an answer (or tool calls)
-        self.error = (f'truncated: turn {len(self.out)} hit max_new_tokens={gen.max_new_tokens} before any answer '
+        self.error = (f'truncated: turn {k} hit max_new_tokens={gen.max_new_tokens} before any answer '
                       '(inside its reasoning)' if res.finish_reason == 'length' else
-                      f'empty answer: turn {len(self.out)} generated no text (finish_reason {res.finish_reason})')
+                      f'empty answer: turn {k} generated no text (finish_reason {res.finish_reason})')
         return
-    self.turns.append({'index': len(self.out), 'finish_reason': res.finish_reason, 'new_tokens': int(res.new_tokens),
+    self.turns.append({'index': k, 'finish_reason': res.finish_reason, 'new_tokens': int(res.new_tokens),
                        'replaced': bool(replaced)})
     results_follow = self.pos < len(self.src) and self.src[self.pos].get('role') == 'tool'
-    if replaced and replaced.get('tool_calls') and results_follow and not self._match_tool_results(replaced, msg): return
+    if replaced and replaced.get('tool_calls') and results_follow:
+        if not self._match_tool_results(replaced, msg): return
     for j, c in enumerate(msg.get('tool_calls') or []): c.setdefault('id', f'call_{len(self.out)}_{j}')
     self.out.append(msg)
     if self.mode == 'final': self.done = True
@@ -249,7 +256,7 @@ def result(self: RowJob, backend_info: dict) -> dict:
         **({'notes': self.notes} if self.notes else {})}}
     return row
 
-# %% ../nbs/40_regenerate.ipynb #42b250e2
+# %% ../nbs/40_regenerate.ipynb #73af5c63
 def left_pad(prompts: list,    # token id lists
              pad_id: int,      # the padding token
              extra: int = 0    # columns of ones appended to the mask (the positions decoding will fill)
@@ -260,16 +267,17 @@ def left_pad(prompts: list,    # token id lists
     ids = torch.full((len(prompts), L), pad_id, dtype=torch.long)
     mask = torch.zeros(len(prompts), L + extra, dtype=torch.long)
     mask[:, L:] = 1
-    for j, p in enumerate(prompts): ids[j, L - len(p):] = torch.tensor(p, dtype=torch.long); mask[j, L - len(p):L] = 1
+    for j, p in enumerate(prompts):
+        ids[j, L - len(p):] = torch.tensor(p, dtype=torch.long); mask[j, L - len(p):L] = 1
     pos = (mask[:, :L].cumsum(-1) - 1).masked_fill(mask[:, :L] == 0, 1)
     return ids, mask, pos
 
-# %% ../nbs/40_regenerate.ipynb #d6d66a6a
+# %% ../nbs/40_regenerate.ipynb #8dc32efb
 def slab_cache(model,         # the causal LM whose keys and values it holds
                capacity: int  # positions per row: the padded prompt and every token to generate
               ):
     "A transformers `Cache` for `model` that writes keys and values in place into preallocated slabs."
-    from transformers.cache_utils import Cache, DynamicLayer   # heavy: imported when a model runs (see the import cell)
+    from transformers.cache_utils import Cache, DynamicLayer   # heavy: imported when a model runs (see imports)
     class SlabLayer(DynamicLayer):
         "Keys and values of one layer in preallocated slabs; `update` returns the filled part."
         def lazy_initialization(self, k, v):
@@ -286,19 +294,20 @@ def slab_cache(model,         # the causal LM whose keys and values it holds
         def get_seq_length(self): return self.n if self.is_initialized else 0
     return Cache(layers=[SlabLayer() for _ in range(text_config(model).num_hidden_layers)])
 
-# %% ../nbs/40_regenerate.ipynb #7d361a14
+# %% ../nbs/40_regenerate.ipynb #200541ca
 def decoder_supported(model  # a loaded causal LM
                      ) -> str | None:  # None, or why `greedy_decode` cannot run it
     "Whether `greedy_decode` can run `model` (else the backend calls `generate`)."
     import inspect
     cfg = text_config(model)
     kinds = sorted(set(getattr(cfg, 'layer_types', None) or ['full_attention']))
-    if kinds != ['full_attention']: return f'layer types {kinds}: the slab cache holds full-attention layers only'
-    if getattr(cfg, 'sliding_window', None) and getattr(cfg, 'use_sliding_window', True): return 'sliding-window attention'
-    if 'logits_to_keep' not in inspect.signature(model.forward).parameters: return 'its forward has no logits_to_keep'
+    if kinds != ['full_attention']: return f'layer types {kinds}: the slab cache holds full attention only'
+    if getattr(cfg, 'sliding_window', None) and getattr(cfg, 'use_sliding_window', True):
+        return 'sliding-window attention'
+    if 'logits_to_keep' not in inspect.signature(model.forward).parameters: return 'no logits_to_keep argument'
     return None
 
-# %% ../nbs/40_regenerate.ipynb #b10ecf52
+# %% ../nbs/40_regenerate.ipynb #f3cd1eaa
 def greedy_decode(model,               # a causal LM that `decoder_supported`
                   prompts: list,       # token id lists (the rendered chat prompts)
                   pad_id: int,         # the padding token
@@ -310,8 +319,11 @@ def greedy_decode(model,               # a causal LM that `decoder_supported`
     ids, mask, pos = (t.to(model.device) for t in left_pad(prompts, pad_id, max_new_tokens))
     L, stops = ids.shape[1], torch.tensor(sorted(stop_ids), device=model.device)
     cache, live, new = slab_cache(model, L + max_new_tokens), torch.ones(len(prompts), dtype=torch.bool), []
-    step = lambda x, n, p: model(input_ids=x, attention_mask=mask[:, :n], position_ids=p, past_key_values=cache,
-                                 use_cache=True, logits_to_keep=1).logits[:, -1].float().argmax(-1)
+    last = torch.tensor([-1], device=model.device)   # the last position, gathered (a copy, not a strided view)
+    def step(x, n, p):
+        out = model(input_ids=x, attention_mask=mask[:, :n], position_ids=p, past_key_values=cache,
+                    use_cache=True, logits_to_keep=last)
+        return out.logits[:, -1].float().argmax(-1)
     with torch.inference_mode():
         nxt = step(ids, L, pos)
         for t in range(1, max_new_tokens + 1):
@@ -321,7 +333,7 @@ def greedy_decode(model,               # a causal LM that `decoder_supported`
             nxt = step(nxt[:, None], L + t, pos)
     return torch.stack(new, 1).tolist()
 
-# %% ../nbs/40_regenerate.ipynb #9de5462f
+# %% ../nbs/40_regenerate.ipynb #4a7d2ff4
 def length_buckets(lengths: list,                      # prompt lengths in tokens
                    batch_size: int,                    # most rows per batch
                    max_batch_tokens: int | None = None,  # most cache positions per batch (None: no bound)
@@ -329,41 +341,43 @@ def length_buckets(lengths: list,                      # prompt lengths in token
                   ) -> list:  # batches of indices into `lengths`, longest prompts first
     "Cut the prompts, sorted by length, into batches of similar length."
     order, batches, cur = sorted(range(len(lengths)), key=lambda i: -lengths[i]), [], []
+    too_many = lambda: max_batch_tokens and (lengths[cur[0]] + max_new_tokens) * (len(cur) + 1) > max_batch_tokens
     for i in order:
-        full = len(cur) >= batch_size or (max_batch_tokens and
-                                          (lengths[cur[0]] + max_new_tokens) * (len(cur) + 1) > max_batch_tokens) if cur else False
-        if full: batches.append(cur); cur = []
+        if cur and (len(cur) >= batch_size or too_many()): batches.append(cur); cur = []
         cur.append(i)
     return batches + [cur] if cur else batches
 
-# %% ../nbs/40_regenerate.ipynb #5d9500f8
+# %% ../nbs/40_regenerate.ipynb #888faf69
 class HFBackend:
     "In-process generation with transformers: prompts bucketed by length, batched, left-padded; CPU or GPU."
     name = 'hf'
     def __init__(self, model, tokenizer=None, device: str | None = 'cpu', dtype=None, batch_size: int = 16,
                  max_batch_tokens: int | None = None, threads: int | None = None, decoder: str = 'auto'):
-        if decoder not in ('auto', 'generate'): raise ValueError(f"decoder must be 'auto' or 'generate', got {decoder!r}")
+        if decoder not in ('auto', 'generate'): raise ValueError(f"decoder: 'auto' or 'generate', not {decoder!r}")
         if threads:   # torch's CPU threads (process-wide)
             import torch; torch.set_num_threads(int(threads))
         self.init_kwargs = None
         if isinstance(model, (str, Path)):
-            self.spec, self.init_kwargs = str(model), dict(model=str(model), device=device, dtype=dtype, batch_size=batch_size,
-                                                           max_batch_tokens=max_batch_tokens, threads=threads, decoder=decoder)
+            self.spec = str(model)
+            self.init_kwargs = dict(model=self.spec, device=device, dtype=dtype, batch_size=batch_size,
+                                    max_batch_tokens=max_batch_tokens, threads=threads, decoder=decoder)
             self.model, tokenizer = load_target(self.spec, device=device, dtype=dtype)
         else: self.model, self.spec = model, getattr(model.config, '_name_or_path', 'model')
-        self.tok, self.batch_size, self.max_batch_tokens, self.device = tokenizer, int(batch_size), max_batch_tokens, self.model.device
+        self.tok, self.device = tokenizer, self.model.device
+        self.batch_size, self.max_batch_tokens = int(batch_size), max_batch_tokens
         if self.tok.pad_token_id is None: self.tok.pad_token = self.tok.eos_token
-        self.stop_ids, self.reads_thinking = self._stop_ids(), 'enable_thinking' in (self.tok.chat_template or '')
-        self.no_loop = 'turned off' if decoder == 'generate' else decoder_supported(self.model)   # why generate is used
+        self.stop_ids = self._stop_ids()
+        self.reads_thinking = 'enable_thinking' in (self.tok.chat_template or '')
+        self.no_loop = 'turned off' if decoder == 'generate' else decoder_supported(self.model)   # why not
 
     def info(self) -> dict: return {'backend': self.name, 'model': self.spec}
 
-# %% ../nbs/40_regenerate.ipynb #889d649a
+# %% ../nbs/40_regenerate.ipynb #065414a9
 @patch
 def _stop_ids(self: HFBackend) -> list:
-    "End-of-sequence ids of the tokenizer and generation config, and the end-of-turn markers the vocabulary has."
-    ids = set()
-    for v in (self.tok.eos_token_id, getattr(getattr(self.model, 'generation_config', None), 'eos_token_id', None)):
+    "End-of-sequence ids of the tokenizer and generation config, and the end-of-turn markers in the vocabulary."
+    ids, gen_eos = set(), getattr(getattr(self.model, 'generation_config', None), 'eos_token_id', None)
+    for v in (self.tok.eos_token_id, gen_eos):
         if isinstance(v, int): ids.add(v)
         elif v: ids.update(int(x) for x in v)
     vocab = self.tok.get_vocab()
@@ -373,11 +387,12 @@ def _stop_ids(self: HFBackend) -> list:
 @patch
 def render(self: HFBackend, req: GenRequest, gen: GenConfig) -> str:
     "The prompt text of a request: the chat template with the generation prompt (`enable_thinking` where read)."
-    kw = {'enable_thinking': bool(gen.enable_thinking)} if gen.enable_thinking is not None and self.reads_thinking else {}
+    think = gen.enable_thinking is not None and self.reads_thinking
+    kw = {'enable_thinking': bool(gen.enable_thinking)} if think else {}
     return self.tok.apply_chat_template(req.messages, tools=req.tools or None, add_generation_prompt=True,
                                         tokenize=False, **kw)
 
-# %% ../nbs/40_regenerate.ipynb #6c17a906
+# %% ../nbs/40_regenerate.ipynb #86aa4340
 @patch
 def generate(self: HFBackend, reqs: list, gen: GenConfig, progress=None) -> list:
     "Generate every request; returns one `GenResult` per request, in order."
@@ -385,19 +400,21 @@ def generate(self: HFBackend, reqs: list, gen: GenConfig, progress=None) -> list
     for i, r in enumerate(reqs):
         try:
             text = self.render(r, gen)
-            enc.append((i, self.tok(text, add_special_tokens=False)['input_ids'], text.rstrip().endswith('<think>')))
+            ids = self.tok(text, add_special_tokens=False)['input_ids']
+            enc.append((i, ids, text.rstrip().endswith('<think>')))
         except Exception as e:   # a template error belongs to its row, not to the batch
             out[i] = GenResult(error=f'template: {type(e).__name__}: {e}', finish_reason='error')
-    for idx in length_buckets([len(ids) for _, ids, _ in enc], self.batch_size, self.max_batch_tokens, gen.max_new_tokens):
+    lengths = [len(ids) for _, ids, _ in enc]
+    for idx in length_buckets(lengths, self.batch_size, self.max_batch_tokens, gen.max_new_tokens):
         b = [enc[k] for k in idx]
         for (i, _, _), res in zip(b, self._run_batch(b, gen)): out[i] = res
         if progress: progress(len(b), sum(out[i].new_tokens for i, _, _ in b))
     return out
 
-# %% ../nbs/40_regenerate.ipynb #6adbe8aa
+# %% ../nbs/40_regenerate.ipynb #549e72ed
 @patch
 def _run_batch(self: HFBackend, b: list, gen: GenConfig) -> list:
-    "One batch `[(index, ids, opened_think)]` -> its results (halved and retried on a CUDA out-of-memory error)."
+    "One batch `[(index, ids, opened_think)]` -> its results (halved and retried on CUDA out of memory)."
     import torch   # heavy: imported when a model runs (see the import cell)
     try: return self._results(b, self._new_tokens([ids for _, ids, _ in b], gen), gen)
     except torch.OutOfMemoryError:
@@ -438,7 +455,7 @@ def _results(self: HFBackend, b: list, new: list, gen: GenConfig) -> list:
         res.append(GenResult(text='<think>' + text if opened else text, finish_reason=finish, new_tokens=ntok))
     return res
 
-# %% ../nbs/40_regenerate.ipynb #24bdec6c
+# %% ../nbs/40_regenerate.ipynb #aff11419
 def api_base(endpoint: str) -> str:
     "`http://host:port`, `…/v1` or `…/v1/chat/completions` -> the `…/v1` base."
     e = endpoint.strip().rstrip('/')
@@ -450,12 +467,13 @@ def endpoint_list(endpoint  # a URL, a comma-separated string of URLs, or a list
                  ) -> list:  # their `/v1` bases, in order, without repeats
     "The servers named by `endpoint`."
     items = endpoint.split(',') if isinstance(endpoint, str) else endpoint
-    if not isinstance(items, (list, tuple)) or not items: raise ValueError(f'endpoint must be a URL or a list of URLs, got {endpoint!r}')
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ValueError(f'endpoint must be a URL or a list of URLs, got {endpoint!r}')
     bad = [e for e in items if not isinstance(e, str) or not e.strip().startswith(('http://', 'https://'))]
     if bad: raise ValueError(f'endpoint {bad[0]!r} is not an http(s) URL')
     return list(dict.fromkeys(api_base(e) for e in items))
 
-# %% ../nbs/40_regenerate.ipynb #49ff10fb
+# %% ../nbs/40_regenerate.ipynb #e7143617
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 class HTTPError(RuntimeError):
@@ -475,22 +493,25 @@ def http_json(url: str,                # full URL
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r: raw = r.read()
     except urllib.error.HTTPError as e:
-        raise HTTPError(f'HTTP {e.code}: {e.read()[:500].decode("utf-8", "replace")}', retry=e.code in RETRY_STATUS) from None
+        detail = e.read()[:500].decode('utf-8', 'replace')
+        raise HTTPError(f'HTTP {e.code}: {detail}', retry=e.code in RETRY_STATUS) from None
     except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
         reason = getattr(e, 'reason', e)
         raise HTTPError(f'{type(reason).__name__}: {reason}', retry=True) from None
     try: return json.loads(raw)
     except ValueError: raise HTTPError(f'invalid JSON in the response: {raw[:200]!r}', retry=True) from None
 
-# %% ../nbs/40_regenerate.ipynb #828d9044
+# %% ../nbs/40_regenerate.ipynb #af77f181
 def _wire_messages(messages) -> list:
     "Canonical messages as the OpenAI API wants them: tool-call arguments as JSON strings."
     def wire(c):
         a = c['function'].get('arguments', {})
-        return {**c, 'function': {**c['function'], 'arguments': a if isinstance(a, str) else json.dumps(a, ensure_ascii=False)}}
-    return [{**m, 'tool_calls': [wire(c) for c in m['tool_calls']]} if m.get('tool_calls') else dict(m) for m in messages]
+        a = a if isinstance(a, str) else json.dumps(a, ensure_ascii=False)
+        return {**c, 'function': {**c['function'], 'arguments': a}}
+    return [{**m, 'tool_calls': [wire(c) for c in m['tool_calls']]} if m.get('tool_calls') else dict(m)
+            for m in messages]
 
-# %% ../nbs/40_regenerate.ipynb #2f7518cf
+# %% ../nbs/40_regenerate.ipynb #d357b9db
 class Server:
     "One server of a pool: its `/v1` base, requests in flight, failed returns, and when it is back in rotation."
     def __init__(self, base: str):
@@ -499,17 +520,17 @@ class Server:
     def __repr__(self): return f'Server({self.base!r}, busy={self.busy}, strikes={self.strikes})'
 
 class ServerPool:
-    "Servers sharing the requests, at most `concurrency` in flight on each; failing ones leave rotation for a while."
+    "Servers sharing the requests, at most `concurrency` in flight on each; failing ones sit out a while."
     def __init__(self, endpoint, concurrency: int = 8, out_s: float = 1.0, out_max_s: float = 30.0):
         self.servers = [Server(b) for b in endpoint_list(endpoint)]
         self.concurrency, self.out_s, self.out_max_s = max(1, int(concurrency)), float(out_s), float(out_max_s)
         self.cond = threading.Condition()
 
-    def slots(self, s: Server) -> int: return self.concurrency if s.strikes == 0 else 1   # a returning server: one probe
+    def slots(self, s: Server) -> int: return self.concurrency if s.strikes == 0 else 1   # returning: one probe
 
     def stats(self) -> list: return [{'endpoint': s.base, **s.counts} for s in self.servers]
 
-# %% ../nbs/40_regenerate.ipynb #42d2d6bf
+# %% ../nbs/40_regenerate.ipynb #207d3c84
 @patch
 def acquire(self: ServerPool, wait_s: float = 0.0) -> Server:
     "A server for the next request (see above); waits while all servers in rotation are busy."
@@ -520,10 +541,12 @@ def acquire(self: ServerPool, wait_s: float = 0.0) -> Server:
             ready = [s for s in self.servers if s.back_at <= now and s.busy < self.slots(s)]
             all_out = all(s.back_at > now for s in self.servers)
             if ready or (all_out and now >= deadline):
-                s = min(ready, key=lambda s: (s.busy, s.counts['sent'])) if ready else min(self.servers, key=lambda s: s.back_at)
+                s = (min(ready, key=lambda s: (s.busy, s.counts['sent'])) if ready else
+                     min(self.servers, key=lambda s: s.back_at))
                 s.busy += 1; s.counts['sent'] += 1
                 return s
-            waits = [s.back_at - now for s in self.servers if s.back_at > now] + ([deadline - now] if all_out else [])
+            waits = [s.back_at - now for s in self.servers if s.back_at > now]
+            if all_out: waits.append(deadline - now)
             self.cond.wait(timeout=max(0.005, min(waits)) if waits else None)
 
 @patch
@@ -533,20 +556,20 @@ def release(self: ServerPool, s: Server, outcome: str = 'ok', why: str = ''):
         s.busy -= 1; s.counts[outcome] += 1
         now = time.monotonic()
         if outcome == 'ok': s.strikes, s.back_at = 0, 0.0
-        elif outcome == 'failed' and s.back_at <= now:   # in rotation, or its probe failed: out, longer each time
+        elif outcome == 'failed' and s.back_at <= now:   # in rotation, or a probe: out, longer each time
             s.strikes += 1; s.counts['taken_out'] += 1
             out = min(self.out_max_s, self.out_s * 2 ** (s.strikes - 1))
             s.back_at = now + out
             _log.warning('server %s failed (%s): out of rotation for %.3g s', s.base, why[:120], out)
         self.cond.notify_all()
 
-# %% ../nbs/40_regenerate.ipynb #7d872117
+# %% ../nbs/40_regenerate.ipynb #eb1f0f49
 class HTTPBackend:
-    "Client of one or several OpenAI-compatible servers: bounded concurrency per server, retries on another server."
+    "Client of OpenAI-compatible servers: bounded concurrency per server, retries on another server."
     name = 'http'
     def __init__(self, endpoint, model: str | None = None, concurrency: int = 8, timeout_s: float = 300,
-                 max_retries: int = 3, backoff_s: float = 1.0, backoff_max_s: float = 30.0, api_key: str | None = None,
-                 extra_body: dict | None = None):
+                 max_retries: int = 3, backoff_s: float = 1.0, backoff_max_s: float = 30.0,
+                 api_key: str | None = None, extra_body: dict | None = None):
         self.pool = ServerPool(endpoint, concurrency, out_s=backoff_s, out_max_s=backoff_max_s)
         self.timeout_s, self.max_retries = float(timeout_s), int(max_retries)
         self.backoff_s, self.backoff_max_s = float(backoff_s), float(backoff_max_s)
@@ -560,14 +583,14 @@ class HTTPBackend:
 
     def stats(self) -> list: return self.pool.stats()
 
-# %% ../nbs/40_regenerate.ipynb #5398f79f
+# %% ../nbs/40_regenerate.ipynb #6a144c01
 @patch
 def request(self: HTTPBackend, method: str, path: str, body: dict | None = None) -> dict:
     "One API call on the pool, with retries (see above); raises `HTTPError` after the last attempt."
     tried, last = [], None
     for attempt in range(self.max_retries + 1):
-        wait = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random() / 2) if attempt else 0
-        s = self.pool.acquire(wait_s=wait)
+        backoff = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1)) if attempt else 0
+        s = self.pool.acquire(wait_s=backoff * (0.5 + random.random() / 2))
         try: r = http_json(s.base + path, method, body, self.timeout_s, self.api_key)
         except HTTPError as e:
             self.pool.release(s, 'failed' if e.retry else 'rejected', str(e))
@@ -576,16 +599,18 @@ def request(self: HTTPBackend, method: str, path: str, body: dict | None = None)
         self.pool.release(s, 'ok')
         return r
     n, k = len(tried), len(set(tried))
-    raise HTTPError(f'{last} (after {n} attempt{"s" * (n > 1)}' + (f' on {k} servers' if k > 1 else '') + ')', retry=True)
+    where = f' on {k} servers' if k > 1 else ''
+    raise HTTPError(f'{last} (after {n} attempt{"s" * (n > 1)}{where})', retry=True)
 
 @patch
 def served_model(self: HTTPBackend) -> str:
     "The model the servers list first (`GET /v1/models`), the same on every server that answers."
+    first = lambda r: (r.get('data') or [{}])[0].get('id')
     seen = {}
     for s in self.pool.servers:
-        try: seen[s.base] = (http_json(s.base + '/models', timeout_s=min(self.timeout_s, 30), api_key=self.api_key).get('data') or [{}])[0].get('id')
+        try: seen[s.base] = first(http_json(f'{s.base}/models', 'GET', None, min(self.timeout_s, 30), self.api_key))
         except HTTPError as e: _log.warning('server %s did not list its models (%s)', s.base, e)
-    if not seen: return (self.request('GET', '/models').get('data') or [{}])[0].get('id') or self._no_model()
+    if not seen: return first(self.request('GET', '/models')) or self._no_model()
     if len(set(seen.values())) > 1: raise ValueError(f'the servers serve different models: {seen}')
     return next(iter(seen.values())) or self._no_model()
 
@@ -593,20 +618,22 @@ def served_model(self: HTTPBackend) -> str:
 def _no_model(self: HTTPBackend):
     raise HTTPError(f'{self.pool.servers[0].base}/models lists no model', retry=False)
 
-# %% ../nbs/40_regenerate.ipynb #1dcc646b
+# %% ../nbs/40_regenerate.ipynb #a71a2560
 @patch
 def payload(self: HTTPBackend, req: GenRequest, gen: GenConfig) -> dict:
     "The JSON body of a chat completion request."
-    body = {'model': self.model, 'messages': _wire_messages(req.messages), 'max_tokens': int(gen.max_new_tokens),
-            'temperature': float(gen.temperature), 'top_p': float(gen.top_p), 'stream': False}
+    body = {'model': self.model, 'messages': _wire_messages(req.messages), 'stream': False,
+            'max_tokens': int(gen.max_new_tokens), 'temperature': float(gen.temperature),
+            'top_p': float(gen.top_p)}
     if not gen.greedy: body['seed'] = int(gen.seed)
     if gen.stop: body['stop'] = list(gen.stop)
     if req.tools: body['tools'] = req.tools
-    if gen.enable_thinking is not None: body['chat_template_kwargs'] = {'enable_thinking': bool(gen.enable_thinking)}
+    if gen.enable_thinking is not None:
+        body['chat_template_kwargs'] = {'enable_thinking': bool(gen.enable_thinking)}
     return {**body, **self.extra_body}
 
 def _read_calls(msg: dict) -> list:
-    "The tool calls of a response message, arguments as dicts; raises ValueError on arguments that are not an object."
+    "The tool calls of a response message, arguments as dicts (ValueError: arguments that are not an object)."
     calls = []
     for c in msg.get('tool_calls') or []:
         fn = dict(c.get('function') or {}); a = fn.get('arguments')
@@ -626,11 +653,13 @@ def read_response(r: dict  # a chat completion response
         except ValueError as e: return GenResult(error=f'bad tool call: {e}', finish_reason='error')
         return GenResult(text=msg.get('content') or '', finish_reason=ch.get('finish_reason'),
                          new_tokens=int((r.get('usage') or {}).get('completion_tokens') or 0),
-                         reasoning=msg.get('reasoning_content') or msg.get('reasoning') or None, tool_calls=calls or None)
+                         reasoning=msg.get('reasoning_content') or msg.get('reasoning') or None,
+                         tool_calls=calls or None)
     except (KeyError, IndexError, TypeError, AttributeError) as e:
-        return GenResult(error=f'http: unexpected response shape ({type(e).__name__}: {e}): {str(r)[:200]}', finish_reason='error')
+        return GenResult(error=f'http: unexpected response shape ({type(e).__name__}: {e}): {str(r)[:200]}',
+                         finish_reason='error')
 
-# %% ../nbs/40_regenerate.ipynb #3e15e02a
+# %% ../nbs/40_regenerate.ipynb #45baf282
 @patch
 def generate_one(self: HTTPBackend, req: GenRequest, gen: GenConfig) -> GenResult:
     "One request -> one result (errors become `GenResult.error`)."
@@ -645,7 +674,8 @@ def generate(self: HTTPBackend, reqs: list, gen: GenConfig, progress=None) -> li
         out[i] = self.generate_one(reqs[i], gen)
         if progress:
             with lock: progress(1, out[i].new_tokens)
-    with ThreadPoolExecutor(max_workers=min(self.pool.concurrency * len(self.pool.servers), max(1, len(reqs)))) as ex:
+    slots = self.pool.concurrency * len(self.pool.servers)
+    with ThreadPoolExecutor(max_workers=min(slots, max(1, len(reqs)))) as ex:
         list(ex.map(work, range(len(reqs))))
     return out
 
@@ -662,26 +692,29 @@ def _count_rows(path, limit=None) -> int:
     with open(path, 'rb') as f: n = sum(1 for line in f if line.strip())
     return n if limit is None else min(n, limit)
 
-# %% ../nbs/40_regenerate.ipynb #cf4fadd2
+# %% ../nbs/40_regenerate.ipynb #b0b23d6f
 def _failed(row, reason: str, **extra) -> dict:
-    return {'kind': 'failed', 'reason': reason, 'id': row.get('id') if isinstance(row, dict) else None, 'row': row, **extra}
+    rid = row.get('id') if isinstance(row, dict) else None
+    return {'kind': 'failed', 'reason': reason, 'id': rid, 'row': row, **extra}
 
 def _screen(rows: list, select: str, mode: str, tool_turns: str, seen_ids: set) -> tuple[list, dict]:
     "Per row of a chunk: its record now (`recs[i]`), or a `RowJob` (`jobs[i]`)."
     recs, jobs = [None] * len(rows), {}
     for i, row in enumerate(rows):
         if '_error' in row:
-            recs[i] = {**_failed(row.get('_raw'), f'invalid JSON: line {row.get("_line")}: {row["_error"]}'), 'id': None}
+            recs[i] = _failed(row.get('_raw'), f'invalid JSON: line {row.get("_line")}: {row["_error"]}')
         elif probs := validate_row(row):
-            recs[i] = _failed(row, f'invalid: {probs[0]}' + (f' (+{len(probs) - 1} more)' if len(probs) > 1 else ''))
-        elif row.get('id') in seen_ids: recs[i] = _failed(row, f'duplicate id: {row["id"]!r} seen earlier in the input')
+            more = f' (+{len(probs) - 1} more)' if len(probs) > 1 else ''
+            recs[i] = _failed(row, f'invalid: {probs[0]}{more}')
+        elif row.get('id') in seen_ids:
+            recs[i] = _failed(row, f'duplicate id: {row["id"]!r} seen earlier in the input')
         else:
             seen_ids.add(row['id'])
             if is_selected(row, select): jobs[i] = RowJob(row, mode, tool_turns)
             else: recs[i] = {'kind': 'row', 'status': 'passed', 'row': row}
     return recs, jobs
 
-# %% ../nbs/40_regenerate.ipynb #0cb62321
+# %% ../nbs/40_regenerate.ipynb #9318efe9
 def _run_jobs(jobs: dict, backend, gen: GenConfig, progress=None):
     "Drive the `RowJob`s to the end, one backend call per round of turns."
     active = dict(jobs)
@@ -691,7 +724,8 @@ def _run_jobs(jobs: dict, backend, gen: GenConfig, progress=None):
             active.pop(i); reqs.pop(i)
             if progress: progress(1, 0)
         if not reqs: break
-        results = backend.generate(list(reqs.values()), gen, progress=(lambda n, t: progress(0, t)) if progress else None)
+        tokens = (lambda n, t: progress(0, t)) if progress else None
+        results = backend.generate(list(reqs.values()), gen, progress=tokens)
         for i, res in zip(reqs, results):
             active[i].accept(res, gen)
             if active[i].error:
@@ -707,9 +741,9 @@ def _job_record(job: RowJob, info: dict, gen: GenConfig, keep_truncated: bool) -
         return _failed(job.row, f'truncated: a turn hit max_new_tokens={gen.max_new_tokens}', regenerated=new)
     return {'kind': 'row', 'status': 'regenerated', 'row': new}
 
-# %% ../nbs/40_regenerate.ipynb #bead36ce
-def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSONL; `_error` records for bad lines)
-                     backend,                    # an `HFBackend`, an `HTTPBackend` or anything with `generate` and `info`
+# %% ../nbs/40_regenerate.ipynb #8f126c0f
+def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSONL; `_error` records: bad lines)
+                     backend,                    # an `HFBackend`, an `HTTPBackend` (`generate` and `info`)
                      gen: GenConfig,             # generation settings
                      mode: str = 'final',        # final | all
                      select: str = 'all',        # all | prompt_only | unanswered
@@ -717,7 +751,7 @@ def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSON
                      keep_truncated: bool = True,  # False: rows cut by max_new_tokens go to the failures
                      seen_ids: set | None = None,  # ids of earlier chunks (updated)
                      progress=None               # callback(rows, tokens)
-                    ) -> list:  # `{'kind': 'row', 'row', 'status'}` or `{'kind': 'failed', 'reason', 'id', 'row'}` per row
+                    ) -> list:  # per row, `{kind: row, row, status}` or `{kind: failed, reason, id, row}`
     "Regenerate one chunk of rows."
     recs, jobs = _screen(rows, select, mode, tool_turns, set() if seen_ids is None else seen_ids)
     if progress:
@@ -728,11 +762,10 @@ def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSON
     for i, job in jobs.items(): recs[i] = _job_record(job, info, gen, keep_truncated)
     return recs
 
-# %% ../nbs/40_regenerate.ipynb #06362564
-def _settings_key(input_path, chunk_size, gen, mode, select, tool_turns, keep_truncated, limit, backend) -> dict:
-    return {'input_sha256': file_hash(input_path), 'chunk_size': int(chunk_size), 'gen': asdict(gen), 'mode': mode,
-            'select': select, 'tool_turns': tool_turns, 'keep_truncated': bool(keep_truncated), 'limit': limit,
-            'backend': backend.name, 'model': backend.info().get('model')}
+# %% ../nbs/40_regenerate.ipynb #7c0e463a
+def _settings_key(input_path, chunk_size, gen, how: dict, limit, backend) -> dict:
+    return {'input_sha256': file_hash(input_path), 'chunk_size': int(chunk_size), 'gen': asdict(gen), **how,
+            'limit': limit, 'backend': backend.name, 'model': backend.info().get('model')}
 
 def _open_parts(parts: Path, key: dict) -> Path:
     "The parts folder for these settings: kept when it was made under them, else emptied."
@@ -761,7 +794,7 @@ def _seen_before(input_path, chunk_size: int, limit=None) -> list:
         seen.update(ids)
     return out
 
-# %% ../nbs/40_regenerate.ipynb #4624a469
+# %% ../nbs/40_regenerate.ipynb #65669b1c
 def _chunk_worker(init_kwargs, input_path, parts, todo, gen, how, chunk_size, limit, seen):
     "Worker process: build its own backend and regenerate the chunks `todo` into `parts`."
     gen = GenConfig(**gen)
@@ -770,20 +803,22 @@ def _chunk_worker(init_kwargs, input_path, parts, todo, gen, how, chunk_size, li
     for k, rows in enumerate(_chunks(input_path, int(chunk_size), limit)):
         if os.getppid() != parent: return          # the stage was killed: stop after the last whole part
         if k in todo and not _part(Path(parts), k).exists():
-            write_jsonl(_part(Path(parts), k), regenerate_chunk(rows, backend, gen, seen_ids=set(seen[k]), **how))
+            recs = regenerate_chunk(rows, backend, gen, seen_ids=set(seen[k]), **how)
+            write_jsonl(_part(Path(parts), k), recs)
 
-def _run_workers(workers: int, backend, input_path, parts: Path, gen, how: dict, chunk_size, limit, meter) -> tuple:
-    "Regenerate the missing chunks in `workers` processes (one model each); returns (chunks resumed, chunks run)."
+def _run_workers(workers: int, backend, input_path, parts: Path, gen, how, chunk_size, limit, meter) -> tuple:
+    "Regenerate the missing chunks in `workers` processes (one model each); (chunks resumed, chunks run)."
     import multiprocessing as mp
     if getattr(backend, 'init_kwargs', None) is None:
-        raise ValueError('workers > 1 needs an in-process backend built from a target spec (HFBackend(spec, ...))')
+        raise ValueError('workers > 1 needs an in-process backend built from a target spec (HFBackend(spec))')
     seen = _seen_before(input_path, chunk_size, limit)
     todo = [k for k in range(len(seen)) if not _part(parts, k).exists()]
     meter.skip(sum(len(c) for k, c in enumerate(_chunks(input_path, int(chunk_size), limit)) if k not in todo))
-    from dflash_nb import regenerate as mod   # the package's own functions: a notebook's __main__ cannot be unpickled
+    from dflash_nb import regenerate as mod   # the package's (a notebook's __main__ cannot be unpickled)
     args = lambda w: (backend.init_kwargs, str(input_path), str(parts), set(todo[w::workers]), asdict(gen), how,
                       chunk_size, limit, seen)
-    procs = [mp.get_context('spawn').Process(target=mod._chunk_worker, daemon=True, args=args(w)) for w in range(workers)]
+    ctx = mp.get_context('spawn')
+    procs = [ctx.Process(target=mod._chunk_worker, daemon=True, args=args(w)) for w in range(workers)]
     for p in procs: p.start()
     _log.info('regenerating %d chunks in %d worker processes', len(todo), workers)
     _watch(procs, todo, parts, meter)
@@ -798,10 +833,11 @@ def _watch(procs, todo, parts, meter):
         if not any(p.is_alive() for p in procs): break
         time.sleep(1)
     bad = [w for w, p in enumerate(procs) if p.exitcode != 0]
-    if bad: raise RuntimeError(f'regeneration worker(s) {bad} failed (exit codes {[procs[w].exitcode for w in bad]}); '
+    codes = [procs[w].exitcode for w in bad]
+    if bad: raise RuntimeError(f'regeneration worker(s) {bad} failed (exit codes {codes}); '
                                'finished chunks are kept: run again to resume')
 
-# %% ../nbs/40_regenerate.ipynb #e33f6b2e
+# %% ../nbs/40_regenerate.ipynb #b99e8f49
 def _run_here(backend, input_path, parts: Path, gen, how: dict, chunk_size, limit, meter) -> tuple:
     "Regenerate the missing chunks in this process; returns (chunks resumed, chunks run)."
     seen, resumed, run = set(), 0, 0
@@ -814,7 +850,7 @@ def _run_here(backend, input_path, parts: Path, gen, how: dict, chunk_size, limi
     return resumed, run
 
 class _Meter:
-    "Rows and generated tokens so far; a progress bar with tokens/s (tqdm on a terminal, lines in the stage's log)."
+    "Rows and generated tokens so far; a progress bar with tokens/s (tqdm on a terminal, lines in the log)."
     def __init__(self, total: int, show: bool = True):
         self.t0, self.rows, self.tokens = time.time(), 0, 0
         self.bar = progress_bar(total=total, desc='regenerate', unit='row') if show else None
@@ -829,7 +865,7 @@ class _Meter:
     def close(self):
         if self.bar is not None: self.bar.close()
 
-# %% ../nbs/40_regenerate.ipynb #315ebeea
+# %% ../nbs/40_regenerate.ipynb #40e17222
 def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     "Merge the parts into the output and the failures file; returns (counts, failure reasons)."
     counts = dict.fromkeys(('rows_in', 'rows_out', 'regenerated', 'passed', 'failed', 'truncated_kept',
@@ -841,7 +877,8 @@ def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
             counts['rows_in'] += 1
             if rec['kind'] != 'row': continue
             counts['rows_out'] += 1; counts[rec['status']] += 1
-            if reg := (rec['row'].get('meta') or {}).get('regenerated') if rec['status'] == 'regenerated' else None:
+            reg = (rec['row'].get('meta') or {}).get('regenerated') if rec['status'] == 'regenerated' else None
+            if reg:
                 counts['generated_turns'] += len(reg['turns']); counts['new_tokens'] += sum(reg['new_tokens'])
                 counts['truncated_kept'] += bool(reg['truncated'])
             yield rec['row']
@@ -853,17 +890,18 @@ def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     write_jsonl(output_path, ok_rows()); write_jsonl(failures_path, failed_rows())
     return counts, reasons
 
-# %% ../nbs/40_regenerate.ipynb #ae90bb79
+# %% ../nbs/40_regenerate.ipynb #114f083f
 def _check_how(mode, select, tool_turns, keep_truncated, chunk_size) -> dict:
     if mode not in MODES: raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
     if select not in SELECTS: raise ValueError(f'select must be one of {SELECTS}, got {select!r}')
-    if tool_turns not in TOOL_TURNS: raise ValueError(f'tool_turns must be one of {TOOL_TURNS}, got {tool_turns!r}')
+    if tool_turns not in TOOL_TURNS:
+        raise ValueError(f'tool_turns must be one of {TOOL_TURNS}, got {tool_turns!r}')
     if int(chunk_size) < 1: raise ValueError('chunk_size must be >= 1')
     return dict(mode=mode, select=select, tool_turns=tool_turns, keep_truncated=bool(keep_truncated))
 
 def regenerate_file(input_path,                 # canonical conversations JSONL
                     output_path,                # regenerated rows JSONL
-                    backend,                    # an `HFBackend`, an `HTTPBackend` (or anything with `generate`, `info`, `name`)
+                    backend,                    # an `HFBackend`, an `HTTPBackend` (`generate`, `info`, `name`)
                     gen: GenConfig | None = None,  # generation settings
                     failures_path=None,         # failed rows JSONL (default: OUTPUT stem + `.failures.jsonl`)
                     mode: str = 'final',        # final | all
@@ -880,9 +918,9 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
     gen, how = gen or GenConfig(), _check_how(mode, select, tool_turns, keep_truncated, chunk_size)
     input_path, output_path = Path(input_path), Path(output_path)
     if not input_path.exists(): raise FileNotFoundError(f'input {input_path} does not exist')
-    failures_path = Path(failures_path) if failures_path else output_path.with_name(output_path.stem + '.failures.jsonl')
+    failures_path = Path(failures_path or output_path.with_name(output_path.stem + '.failures.jsonl'))
     parts = _open_parts(Path(parts_dir) if parts_dir else output_path.with_name(f'.{output_path.name}.parts'),
-                        _settings_key(input_path, chunk_size, gen, mode, select, tool_turns, keep_truncated, limit, backend))
+                        _settings_key(input_path, chunk_size, gen, how, limit, backend))
     total, meter = _count_rows(input_path, limit), _Meter(_count_rows(input_path, limit), progress)
     run = _run_workers if int(workers) > 1 else (lambda w, *a: _run_here(*a))
     resumed, ran = run(int(workers), backend, input_path, parts, gen, how, chunk_size, limit, meter)
@@ -891,20 +929,23 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
     shutil.rmtree(parts)
     assert counts['rows_in'] == counts['rows_out'] + counts['failed'] == total, (counts, total)
     dt = max(time.time() - meter.t0, 1e-9)
-    return {**counts, 'failure_reasons': reasons, 'chunks_resumed': resumed, 'chunks_run': ran, 'seconds': round(dt, 3),
-            'workers': int(workers), 'rows_per_s': round((meter.rows or counts['rows_in']) / dt, 3),
+    servers = {'servers': backend.stats()} if hasattr(backend, 'stats') else {}
+    return {**counts, 'failure_reasons': reasons, 'chunks_resumed': resumed, 'chunks_run': ran,
+            'seconds': round(dt, 3), 'workers': int(workers),
+            'rows_per_s': round((meter.rows or counts['rows_in']) / dt, 3),
             'tokens_per_s': round((meter.tokens or counts['new_tokens']) / dt, 3), 'output': str(output_path),
-            'failures': str(failures_path), **backend.info(), **({'servers': backend.stats()} if hasattr(backend, 'stats') else {})}
+            'failures': str(failures_path), **backend.info(), **servers}
 
-# %% ../nbs/40_regenerate.ipynb #67ec30bc
+# %% ../nbs/40_regenerate.ipynb #66e2632c
 def assistant_token_counts(rows: Iterable[dict],  # canonical rows
                            tokenizer              # the target's tokenizer
                           ) -> dict:  # {row id: tokens of its assistant text}
     "Tokens of each row's assistant turns (content + reasoning + tool calls as JSON)."
     def text(m): return ((m.get('content') or '') + (m.get('reasoning_content') or '') +
                          (json.dumps(m['tool_calls'], ensure_ascii=False) if m.get('tool_calls') else ''))
-    def count(r): return sum(len(tokenizer(t, add_special_tokens=False)['input_ids']) for t in
-                             (text(m) for m in r.get('messages') or [] if isinstance(m, dict) and m.get('role') == 'assistant') if t)
+    def answers(r): return [text(m) for m in r.get('messages') or []
+                            if isinstance(m, dict) and m.get('role') == 'assistant']
+    def count(r): return sum(len(tokenizer(t, add_special_tokens=False)['input_ids']) for t in answers(r) if t)
     return {r.get('id'): count(r) for r in rows}
 
 def token_stats(counts: Iterable[int]  # token counts
@@ -915,7 +956,7 @@ def token_stats(counts: Iterable[int]  # token counts
     return {'rows': len(xs), 'total': sum(xs), 'mean': round(sum(xs) / len(xs), 2), 'median': xs[len(xs) // 2],
             'min': xs[0], 'max': xs[-1], 'zero': sum(1 for x in xs if x == 0)}
 
-# %% ../nbs/40_regenerate.ipynb #0ecbf404
+# %% ../nbs/40_regenerate.ipynb #2811c8fd
 def length_histogram(new_tokens: list,               # generated tokens per turn
                      path,                           # PNG to write
                      max_new_tokens: int | None = None,  # draw the limit
@@ -928,14 +969,15 @@ def length_histogram(new_tokens: list,               # generated tokens per turn
     fig, ax = plt.subplots(figsize=(6, 3.2))
     if new_tokens: ax.hist(new_tokens, bins=min(40, max(5, len(set(new_tokens)))), color='#4c72b0')
     if max_new_tokens:
-        ax.axvline(max_new_tokens, color='#c44e52', ls='--', label=f'max_new_tokens={max_new_tokens}'); ax.legend()
+        ax.axvline(max_new_tokens, color='#c44e52', ls='--', label=f'max_new_tokens={max_new_tokens}')
+        ax.legend()
     ax.set_xlabel('new tokens'); ax.set_ylabel('turns'); ax.set_title(title)
     fig.tight_layout()
     with atomic_write(path, 'wb') as f: fig.savefig(f, format='png', dpi=100)
     plt.close(fig)
     return Path(path)
 
-# %% ../nbs/40_regenerate.ipynb #a5413664
+# %% ../nbs/40_regenerate.ipynb #fb43b434
 def make_backend(backend: str = 'hf',         # hf (in-process) | http (OpenAI-compatible servers)
                  model: str | None = None,    # target spec of the hf backend
                  endpoint=None,               # http: a URL, a comma-separated string or a list of URLs
@@ -950,14 +992,15 @@ def make_backend(backend: str = 'hf',         # hf (in-process) | http (OpenAI-c
                 ):
     "An `HFBackend` (target spec `model`) or an `HTTPBackend` (`endpoint`)."
     if backend == 'http' or (backend is None and endpoint):
-        if not endpoint: raise ValueError('the http backend needs an endpoint (e.g. http://127.0.0.1:8000/v1, or a list)')
+        if not endpoint: raise ValueError('the http backend needs an endpoint (http://host:8000/v1, or a list)')
         return HTTPBackend(endpoint, model=served_model, concurrency=concurrency, timeout_s=timeout_s,
                            max_retries=max_retries, extra_body=extra_body)
     if backend not in ('hf', None): raise ValueError(f"backend must be 'hf' or 'http', got {backend!r}")
     if not model: raise ValueError('the hf backend needs a target model (spec, folder or hub id)')
-    return HFBackend(model, device=device, dtype=dtype, batch_size=batch_size, max_batch_tokens=max_batch_tokens, threads=threads)
+    return HFBackend(model, device=device, dtype=dtype, batch_size=batch_size,
+                     max_batch_tokens=max_batch_tokens, threads=threads)
 
-# %% ../nbs/40_regenerate.ipynb #8c224f62
+# %% ../nbs/40_regenerate.ipynb #d4f7ab7f
 def _bool(s):
     if s is None or isinstance(s, bool): return s
     s = str(s).lower()
@@ -973,22 +1016,22 @@ def _cli_options(p):
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument('--model', help='target spec for in-process generation (smollm2, a folder, a hub id)')
     g.add_argument('--endpoint', nargs='+', help='OpenAI-compatible server(s): http://host:port[/v1] ...')
-    p.add_argument('--served-model', default=None, help='model name sent to the servers (default: what /v1/models lists)')
-    p.add_argument('--mode', choices=MODES, default='final', help='final: the last turn; all: every turn, in order')
-    p.add_argument('--select', choices=SELECTS, default='all', help='rows to regenerate (the others pass through)')
-    p.add_argument('--tool-turns', choices=TOOL_TURNS, default='keep', help='assistant turns with recorded tool results')
+    p.add_argument('--served-model', default=None, help='model name sent (default: what /v1/models lists)')
+    p.add_argument('--mode', choices=MODES, default='final', help='final: the last turn; all: each turn, in order')
+    p.add_argument('--select', choices=SELECTS, default='all', help='rows to regenerate (the others pass)')
+    p.add_argument('--tool-turns', choices=TOOL_TURNS, default='keep', help='turns whose tool calls have results')
     p.add_argument('--max-new-tokens', type=int, default=256, help='the longest turn')
     p.add_argument('--temperature', type=float, default=0.0, help='0: greedy')
     p.add_argument('--top-p', type=float, default=1.0, help='nucleus sampling (temperature > 0)')
     p.add_argument('--stop', action='append', default=[], help='extra stop string (repeatable)')
     p.add_argument('--enable-thinking', type=_bool, default=None, help='true | false | none (template default)')
-    p.add_argument('--reasoning', choices=('save', 'drop'), default='save', help='keep reasoning_content or drop it')
-    p.add_argument('--drop-truncated', action='store_true', help='send rows that hit max-new-tokens to the failures file')
+    p.add_argument('--reasoning', choices=('save', 'drop'), default='save', help='keep reasoning_content or not')
+    p.add_argument('--drop-truncated', action='store_true', help='rows that hit max-new-tokens go to the failures')
     p.add_argument('--batch-size', type=int, default=16, help='in-process: most rows per batch')
     p.add_argument('--max-batch-tokens', type=int, default=None, help='in-process: most cache positions per batch')
     p.add_argument('--concurrency', type=int, default=8, help='servers: requests in flight per server')
     p.add_argument('--timeout', type=float, default=300, help='servers: seconds per request')
-    p.add_argument('--max-retries', type=int, default=3, help='servers: attempts after the first, on another server')
+    p.add_argument('--max-retries', type=int, default=3, help='servers: attempts after the first (another server)')
     p.add_argument('--chunk-size', type=int, default=64, help='rows per resumable part')
     p.add_argument('--limit', type=int, default=None, help='only the first N rows')
     p.add_argument('--device', default='cpu', help='in-process: cpu, cuda, cuda:N, mps')
@@ -998,14 +1041,15 @@ def _cli_options(p):
     p.add_argument('--seed', type=int, default=0, help='sampling seed')
     p.add_argument('--quiet', action='store_true', help='no progress bar')
 
-# %% ../nbs/40_regenerate.ipynb #7df2e254
+# %% ../nbs/40_regenerate.ipynb #c4ac033f
 def _cli_run(a) -> int:
     seed_everything(a.seed)
     gen = GenConfig(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, stop=a.stop,
                     enable_thinking=a.enable_thinking, reasoning=a.reasoning, seed=a.seed)
-    be = make_backend('http' if a.endpoint else 'hf', model=a.model, endpoint=a.endpoint, served_model=a.served_model,
-                      device=a.device, dtype=a.dtype, batch_size=a.batch_size, max_batch_tokens=a.max_batch_tokens,
-                      threads=a.threads, concurrency=a.concurrency, timeout_s=a.timeout, max_retries=a.max_retries)
+    be = make_backend('http' if a.endpoint else 'hf', model=a.model, endpoint=a.endpoint,
+                      served_model=a.served_model, device=a.device, dtype=a.dtype, batch_size=a.batch_size,
+                      max_batch_tokens=a.max_batch_tokens, threads=a.threads, concurrency=a.concurrency,
+                      timeout_s=a.timeout, max_retries=a.max_retries)
     s = regenerate_file(a.input, a.output, be, gen, failures_path=a.failures, mode=a.mode, select=a.select,
                         tool_turns=a.tool_turns, keep_truncated=not a.drop_truncated, chunk_size=a.chunk_size,
                         limit=a.limit, progress=not a.quiet, workers=a.workers)
@@ -1014,6 +1058,6 @@ def _cli_run(a) -> int:
 
 def register_cli(sub):
     "Add `dflash-nb regenerate` to the CLI."
-    p = sub.add_parser('regenerate', help='regenerate assistant turns with the target (in-process or via OpenAI-compatible servers)')
+    p = sub.add_parser('regenerate', help='the target rewrites the assistant turns (in-process or on servers)')
     _cli_options(p)
     p.set_defaults(func=_cli_run)
