@@ -69,7 +69,7 @@ class GenResult:
     tool_calls: list | None = None      # tool calls the server already parsed
     error: str | None = None            # why this request failed (the row goes to the failures file)
 
-# %% ../nbs/40_regenerate.ipynb #6b83bb94
+# %% ../nbs/40_regenerate.ipynb #5efce66a
 def split_reasoning(text: str,               # generated text
                     opened: bool | None = None  # the prompt opened a `<think>` block (None: `</think>` tells)
                    ) -> tuple[str, str | None]:  # (content, reasoning or None)
@@ -87,7 +87,7 @@ def split_reasoning(text: str,               # generated text
     if end < 0: return '', text.strip('\n')
     return text[end + len('</think>'):].lstrip('\n'), text[:end].strip('\n')
 
-# %% ../nbs/40_regenerate.ipynb #ffbd2ee3
+# %% ../nbs/40_regenerate.ipynb #05a57a39
 _TC_RE = re.compile(r'<tool_call>\s*(.*?)\s*(?:</tool_call>|$)', re.S)
 _FN_RE = re.compile(r'<function=([^>\n]+)>(.*?)(?:</function>|$)', re.S)
 _PARAM_RE = re.compile(r'<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>', re.S)
@@ -119,7 +119,7 @@ def parse_tool_calls(text: str  # generated text that may hold `<tool_call>` blo
     found = [_parse_call(body) for body in _TC_RE.findall(text[first:])]
     return text[:first].rstrip(), [c for c, _ in found if c], [p for _, p in found if p]
 
-# %% ../nbs/40_regenerate.ipynb #d9953387
+# %% ../nbs/40_regenerate.ipynb #84cc7a85
 def make_turn(res: GenResult,                # what the backend returned
               gen: GenConfig,                # settings (`reasoning`: save or drop)
               tools_offered: bool = False,   # the row has tools: parse `<tool_call>` blocks
@@ -137,7 +137,7 @@ def make_turn(res: GenResult,                # what the backend returned
     if calls: msg['tool_calls'] = calls
     return msg, problems
 
-# %% ../nbs/40_regenerate.ipynb #ac22f3fc
+# %% ../nbs/40_regenerate.ipynb #b13ebe7c
 MODES = ('final', 'all')
 SELECTS = ('all', 'prompt_only', 'unanswered')
 TOOL_TURNS = ('keep', 'regenerate')
@@ -155,7 +155,7 @@ def is_selected(row: dict,          # a canonical row
     if select == 'prompt_only': return not _answers(row)
     return not msgs or not isinstance(msgs[-1], dict) or msgs[-1].get('role') != 'assistant'
 
-# %% ../nbs/40_regenerate.ipynb #38f4fc4d
+# %% ../nbs/40_regenerate.ipynb #bc6b437a
 class RowJob:
     "The regeneration of one row: yields generation requests in conversation order and assembles the new row."
     def __init__(self, row: dict, mode: str = 'final', tool_turns: str = 'keep'):
@@ -176,7 +176,7 @@ class RowJob:
         self._pending = replaced
         return GenRequest(messages=list(self.out), tools=self.row.get('tools'), key=self.row.get('id'))
 
-# %% ../nbs/40_regenerate.ipynb #1c57435f
+# %% ../nbs/40_regenerate.ipynb #6be1dca4
 @patch
 def next_request(self: RowJob) -> GenRequest | None:
     "The next generation this row needs, or None when the row is complete (or failed)."
@@ -204,7 +204,7 @@ def next_request(self: RowJob) -> GenRequest | None:
     self.done = True
     return None
 
-# %% ../nbs/40_regenerate.ipynb #8dbb1c91
+# %% ../nbs/40_regenerate.ipynb #5b061ce9
 def _names(calls) -> list:
     return [(c.get('function') or {}).get('name') for c in calls or [] if isinstance(c, dict)]
 
@@ -243,7 +243,7 @@ def accept(self: RowJob, res: GenResult, gen: GenConfig, opened_think: bool | No
     self.out.append(msg)
     if self.mode == 'final': self.done = True
 
-# %% ../nbs/40_regenerate.ipynb #b8037921
+# %% ../nbs/40_regenerate.ipynb #7ba09579
 @patch
 def result(self: RowJob, backend_info: dict) -> dict:
     "The regenerated row (canonical schema; what was done recorded in `meta.regenerated`)."
@@ -256,7 +256,7 @@ def result(self: RowJob, backend_info: dict) -> dict:
         **({'notes': self.notes} if self.notes else {})}}
     return row
 
-# %% ../nbs/40_regenerate.ipynb #73af5c63
+# %% ../nbs/40_regenerate.ipynb #426e127b
 def left_pad(prompts: list,    # token id lists
              pad_id: int,      # the padding token
              extra: int = 0    # columns of ones appended to the mask (the positions decoding will fill)
@@ -272,7 +272,7 @@ def left_pad(prompts: list,    # token id lists
     pos = (mask[:, :L].cumsum(-1) - 1).masked_fill(mask[:, :L] == 0, 1)
     return ids, mask, pos
 
-# %% ../nbs/40_regenerate.ipynb #8dc32efb
+# %% ../nbs/40_regenerate.ipynb #c7e52ddc
 def slab_cache(model,         # the causal LM whose keys and values it holds
                capacity: int  # positions per row: the padded prompt and every token to generate
               ):
@@ -294,7 +294,7 @@ def slab_cache(model,         # the causal LM whose keys and values it holds
         def get_seq_length(self): return self.n if self.is_initialized else 0
     return Cache(layers=[SlabLayer() for _ in range(text_config(model).num_hidden_layers)])
 
-# %% ../nbs/40_regenerate.ipynb #200541ca
+# %% ../nbs/40_regenerate.ipynb #1e81ccb6
 def decoder_supported(model  # a loaded causal LM
                      ) -> str | None:  # None, or why `greedy_decode` cannot run it
     "Whether `greedy_decode` can run `model` (else the backend calls `generate`)."
@@ -307,7 +307,7 @@ def decoder_supported(model  # a loaded causal LM
     if 'logits_to_keep' not in inspect.signature(model.forward).parameters: return 'no logits_to_keep argument'
     return None
 
-# %% ../nbs/40_regenerate.ipynb #f3cd1eaa
+# %% ../nbs/40_regenerate.ipynb #6294f87c
 def greedy_decode(model,               # a causal LM that `decoder_supported`
                   prompts: list,       # token id lists (the rendered chat prompts)
                   pad_id: int,         # the padding token
@@ -333,7 +333,7 @@ def greedy_decode(model,               # a causal LM that `decoder_supported`
             nxt = step(nxt[:, None], L + t, pos)
     return torch.stack(new, 1).tolist()
 
-# %% ../nbs/40_regenerate.ipynb #4a7d2ff4
+# %% ../nbs/40_regenerate.ipynb #de45e146
 def length_buckets(lengths: list,                      # prompt lengths in tokens
                    batch_size: int,                    # most rows per batch
                    max_batch_tokens: int | None = None,  # most cache positions per batch (None: no bound)
@@ -347,7 +347,7 @@ def length_buckets(lengths: list,                      # prompt lengths in token
         cur.append(i)
     return batches + [cur] if cur else batches
 
-# %% ../nbs/40_regenerate.ipynb #888faf69
+# %% ../nbs/40_regenerate.ipynb #b2654448
 class HFBackend:
     "In-process generation with transformers: prompts bucketed by length, batched, left-padded; CPU or GPU."
     name = 'hf'
@@ -372,7 +372,7 @@ class HFBackend:
 
     def info(self) -> dict: return {'backend': self.name, 'model': self.spec}
 
-# %% ../nbs/40_regenerate.ipynb #065414a9
+# %% ../nbs/40_regenerate.ipynb #d7534136
 @patch
 def _stop_ids(self: HFBackend) -> list:
     "End-of-sequence ids of the tokenizer and generation config, and the end-of-turn markers in the vocabulary."
@@ -392,7 +392,7 @@ def render(self: HFBackend, req: GenRequest, gen: GenConfig) -> str:
     return self.tok.apply_chat_template(req.messages, tools=req.tools or None, add_generation_prompt=True,
                                         tokenize=False, **kw)
 
-# %% ../nbs/40_regenerate.ipynb #86aa4340
+# %% ../nbs/40_regenerate.ipynb #f52a2d87
 @patch
 def generate(self: HFBackend, reqs: list, gen: GenConfig, progress=None) -> list:
     "Generate every request; returns one `GenResult` per request, in order."
@@ -411,7 +411,7 @@ def generate(self: HFBackend, reqs: list, gen: GenConfig, progress=None) -> list
         if progress: progress(len(b), sum(out[i].new_tokens for i, _, _ in b))
     return out
 
-# %% ../nbs/40_regenerate.ipynb #549e72ed
+# %% ../nbs/40_regenerate.ipynb #f4728d4a
 @patch
 def _run_batch(self: HFBackend, b: list, gen: GenConfig) -> list:
     "One batch `[(index, ids, opened_think)]` -> its results (halved and retried on CUDA out of memory)."
@@ -439,7 +439,7 @@ def _new_tokens(self: HFBackend, prompts: list, gen: GenConfig) -> list:
         seq = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kw)
     return seq[:, ids.shape[1]:].tolist()
 
-# %% ../nbs/40_regenerate.ipynb #7bfc4d35
+# %% ../nbs/40_regenerate.ipynb #cddeb7de
 @patch
 def _results(self: HFBackend, b: list, new: list, gen: GenConfig) -> list:
     "Per row of batch `b`, the `GenResult` of its generated ids `new`."
@@ -455,7 +455,7 @@ def _results(self: HFBackend, b: list, new: list, gen: GenConfig) -> list:
         res.append(GenResult(text='<think>' + text if opened else text, finish_reason=finish, new_tokens=ntok))
     return res
 
-# %% ../nbs/40_regenerate.ipynb #aff11419
+# %% ../nbs/40_regenerate.ipynb #2e0d9f55
 def api_base(endpoint: str) -> str:
     "`http://host:port`, `…/v1` or `…/v1/chat/completions` -> the `…/v1` base."
     e = endpoint.strip().rstrip('/')
@@ -473,7 +473,7 @@ def endpoint_list(endpoint  # a URL, a comma-separated string of URLs, or a list
     if bad: raise ValueError(f'endpoint {bad[0]!r} is not an http(s) URL')
     return list(dict.fromkeys(api_base(e) for e in items))
 
-# %% ../nbs/40_regenerate.ipynb #e7143617
+# %% ../nbs/40_regenerate.ipynb #eccc753e
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 class HTTPError(RuntimeError):
@@ -501,7 +501,7 @@ def http_json(url: str,                # full URL
     try: return json.loads(raw)
     except ValueError: raise HTTPError(f'invalid JSON in the response: {raw[:200]!r}', retry=True) from None
 
-# %% ../nbs/40_regenerate.ipynb #af77f181
+# %% ../nbs/40_regenerate.ipynb #4212b0eb
 def _wire_messages(messages) -> list:
     "Canonical messages as the OpenAI API wants them: tool-call arguments as JSON strings."
     def wire(c):
@@ -511,7 +511,7 @@ def _wire_messages(messages) -> list:
     return [{**m, 'tool_calls': [wire(c) for c in m['tool_calls']]} if m.get('tool_calls') else dict(m)
             for m in messages]
 
-# %% ../nbs/40_regenerate.ipynb #d357b9db
+# %% ../nbs/40_regenerate.ipynb #10350c3a
 class Server:
     "One server of a pool: its `/v1` base, requests in flight, failed returns, and when it is back in rotation."
     def __init__(self, base: str):
@@ -530,7 +530,7 @@ class ServerPool:
 
     def stats(self) -> list: return [{'endpoint': s.base, **s.counts} for s in self.servers]
 
-# %% ../nbs/40_regenerate.ipynb #207d3c84
+# %% ../nbs/40_regenerate.ipynb #bafabeb4
 @patch
 def acquire(self: ServerPool, wait_s: float = 0.0) -> Server:
     "A server for the next request (see above); waits while all servers in rotation are busy."
@@ -563,7 +563,7 @@ def release(self: ServerPool, s: Server, outcome: str = 'ok', why: str = ''):
             _log.warning('server %s failed (%s): out of rotation for %.3g s', s.base, why[:120], out)
         self.cond.notify_all()
 
-# %% ../nbs/40_regenerate.ipynb #eb1f0f49
+# %% ../nbs/40_regenerate.ipynb #92f41e50
 class HTTPBackend:
     "Client of OpenAI-compatible servers: bounded concurrency per server, retries on another server."
     name = 'http'
@@ -583,7 +583,7 @@ class HTTPBackend:
 
     def stats(self) -> list: return self.pool.stats()
 
-# %% ../nbs/40_regenerate.ipynb #6a144c01
+# %% ../nbs/40_regenerate.ipynb #eb70a561
 @patch
 def request(self: HTTPBackend, method: str, path: str, body: dict | None = None) -> dict:
     "One API call on the pool, with retries (see above); raises `HTTPError` after the last attempt."
@@ -618,7 +618,7 @@ def served_model(self: HTTPBackend) -> str:
 def _no_model(self: HTTPBackend):
     raise HTTPError(f'{self.pool.servers[0].base}/models lists no model', retry=False)
 
-# %% ../nbs/40_regenerate.ipynb #a71a2560
+# %% ../nbs/40_regenerate.ipynb #5bdfc4a0
 @patch
 def payload(self: HTTPBackend, req: GenRequest, gen: GenConfig) -> dict:
     "The JSON body of a chat completion request."
@@ -659,7 +659,7 @@ def read_response(r: dict  # a chat completion response
         return GenResult(error=f'http: unexpected response shape ({type(e).__name__}: {e}): {str(r)[:200]}',
                          finish_reason='error')
 
-# %% ../nbs/40_regenerate.ipynb #45baf282
+# %% ../nbs/40_regenerate.ipynb #de6a6ca6
 @patch
 def generate_one(self: HTTPBackend, req: GenRequest, gen: GenConfig) -> GenResult:
     "One request -> one result (errors become `GenResult.error`)."
@@ -679,7 +679,7 @@ def generate(self: HTTPBackend, reqs: list, gen: GenConfig, progress=None) -> li
         list(ex.map(work, range(len(reqs))))
     return out
 
-# %% ../nbs/40_regenerate.ipynb #abdbf837
+# %% ../nbs/40_regenerate.ipynb #a55c58bc
 def _chunks(path, size: int, limit: int | None = None) -> Iterator[list]:
     buf, n = [], 0
     for r in iter_jsonl(path, errors='yield'):
@@ -692,7 +692,7 @@ def _count_rows(path, limit=None) -> int:
     with open(path, 'rb') as f: n = sum(1 for line in f if line.strip())
     return n if limit is None else min(n, limit)
 
-# %% ../nbs/40_regenerate.ipynb #b0b23d6f
+# %% ../nbs/40_regenerate.ipynb #3cc5fbb9
 def _failed(row, reason: str, **extra) -> dict:
     rid = row.get('id') if isinstance(row, dict) else None
     return {'kind': 'failed', 'reason': reason, 'id': rid, 'row': row, **extra}
@@ -714,7 +714,7 @@ def _screen(rows: list, select: str, mode: str, tool_turns: str, seen_ids: set) 
             else: recs[i] = {'kind': 'row', 'status': 'passed', 'row': row}
     return recs, jobs
 
-# %% ../nbs/40_regenerate.ipynb #9318efe9
+# %% ../nbs/40_regenerate.ipynb #cc60c3d6
 def _run_jobs(jobs: dict, backend, gen: GenConfig, progress=None):
     "Drive the `RowJob`s to the end, one backend call per round of turns."
     active = dict(jobs)
@@ -741,7 +741,7 @@ def _job_record(job: RowJob, info: dict, gen: GenConfig, keep_truncated: bool) -
         return _failed(job.row, f'truncated: a turn hit max_new_tokens={gen.max_new_tokens}', regenerated=new)
     return {'kind': 'row', 'status': 'regenerated', 'row': new}
 
-# %% ../nbs/40_regenerate.ipynb #8f126c0f
+# %% ../nbs/40_regenerate.ipynb #7c20ea02
 def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSONL; `_error` records: bad lines)
                      backend,                    # an `HFBackend`, an `HTTPBackend` (`generate` and `info`)
                      gen: GenConfig,             # generation settings
@@ -762,7 +762,7 @@ def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSON
     for i, job in jobs.items(): recs[i] = _job_record(job, info, gen, keep_truncated)
     return recs
 
-# %% ../nbs/40_regenerate.ipynb #7c0e463a
+# %% ../nbs/40_regenerate.ipynb #43e4ead2
 def _settings_key(input_path, chunk_size, gen, how: dict, limit, backend) -> dict:
     return {'input_sha256': file_hash(input_path), 'chunk_size': int(chunk_size), 'gen': asdict(gen), **how,
             'limit': limit, 'backend': backend.name, 'model': backend.info().get('model')}
@@ -779,7 +779,7 @@ def _open_parts(parts: Path, key: dict) -> Path:
 
 def _part(parts: Path, k: int) -> Path: return parts / f'part-{k:06d}.jsonl'
 
-# %% ../nbs/40_regenerate.ipynb #5452eff7
+# %% ../nbs/40_regenerate.ipynb #1145e289
 def _ids_taken(part: Path) -> set:
     "Ids of the rows of a finished part that passed the screen (rows written, and rows that failed later)."
     return {rec['row']['id'] if rec['kind'] == 'row' else rec['id'] for rec in iter_jsonl(part)
@@ -794,7 +794,7 @@ def _seen_before(input_path, chunk_size: int, limit=None) -> list:
         seen.update(ids)
     return out
 
-# %% ../nbs/40_regenerate.ipynb #65669b1c
+# %% ../nbs/40_regenerate.ipynb #1ab25e9d
 def _chunk_worker(init_kwargs, input_path, parts, todo, gen, how, chunk_size, limit, seen):
     "Worker process: build its own backend and regenerate the chunks `todo` into `parts`."
     gen = GenConfig(**gen)
@@ -837,7 +837,7 @@ def _watch(procs, todo, parts, meter):
     if bad: raise RuntimeError(f'regeneration worker(s) {bad} failed (exit codes {codes}); '
                                'finished chunks are kept: run again to resume')
 
-# %% ../nbs/40_regenerate.ipynb #b99e8f49
+# %% ../nbs/40_regenerate.ipynb #20a357af
 def _run_here(backend, input_path, parts: Path, gen, how: dict, chunk_size, limit, meter) -> tuple:
     "Regenerate the missing chunks in this process; returns (chunks resumed, chunks run)."
     seen, resumed, run = set(), 0, 0
@@ -865,7 +865,7 @@ class _Meter:
     def close(self):
         if self.bar is not None: self.bar.close()
 
-# %% ../nbs/40_regenerate.ipynb #40e17222
+# %% ../nbs/40_regenerate.ipynb #e75265f4
 def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     "Merge the parts into the output and the failures file; returns (counts, failure reasons)."
     counts = dict.fromkeys(('rows_in', 'rows_out', 'regenerated', 'passed', 'failed', 'truncated_kept',
@@ -890,7 +890,7 @@ def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     write_jsonl(output_path, ok_rows()); write_jsonl(failures_path, failed_rows())
     return counts, reasons
 
-# %% ../nbs/40_regenerate.ipynb #114f083f
+# %% ../nbs/40_regenerate.ipynb #bdbc8273
 def _check_how(mode, select, tool_turns, keep_truncated, chunk_size) -> dict:
     if mode not in MODES: raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
     if select not in SELECTS: raise ValueError(f'select must be one of {SELECTS}, got {select!r}')
@@ -936,7 +936,7 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
             'tokens_per_s': round((meter.tokens or counts['new_tokens']) / dt, 3), 'output': str(output_path),
             'failures': str(failures_path), **backend.info(), **servers}
 
-# %% ../nbs/40_regenerate.ipynb #66e2632c
+# %% ../nbs/40_regenerate.ipynb #906daae9
 def assistant_token_counts(rows: Iterable[dict],  # canonical rows
                            tokenizer              # the target's tokenizer
                           ) -> dict:  # {row id: tokens of its assistant text}
@@ -956,7 +956,7 @@ def token_stats(counts: Iterable[int]  # token counts
     return {'rows': len(xs), 'total': sum(xs), 'mean': round(sum(xs) / len(xs), 2), 'median': xs[len(xs) // 2],
             'min': xs[0], 'max': xs[-1], 'zero': sum(1 for x in xs if x == 0)}
 
-# %% ../nbs/40_regenerate.ipynb #2811c8fd
+# %% ../nbs/40_regenerate.ipynb #201b81ef
 def length_histogram(new_tokens: list,               # generated tokens per turn
                      path,                           # PNG to write
                      max_new_tokens: int | None = None,  # draw the limit
@@ -977,7 +977,7 @@ def length_histogram(new_tokens: list,               # generated tokens per turn
     plt.close(fig)
     return Path(path)
 
-# %% ../nbs/40_regenerate.ipynb #fb43b434
+# %% ../nbs/40_regenerate.ipynb #a842c353
 def make_backend(backend: str = 'hf',         # hf (in-process) | http (OpenAI-compatible servers)
                  model: str | None = None,    # target spec of the hf backend
                  endpoint=None,               # http: a URL, a comma-separated string or a list of URLs
@@ -1000,7 +1000,7 @@ def make_backend(backend: str = 'hf',         # hf (in-process) | http (OpenAI-c
     return HFBackend(model, device=device, dtype=dtype, batch_size=batch_size,
                      max_batch_tokens=max_batch_tokens, threads=threads)
 
-# %% ../nbs/40_regenerate.ipynb #d4f7ab7f
+# %% ../nbs/40_regenerate.ipynb #62d76006
 def _bool(s):
     if s is None or isinstance(s, bool): return s
     s = str(s).lower()
@@ -1041,7 +1041,7 @@ def _cli_options(p):
     p.add_argument('--seed', type=int, default=0, help='sampling seed')
     p.add_argument('--quiet', action='store_true', help='no progress bar')
 
-# %% ../nbs/40_regenerate.ipynb #c4ac033f
+# %% ../nbs/40_regenerate.ipynb #bba32c37
 def _cli_run(a) -> int:
     seed_everything(a.seed)
     gen = GenConfig(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, stop=a.stop,
