@@ -5,7 +5,7 @@
       before: `transformers.generate`, batch 32, chunks of 32 rows, one process x 2 threads (the quality config of
               the first full run);
       after:  the in-place decoding loop, batch 128 from chunks of 256 rows sorted by prompt length, one process x 2
-              threads; and the same with two worker processes x 1 thread, and with batch 64;
+              threads; the same at batch 64; two worker processes x 1 thread, batch 64 from chunks of 64;
   * feature extraction (`extract_to_disk`, layers [1, 8, 14, 20, 27], 2 threads): bfloat16 against float32 compute
     (needs a finished quality run's tokenized dataset: `--run`; skipped when it is missing).
 
@@ -28,7 +28,7 @@ SETTINGS = [   # label, HFBackend kwargs, regenerate_file kwargs
      dict(chunk_size=32, workers=1)),
     ('after: loop, batch 128, chunk 256, 1 process x 2 threads', dict(batch_size=128, threads=2), dict(chunk_size=256, workers=1)),
     ('after: loop, batch 64, chunk 256, 1 process x 2 threads', dict(batch_size=64, threads=2), dict(chunk_size=256, workers=1)),
-    ('after: loop, batch 128, chunk 128, 2 processes x 1 thread', dict(batch_size=128, threads=1), dict(chunk_size=128, workers=2)),
+    ('after: loop, batch 64, chunk 64, 2 processes x 1 thread', dict(batch_size=64, threads=1), dict(chunk_size=64, workers=2)),
 ]
 
 
