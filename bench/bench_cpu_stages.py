@@ -1,13 +1,18 @@
 #!/usr/bin/env python
 """The quality run's CPU settings for regeneration and feature extraction, before/after, on SmolLM2-135M-Instruct.
 
-  * regeneration (`regenerate_file`, bfloat16 weights, batch 32, greedy): one process with 2 torch threads, two
-    worker processes with 1 thread each, one process with 1 thread (the three ways to use 2 cores);
-  * feature extraction (`extract_to_disk`, layers [1, 8, 14, 20, 27], 2 threads): bfloat16 against float32 compute.
+  * regeneration (`regenerate_file`, bfloat16 weights, greedy), the same rows each time:
+      before: `transformers.generate`, batch 32, chunks of 32 rows, one process x 2 threads (the quality config of
+              the first full run);
+      after:  the in-place decoding loop, batch 128 from chunks of 256 rows sorted by prompt length, one process x 2
+              threads; the same at batch 64; two worker processes x 1 thread, batch 64 from chunks of 64;
+  * feature extraction (`extract_to_disk`, layers [1, 8, 14, 20, 27], 2 threads): bfloat16 against float32 compute
+    (needs a finished quality run's tokenized dataset: `--run`; skipped when it is missing).
 
-    python bench/bench_cpu_stages.py [--rows 128] [--max-new-tokens 64] [--run runs/smollm2_quality] [--extract-rows 120]
+    python bench/bench_cpu_stages.py [--rows 256] [--max-new-tokens 128] [--run runs/smollm2_quality] [--extract-rows 120]
 
-Run it on an idle machine (the numbers are rates). Prints a table, writes bench/results/cpu_stages.json.
+Run it on an idle machine (the numbers are rates; the load average is recorded). Prints a table, writes
+bench/results/cpu_stages.json. `bench/roofline.py` puts the same stages against the matmul roofline.
 """
 import argparse, json, os, sys, tempfile, time
 from pathlib import Path
@@ -18,21 +23,31 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / 'bench'))
 
 
-def regen(rows_n, max_new_tokens):
+SETTINGS = [   # label, HFBackend kwargs, regenerate_file kwargs
+    ('before: generate, batch 32, chunk 32, 1 process x 2 threads', dict(decoder='generate', batch_size=32, threads=2),
+     dict(chunk_size=32, workers=1)),
+    ('after: loop, batch 128, chunk 256, 1 process x 2 threads', dict(batch_size=128, threads=2), dict(chunk_size=256, workers=1)),
+    ('after: loop, batch 64, chunk 256, 1 process x 2 threads', dict(batch_size=64, threads=2), dict(chunk_size=256, workers=1)),
+    ('after: loop, batch 64, chunk 64, 2 processes x 1 thread', dict(batch_size=64, threads=1), dict(chunk_size=64, workers=2)),
+]
+
+
+def regen(rows_n, max_new_tokens, only=None):
     from bench_regenerate import prompts
-    from dflash_nb.core import write_jsonl
+    from dflash_nb.core import iter_jsonl, write_jsonl
     from dflash_nb.regenerate import GenConfig, HFBackend, regenerate_file
     rows = [{'id': f'r{i}', 'source': 'bench', 'messages': [{'role': 'user', 'content': p}]} for i, p in enumerate(prompts(rows_n))]
-    out = []
+    out, texts = [], {}
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / 'in.jsonl'; write_jsonl(src, rows)
-        for workers, threads in ((1, 2), (2, 1), (1, 1)):
-            be = HFBackend('smollm2', device='cpu', dtype='bfloat16', threads=threads, batch_size=32)
-            s = regenerate_file(src, Path(d) / f'o{workers}{threads}.jsonl', be, GenConfig(max_new_tokens=max_new_tokens),
-                                chunk_size=32, progress=False, workers=workers)
-            r = {'stage': 'regenerate', 'setting': f'bfloat16, {workers} process(es) x {threads} thread(s), batch 32',
-                 'rows': s['rows_in'], 'tokens': s['new_tokens'], 'seconds': round(s['seconds'], 1),
-                 'tokens_per_s': round(s['new_tokens'] / s['seconds'], 1)}
+        for k, (label, bkw, fkw) in enumerate(SETTINGS):
+            if only and k not in only: continue
+            be = HFBackend('smollm2', device='cpu', dtype='bfloat16', **bkw)
+            s = regenerate_file(src, Path(d) / f'o{k}.jsonl', be, GenConfig(max_new_tokens=max_new_tokens), progress=False, **fkw)
+            texts[k] = [r['messages'][-1]['content'] for r in iter_jsonl(Path(d) / f'o{k}.jsonl')]
+            r = {'stage': 'regenerate', 'setting': label, 'rows': s['rows_in'], 'tokens': s['new_tokens'],
+                 'seconds': round(s['seconds'], 1), 'tokens_per_s': round(s['new_tokens'] / s['seconds'], 1),
+                 'same_text_as_first': round(sum(a == b for a, b in zip(texts[k], next(iter(texts.values())))) / len(rows), 3)}
             out.append(r); print(r, flush=True)
             torch.set_num_threads(os.cpu_count() or 1)
     return out
@@ -60,16 +75,22 @@ def extract(run, n):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--rows', type=int, default=128); ap.add_argument('--max-new-tokens', type=int, default=64)
+    ap.add_argument('--rows', type=int, default=256); ap.add_argument('--max-new-tokens', type=int, default=128)
+    ap.add_argument('--settings', default=None, help='comma-separated indices of SETTINGS to run (default: all)')
     ap.add_argument('--run', default=str(ROOT / 'runs' / 'smollm2_quality')); ap.add_argument('--extract-rows', type=int, default=120)
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'cpu_stages.json'))
     a = ap.parse_args()
-    res = regen(a.rows, a.max_new_tokens) + extract(a.run, a.extract_rows)
+    load0 = os.getloadavg()
+    only = {int(x) for x in a.settings.split(',')} if a.settings else None
+    res = regen(a.rows, a.max_new_tokens, only)
+    if (Path(a.run) / '50_tokenization' / 'dataset').exists(): res += extract(a.run, a.extract_rows)
+    else: print(f'no tokenized dataset in {a.run}: feature extraction skipped')
     print('\n| stage | setting | rows | tokens | seconds | tokens/s |\n|---|---|---|---|---|---|')
     for r in res: print(f"| {r['stage']} | {r['setting']} | {r['rows']} | {r['tokens']} | {r['seconds']} | {r['tokens_per_s']} |")
     from dflash_nb.core import versions
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({'cpu_count': os.cpu_count(), 'load_avg_at_end': os.getloadavg(), 'versions': versions(),
+    print(f'load average (1 min): {load0[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end, {os.cpu_count()} cores')
+    Path(a.out).write_text(json.dumps({'cpu_count': os.cpu_count(), 'load_avg_at_start': load0, 'load_avg_at_end': os.getloadavg(), 'versions': versions(),
                                        'results': res}, indent=2) + '\n')
     print(f'wrote {a.out}')
 

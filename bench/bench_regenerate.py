@@ -1,16 +1,16 @@
 #!/usr/bin/env python
 """Throughput of response regeneration with SmolLM2-135M-Instruct on the CPU.
 
-In-process (`HFBackend`) at batch sizes 1, 8, 32 and through a real `transformers serve` on loopback
+In-process (`HFBackend`) at batch sizes 1, 8, 32 and 128 and through a real `transformers serve` on loopback
 (`HTTPBackend`) at concurrency 1 and 8. Reports generated tokens/s and rows/s per setting and the ratio of batched
 in-process generation to one row at a time; prints a table and writes bench/results/regenerate.json.
 
     python bench/bench_regenerate.py [--max-new-tokens 32] [--threads N] [--rows 32] [--skip-http]
-    python bench/bench_regenerate.py --quality [--rows 64] [--max-new-tokens 64]   # the quality run's settings
+    python bench/bench_regenerate.py --decoder generate --dtype bfloat16 --skip-http   # transformers' generate
 
-`--quality` instead compares what the quality run (configs/smollm2_quality.yaml) changed: float32 with torch's
-default threads (before) against one thread, bfloat16 weights, and two worker processes (after), through
-`regenerate_file` on the same rows.
+`--decoder auto` (the default) decodes greedy batches with the in-place loop (`greedy_decode`); `generate` uses
+`transformers.generate` as the backend did before. `bench/bench_cpu_stages.py` compares the quality run's settings
+end to end and `bench/roofline.py` puts them against the matmul roofline.
 """
 import argparse, json, os, platform, shutil, signal, socket, subprocess, sys, time, urllib.request
 from pathlib import Path
@@ -57,58 +57,24 @@ def start_server(model_dir, threads):
         if proc.poll() is not None: break
     proc.kill(); raise RuntimeError('transformers serve did not start')
 
-def quality(a):
-    "Before/after of the quality run's regeneration settings, end to end through `regenerate_file`."
-    import tempfile
-    from dflash_nb.core import write_jsonl
-    from dflash_nb.regenerate import regenerate_file
-    import torch
-    rows = [{'id': f'r{i}', 'source': 'bench', 'messages': [{'role': 'user', 'content': p}]} for i, p in enumerate(prompts(a.rows))]
-    gen = GenConfig(max_new_tokens=a.max_new_tokens)
-    settings = [('float32, torch default threads, batch 16', dict(dtype=None, threads=None, batch_size=16), 1),
-                ('float32, 1 thread, batch 32', dict(dtype=None, threads=1, batch_size=32), 1),
-                ('bfloat16, 1 thread, batch 32', dict(dtype='bfloat16', threads=1, batch_size=32), 1),
-                ('bfloat16, 1 thread, batch 32, 2 workers', dict(dtype='bfloat16', threads=1, batch_size=32), 2)]
-    results = []
-    with tempfile.TemporaryDirectory() as d:
-        src = Path(d) / 'in.jsonl'; write_jsonl(src, rows)
-        for name, kw, workers in settings:
-            be = HFBackend('smollm2', device='cpu', **kw)
-            s = regenerate_file(src, Path(d) / f'out{len(results)}.jsonl', be, gen, chunk_size=max(1, len(rows) // 2),
-                                progress=False, workers=workers)   # two chunks: one per worker (their model loads are timed)
-            r = {'setting': name, 'rows': s['rows_in'], 'new_tokens': s['new_tokens'], 'seconds': s['seconds'],
-                 'tokens_per_s': round(s['new_tokens'] / s['seconds'], 2), 'workers': workers, **{k: str(v) for k, v in kw.items()}}
-            results.append(r); print(r, flush=True)
-            torch.set_num_threads(os.cpu_count() or 1)
-    base = results[0]['tokens_per_s']
-    print('\n| setting | rows | new tokens | seconds | tokens/s | x before |\n|---|---|---|---|---|---|')
-    for r in results:
-        r['vs_before'] = round(r['tokens_per_s'] / base, 2)
-        print(f"| {r['setting']} | {r['rows']} | {r['new_tokens']} | {r['seconds']} | {r['tokens_per_s']} | {r['vs_before']} |")
-    info = {'model': 'smollm2', 'device': 'cpu', 'max_new_tokens': a.max_new_tokens, 'cpu_count': os.cpu_count(),
-            'load_avg_at_end': os.getloadavg(), 'versions': versions(), 'results': results}
-    out = Path(a.out).with_name('regenerate_quality.json')
-    out.parent.mkdir(parents=True, exist_ok=True); out.write_text(json.dumps(info, indent=2) + '\n')
-    print(f'wrote {out}')
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument('--quality', action='store_true', help="compare the quality run's settings (see above)")
+    ap.add_argument('--decoder', default='auto', choices=('auto', 'generate'), help='in-process decoding (see above)')
+    ap.add_argument('--dtype', default=None, help='in-process: float32 (default) or bfloat16')
     ap.add_argument('--max-new-tokens', type=int, default=32)
     ap.add_argument('--rows', type=int, default=32, help='rows per batched setting (one-at-a-time settings use rows/4)')
     ap.add_argument('--threads', type=int, default=None, help='torch CPU threads (default: torch default)')
     ap.add_argument('--skip-http', action='store_true')
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'regenerate.json'))
     a = ap.parse_args()
-    if a.quality: return quality(a)
     gen = GenConfig(max_new_tokens=a.max_new_tokens)
-    be = HFBackend('smollm2', device='cpu', batch_size=1, threads=a.threads)
+    be = HFBackend('smollm2', device='cpu', batch_size=1, threads=a.threads, dtype=a.dtype, decoder=a.decoder)
     import torch
-    ps = prompts(max(32, a.rows))
+    ps = prompts(max(128, a.rows))
     reqs = lambda n: [GenRequest([{'role': 'user', 'content': p}]) for p in ps[:n]]
     be.batch_size = 1; be.generate(reqs(1), GenConfig(max_new_tokens=4))   # warm-up
     results = []
-    for bs in (1, 8, 32):
+    for bs in (1, 8, 32, 128):
         be.batch_size = bs
         n = max(bs, a.rows // 4) if bs == 1 else max(bs, a.rows)
         r = measure(be, reqs(n), gen); r.update(setting=f'in-process batch {bs}', backend='hf', batch_size=bs)
@@ -132,7 +98,8 @@ def main():
     print('|---|---|---|---|---|---|---|')
     for r in results:
         print(f"| {r['setting']} | {r['rows']} | {r['new_tokens']} | {r['seconds']} | {r['tokens_per_s']} | {r['rows_per_s']} | {r['vs_one_at_a_time']} |")
-    info = {'model': 'smollm2 (SmolLM2-135M-Instruct, float32)', 'device': 'cpu', 'max_new_tokens': a.max_new_tokens,
+    info = {'model': f'smollm2 (SmolLM2-135M-Instruct, {a.dtype or "float32"})', 'decoder': a.decoder,
+            'device': 'cpu', 'max_new_tokens': a.max_new_tokens,
             'torch_threads': torch.get_num_threads(), 'cpu_count': os.cpu_count(),
             'load_avg_at_end': os.getloadavg() if hasattr(os, 'getloadavg') else None,
             'versions': versions(), 'machine': platform.machine(), 'results': results}

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from dflash_nb.core import iter_jsonl
-from dflash_nb.regenerate import GenConfig, HFBackend, HTTPBackend, regenerate_file
+from dflash_nb.regenerate import GenConfig, GenRequest, HFBackend, HTTPBackend, regenerate_file
 
 GEN = GenConfig(max_new_tokens=6)
 TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'current weather',
@@ -83,6 +83,25 @@ def test_hf_backend(tmp_path, hf_backend):
     assert s['failure_reasons'] == {'invalid': 1, 'duplicate id': 1}
     check_regenerated(tmp_path / 'out.jsonl', tmp_path / 'out.failures.jsonl', rec)
     assert not (tmp_path / '.out.jsonl.parts').exists()
+
+PROMPTS = ['Say hi.', 'Name a color.', 'Write a haiku about the sea.', 'What is 2 + 2? Answer with a number.',
+           'Explain in detail how a bicycle gear system works, step by step, for a ten-year-old.', 'Translate "cat" to French.',
+           'List three prime numbers.', 'Describe the water cycle.']
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_decoding_loop_matches_generate(dtype, hf_backend):
+    """The in-place decoding loop gives exactly `generate`'s tokens on the same batch, in the same dtype: prompts of
+    different lengths (padding, masks, positions), rows that stop early next to rows that hit the limit."""
+    import torch
+    n = torch.get_num_threads()
+    fast = hf_backend if dtype == 'float32' else HFBackend('smollm2', dtype=dtype, batch_size=8, threads=1)
+    ref = HFBackend(fast.model, fast.tok, batch_size=8, decoder='generate')
+    assert (fast.no_loop, ref.no_loop) == (None, 'turned off')
+    reqs, g = [GenRequest([{'role': 'user', 'content': p}]) for p in PROMPTS], GenConfig(max_new_tokens=24)
+    got, want = fast.generate(reqs, g), ref.generate(reqs, g)
+    torch.set_num_threads(n)
+    assert got == want
+    assert {r.finish_reason for r in got} == {'stop', 'length'}
 
 def test_hf_final_mode_and_drop_truncated(tmp_path, hf_backend):
     rows = [{'id': 'a', 'source': 's', 'messages': [{'role': 'user', 'content': 'Tell me a long story about a dragon.'},
