@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from dflash_nb.cli import main as cli_main
-from dflash_nb.core import Quarantine, write_jsonl
+from dflash_nb.core import write_jsonl
 from dflash_nb.drafter import DFlashDrafter, build_config, export_drafter
-from dflash_nb.evaluate import (COLUMNS, Generation, ScriptedDrafter, ZeroedFeatures, evaluate_drafter, evaluate_set,
+from dflash_nb.evaluate import (COLUMNS, Generation, ScriptedDrafter, ZeroedFeatures, evaluate_drafter,
                                 plain_generate, report_md, speculative_generate, summarize, timing_verdict, verdict)
 from dflash_nb.targets import load_target, target_fingerprint
 
