@@ -1241,7 +1241,7 @@ def evaluate_drafter(drafter_dir,                      # a drafter folder (DFlas
     write_outputs(out, ev)
     return ev
 
-# %% ../nbs/90_evaluate.ipynb #30d0a500
+# %% ../nbs/90_evaluate.ipynb #837cf10c
 def _name_dir(s: str) -> tuple:
     "`NAME=DIR` of `--control`."
     name, sep, folder = s.partition('=')
@@ -1249,7 +1249,8 @@ def _name_dir(s: str) -> tuple:
     return name, folder
 
 def _cli_run(a) -> int:
-    "`dflash-nb evaluate`: print the report; a lossless failure is one `error:` line and exit status 1."
+    "`dflash-nb evaluate`: print the report (the verdict last); a lossless failure: one `error:` line, exit status 1."
+
     try:
         variants = [v.strip() for v in a.variants.split(',') if v.strip()]
         ev = evaluate_drafter(a.drafter_dir, a.target, a.prompts, a.out, a.max_new_tokens, a.max_prompts,
@@ -1258,7 +1259,7 @@ def _cli_run(a) -> int:
                               mt_bench_turns=a.mt_bench_turns, control_drafters=dict(a.control),
                               control_prompts=a.control_prompts, resume=a.resume, log=None)
     except LosslessError as e: print(f'error: {e}', file=sys.stderr); return 1
-    print(report_md(ev)); print(f"wrote {Path(a.out) / 'eval.json'} and {Path(a.out) / 'report.md'}")
+    print(f"wrote {Path(a.out) / 'eval.json'} and {Path(a.out) / 'report.md'}:\n"); print(report_md(ev))
     return 0
 
 # %% ../nbs/90_evaluate.ipynb #379abc84
