@@ -1183,7 +1183,7 @@ def write_outputs(out: Path, ev: dict):
     plot_acceptance(ev['sets'], out / 'acceptance.png')
     write_text(out / 'report.md', report_md(ev))
 
-# %% ../nbs/90_evaluate.ipynb #bbc3219a
+# %% ../nbs/90_evaluate.ipynb #483406f3
 def evaluate_drafter(drafter_dir,                      # a drafter folder (DFlash checkpoint format)
                      target: str | None = None,        # target spec; None: the one the drafter names
                      prompt_files=(),                  # JSONL prompt files, one set each
@@ -1205,6 +1205,7 @@ def evaluate_drafter(drafter_dir,                      # a drafter folder (DFlas
                      ddtree_budget: int = 0, ddtree_topk: int = 4, # DDTree runs when the budget is above 0
                      init_seed: int | None = None,     # the untrained drafter's seed; None: `seed`
                      resume: bool = False,             # reuse the records of an earlier, identical run
+                     cpu_threads: int | None = None,   # torch threads on a CPU (1: far faster on a busy machine)
                      extra: dict | None = None,        # more keys for eval.json
                      log=print) -> dict:               # the evaluation, as written to eval.json
     "Evaluate a drafter folder against its target on prompt sets; write the outputs and `report.md` to `out_dir`."
@@ -1215,6 +1216,7 @@ def evaluate_drafter(drafter_dir,                      # a drafter folder (DFlas
         raise ValueError('no prompts: pass --prompts FILE (the MT-Bench/HumanEval fixtures are not available)')
     spec, check = drafter_target(drafter_dir, target)
     seed_everything(seed)
+    if cpu_threads and get_device(device) == 'cpu': torch.set_num_threads(int(cpu_threads))
     model, tok, dr = load_pair(drafter_dir, spec, device, dtype)
     init_seed = seed if init_seed is None else init_seed
     controls, B = dict(control_drafters or {}), dr.config.block_size
@@ -1241,7 +1243,7 @@ def evaluate_drafter(drafter_dir,                      # a drafter folder (DFlas
     write_outputs(out, ev)
     return ev
 
-# %% ../nbs/90_evaluate.ipynb #837cf10c
+# %% ../nbs/90_evaluate.ipynb #62a747de
 def _name_dir(s: str) -> tuple:
     "`NAME=DIR` of `--control`."
     name, sep, folder = s.partition('=')
@@ -1257,12 +1259,12 @@ def _cli_run(a) -> int:
                               a.temperature, a.block_size, variants, a.seed, a.device,
                               max_prompt_tokens=a.max_prompt_tokens, lossless=a.lossless,
                               mt_bench_turns=a.mt_bench_turns, control_drafters=dict(a.control),
-                              control_prompts=a.control_prompts, resume=a.resume, log=None)
+                              control_prompts=a.control_prompts, resume=a.resume, cpu_threads=a.threads, log=None)
     except LosslessError as e: print(f'error: {e}', file=sys.stderr); return 1
     print(f"wrote {Path(a.out) / 'eval.json'} and {Path(a.out) / 'report.md'}:\n"); print(report_md(ev))
     return 0
 
-# %% ../nbs/90_evaluate.ipynb #379abc84
+# %% ../nbs/90_evaluate.ipynb #dfd9f23d
 def register_cli(sub):
     "Add `dflash-nb evaluate DRAFTER_DIR [--target SPEC] [--prompts FILE]...` to the CLI."
     p = sub.add_parser('evaluate', help='speculative decoding with a DFlash drafter folder against its target: '
@@ -1281,6 +1283,7 @@ def register_cli(sub):
                    help='a drafter trained elsewhere, evaluated as the variant NAME; repeatable')
     p.add_argument('--control-prompts', type=int, default=None, help='the controls on the first N prompts per set')
     p.add_argument('--device', default='auto', help='auto | cpu | cuda | cuda:N | mps')
+    p.add_argument('--threads', type=int, default=None, help="torch threads on a CPU; 1 is far faster on a busy one")
     p.add_argument('--seed', type=int, default=0, help="the sampler's seed and the untrained drafter's")
     p.add_argument('--max-prompt-tokens', type=int, default=4096, help='longer prompts are quarantined')
     p.add_argument('--mt-bench-turns', type=int, default=1, help='MT-Bench turns to ask (2: the full protocol)')
