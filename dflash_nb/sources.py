@@ -568,7 +568,7 @@ def cmd_sources_detect(a) -> int:
     print('no match: no normalizer reads these records (see `dflash-nb sources list`)', file=sys.stderr)
     return 1
 
-# %% ../nbs/10_sources.ipynb #3193b2b3
+# %% ../nbs/10_sources.ipynb #43e627ec
 def register_cli(sub):
     "Add `dflash-nb sources list|normalize|detect`."
     p = sub.add_parser('sources', help='the source registry: list it, normalize a local file')
@@ -587,7 +587,7 @@ def register_cli(sub):
                    help='apply no repair at all, not even the format-only ones (quarantine those rows instead)')
     n.set_defaults(func=cmd_sources_normalize)
     d = ss.add_parser('detect', help='name the normalizer(s) that read a file, with the evidence')
-    d.add_argument('file'); d.add_argument('--sample', type=int, default=50, help='records to sample')
+    d.add_argument('file', help='the file to inspect (JSONL, JSON, .traj, Parquet; .gz too)'); d.add_argument('--sample', type=int, default=50, help='records to sample')
     d.set_defaults(func=cmd_sources_detect)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 

@@ -283,14 +283,14 @@ def hidden_states_layout(model, input_ids) -> dict:
             'layer_outputs_match': all(close(hs[L + 1], outs[L]) for L in range(n - 1)),
             'last_is_final_norm': close(hs[-1], outs['norm']), 'last_is_raw_last_layer': close(hs[-1], outs[n - 1])}
 
-# %% ../nbs/01_targets.ipynb #2e2b80e8
+# %% ../nbs/01_targets.ipynb #0cfd676a
 def register_cli(sub):
     "Add `dflash-nb targets ...` to the CLI."
     p = sub.add_parser('targets', help='prepare and describe target models')
     tsub = p.add_subparsers(dest='targets_cmd', required=True)
     pr = tsub.add_parser('prepare', help='build/convert a target into the cache and describe it')
     pr.add_argument('spec', help='smollm2, tiny-qwen3, tiny-qwen3_5, a folder or a hub id')
-    pr.add_argument('--device', default='cpu')
+    pr.add_argument('--device', default='cpu', help='where the tiny models are built and checked (cpu, cuda, cuda:N, mps)')
     def run(a):
         print(json.dumps(describe_target(a.spec, device=a.device), indent=2, default=str)); return 0
     pr.set_defaults(func=run)

@@ -24,7 +24,7 @@ def test_demo_runs_every_stage(demo_run):
     ev = json.loads((run_dir / '90_evaluate' / 'eval.json').read_text())
     rates = {(name, v): m['identical'] for name, r in ev['sets'].items() for v, m in (r.get('variants') or {}).items()}
     assert rates and set(rates.values()) == {1.0}, rates
-    assert {'trained', 'prompt_lookup', 'shifted'} <= {v for _, v in rates}, rates
+    assert {'trained', 'prompt_lookup', 'zeroed'} <= {v for _, v in rates}, rates
 
 def test_second_run_skips_everything(demo_run):
     run_dir, _ = demo_run

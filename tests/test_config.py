@@ -133,15 +133,10 @@ def _options(parser):
 # Options of other notebooks' commands that have no help text yet (each named in the cli engineer's report, with the
 # text to add); the test fails on any other option without help, and on an entry here that got its help.
 PENDING_HELP = {
-    ('targets', 'prepare', '--device'), ('sources', 'detect', 'file'),
-    *(('regenerate', o) for o in ('--mode', '--select', '--tool-turns', '--max-new-tokens', '--temperature', '--top-p',
-                                  '--reasoning', '--batch-size', '--concurrency', '--timeout', '--max-retries',
-                                  '--chunk-size', '--device', '--dtype', '--seed', '--quiet')),
     *(('hidden-states', 'extract', o) for o in ('--target', '--out', '--num-features', '--include-last',
                                                '--storage-dtype', '--device', '--dtype', '--max-batch-tokens',
                                                '--max-batch-size', '--shard-mb', '--max-samples')),
     ('hidden-states', 'info', 'path'), ('train', 'run_dir'), ('train', 'config'), ('train', '--set'),
-    ('evaluate', '--seed'),
 }
 
 def test_every_option_has_help_and_says_its_default_once():

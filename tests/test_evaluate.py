@@ -282,8 +282,8 @@ def test_lossless_failure_is_detected_and_named(tmp_path, monkeypatch, capsys):
         # the command fails too, with one line naming the prompt and the position
         d = tiny_drafter_dir(tmp_path / 'drafter')
         write_jsonl(tmp_path / 'one.jsonl', [{'id': 'p0', 'prompt': 'Write a short poem about the sea'}])
-        import dflash_nb.targets as T
-        monkeypatch.setattr(T, 'load_target', lambda *a, **k: (model, tok))
+        import dflash_nb.evaluate as E
+        monkeypatch.setattr(E, 'load_target', lambda *a, **k: (model, tok))
         code, _, err = run_cli(capsys, d, '--target', 'tiny-qwen3', '--prompts', tmp_path / 'one.jsonl', '--max-new-tokens', 8,
                                '--device', 'cpu', '--out', tmp_path / 'o', '--variants', 'trained')
         assert code == 1 and 'one/p0' in err and 'differs from plain decoding at generated token' in err, err
