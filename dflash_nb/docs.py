@@ -100,16 +100,27 @@ def params_table(sym  # a function or class
         rows.append(f"| **Returns** | {_cell(_anno(sig.return_annotation))} |  | {doc('return')} |")
     return '\n'.join(rows)
 
-# %% ../nbs/04_docs.ipynb #16d49920
+# %% ../nbs/04_docs.ipynb #360fc1fd
+def _sig_params(sig: inspect.Signature) -> list[str]:
+    "The parameters as text, with the `/` and `*` markers where the signature has them."
+    ps, out = list(sig.parameters.values()), []
+    for i, p in enumerate(ps):
+        prev = ps[i - 1].kind if i else None
+        if p.kind == p.KEYWORD_ONLY and prev not in (p.VAR_POSITIONAL, p.KEYWORD_ONLY): out.append('*')
+        out.append(_param_text(p))
+        if p.kind == p.POSITIONAL_ONLY and (i + 1 == len(ps) or ps[i + 1].kind != p.POSITIONAL_ONLY): out.append('/')
+    return out
+
 def signature(sym,  # a function or class
               width: int = 84  # the longest line before the parameters go one per line
              ) -> str:  # its `def` (or `class`) line as the code has it, without docments
     "The signature of `sym` as code: one line when it fits in `width`, else one parameter per line."
+    kind = 'class' if inspect.isclass(sym) else 'def'
     try: sig = inspect.signature(sym)
-    except (TypeError, ValueError): return f'{getattr(sym, "__name__", sym)}'
-    ps = [_param_text(p) for p in sig.parameters.values()]
+    except (TypeError, ValueError): return f'{kind} {getattr(sym, "__name__", sym)}'
+    ps = _sig_params(sig)
     ret = '' if sig.return_annotation is sig.empty or inspect.isclass(sym) else f' -> {_anno(sig.return_annotation)}'
-    head = f"{'class' if inspect.isclass(sym) else 'def'} {getattr(sym, '__name__', 'f')}("
+    head = f"{kind} {getattr(sym, '__name__', 'f')}("
     one = f'{head}{", ".join(ps)}){ret}:'
     return one if len(one) <= width else head + ''.join(f'\n    {p},' for p in ps) + f'\n){ret}:'
 
@@ -376,7 +387,7 @@ def _fix_text(s: str, links: dict, quarto: bool = True) -> str:
     for a, b in links.items(): s = s.replace(a, b)
     return s
 
-# %% ../nbs/04_docs.ipynb #a6de97e8
+# %% ../nbs/04_docs.ipynb #a9cd3c2d
 def _text(v) -> str: return ''.join(v) if isinstance(v, list) else v
 
 def _plain_data(k: str, v, links: dict):
@@ -398,6 +409,7 @@ def _plain_output(o: dict, links: dict) -> dict:
 def _plain_code(c: dict, src: str, links: dict) -> dict | None:
     "A code cell without directive lines (their meaning as tags), or None when it is not shown."
     dirs, src = _split_directives(src)
+    if _tagged(c, 'injected-parameters'): src = scrub_paths(src)   # papermill wrote it: `run_dir` is absolute
     if dirs.get('include') == 'false' or not src.strip(): return None
     tags = list(c.get('metadata', {}).get('tags') or [])
     if dirs.get('echo') == 'false': tags.append('remove_input')
@@ -451,14 +463,14 @@ def outline(body: str  # a rendered page
     return [{'level': h['level'], 'id': h['id'], 'text': h['text'].strip(), 'api': h['api'],
              'x': h['x'].strip()[:160]} for h in p.items]
 
-# %% ../nbs/04_docs.ipynb #bbda614d
+# %% ../nbs/04_docs.ipynb #d0ef3951
 def toc_html(items: list[dict]  # `outline` of the page
             ) -> str:  # the page's table of contents, '' when it has fewer than two entries
     "The table of contents of a page: its h2 and h3 headings as links."
     es = [h for h in items if h['level'] in (2, 3)]
     if len(es) < 2: return ''
     text = lambda h: f'<code>{html.escape(h["text"])}</code>' if h['api'] else html.escape(h['text'])
-    href = lambda h: '#' + html.escape(h['id'], quote=True)
+    href = lambda h: '#' + html.escape(h['id'], quote=False).replace('"', '&quot;')   # ids keep their '
     li = lambda h: f'<li class="l{h["level"]}"><a href="{href(h)}">{text(h)}</a></li>'
     return '<details open><summary>On this page</summary><ul>' + ''.join(map(li, es)) + '</ul></details>'
 
