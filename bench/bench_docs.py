@@ -33,10 +33,18 @@ def build(out, names, cache) -> dict:
     return {'wall_s': round(time.time() - t, 1), 'cpu_s': round(cpu() - c, 1), 'pages': len(pages),
             'executed': sum(l.startswith('docs: executing') for l in lines)}
 
+def api_entries(out: Path) -> dict:
+    "How many `show_doc` entries the site has, and how many of them have a table of parameters (docments)."
+    index = json.loads((out / 'search_index.js').read_text().split(' = ', 1)[1].rstrip(';\n'))
+    tables = sum(p.read_text().count('<strong>Details</strong>') for p in out.glob('*.html'))
+    return {'api_entries': sum(e[3] == 'api' for e in index), 'with_parameter_table': tables,
+            'search_index_entries': len(index)}
+
 def sizes(out: Path) -> dict:
     pages = {p.name: p.stat().st_size for p in sorted(out.glob('*.html'))}
     big = max(pages, key=pages.get)
     return {'pages': len(pages), 'total_bytes': sum(pages.values()), 'largest_page': big, 'largest_bytes': pages[big],
+            **api_entries(out),
             'shared_bytes': {n: (out / n).stat().st_size for n in ('dflash_nb.css', 'dflash_nb.js', 'search_index.js')},
             'per_page': pages}
 
@@ -68,6 +76,8 @@ def main():
     print(f"{'build':<14}{'wall s':>9}{'CPU s':>9}{'executed':>10}")
     for k in ('first_build', 'cached_build'):
         print(f"{k:<14}{res[k]['wall_s']:>9}{res[k]['cpu_s']:>9}{res[k]['executed']:>10}")
+    print(f"show_doc entries {res['api_entries']}, with a parameter table {res['with_parameter_table']}; "
+          f"search index {res['search_index_entries']} entries")
     print(f"pages {res['pages']}, total {res['total_bytes']:,} bytes, largest {res['largest_page']} "
           f"{res['largest_bytes']:,} bytes; shared {res['shared_bytes']}; load {res['load_avg_1min']}")
     print('screenshots:', ', '.join(res['screenshots']) or 'none (chromium not installed)')
