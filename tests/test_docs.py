@@ -1,14 +1,16 @@
-"""The rendered docs and the template report, checked in a real headless browser (Debian's chromium): every page
-loads (the DOM after scripts has its title), images are real PNGs and tables are there, no hidden cell, `show_doc`
-call or `#|` directive is visible in any code cell, and every in-site link and anchor resolves. Screenshots are kept
-in `runs/_screenshots/` (or `$DFLASH_NB_SCREENSHOTS`). Skipped, with the reason, when chromium is not installed
-(`.ci/run` installs it)."""
-import base64, os, re, shutil, struct, subprocess, tempfile
+"""The rendered docs and the template report, checked in a real headless browser (Debian's chromium).
+
+Every page loads (the DOM after scripts has its title), images are real PNGs and tables are there, no hidden cell,
+`show_doc` call or `#|` directive is visible in any code cell, every in-site link and anchor resolves (the table of
+contents' included), the search box finds a function by name, `show_doc` has its table of parameters, no page is
+over 1 MB, and no page shows a path of the machine that built it. Screenshots are kept in `runs/_screenshots/` (or
+`$DFLASH_NB_SCREENSHOTS`). Skipped, with the reason, when chromium is not installed (`.ci/run` installs it)."""
+import base64, json, os, re, shutil, struct, subprocess, sys, tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 import pytest
 
-from dflash_nb.core import write_jsonl
+from dflash_nb.core import cache_dir, fixtures_dir, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = next((shutil.which(n) for n in ('chromium', 'chromium-browser', 'google-chrome') if shutil.which(n)), None)
@@ -16,40 +18,49 @@ needs_browser = pytest.mark.skipif(CHROMIUM is None, reason='chromium not instal
 SHOTS = Path(os.environ.get('DFLASH_NB_SCREENSHOTS', ROOT / 'runs' / '_screenshots'))
 PAGES = ['00_core', '04_docs', '10_sources', '20_templates']
 
-def browser(path: Path, screenshot: Path | None = None, size=(1300, 1600)) -> str:
-    "The DOM after scripts (`--dump-dom`), or a screenshot; a fresh profile each time."
+def browser(url, screenshot: Path | None = None, size=(1300, 1600)) -> str:
+    "The DOM after scripts (`--dump-dom`) of a path or URL, or a screenshot; a fresh profile each time."
+    url = url.resolve().as_uri() if isinstance(url, Path) else url
     with tempfile.TemporaryDirectory() as prof:
         args = [CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
                 '--disable-background-networking', '--disable-component-update', '--disable-sync', '--hide-scrollbars',
                 f'--user-data-dir={prof}', f'--window-size={size[0]},{size[1]}']
         args += [f'--screenshot={screenshot}'] if screenshot else ['--dump-dom']
-        r = subprocess.run(args + [path.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(args + [url], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     if screenshot: assert screenshot.stat().st_size > 10_000, screenshot
     return r.stdout
 
 class Page(HTMLParser):
-    "Links, ids, images, tables and the text of code-cell inputs of a page's DOM."
+    "Links, ids, images, tables, the table of contents' links, the text of code inputs and of outputs of a DOM."
+    VOID = ('br', 'img', 'meta', 'link', 'input', 'hr', 'wbr', 'source')
     def __init__(self, dom: str):
         super().__init__()
-        self.links, self.ids, self.imgs, self.tables, self.inputs = [], set(), [], 0, []
-        self._stack, self._in_input = [], 0
+        self.links, self.ids, self.imgs, self.tables, self.inputs, self.outputs, self.toc = [], set(), [], 0, [], [], []
+        self._stack, self._where = [], []
         self.feed(dom)
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
+        cls = a.get('class') or ''
         if a.get('id'): self.ids.add(a['id'])
-        if tag == 'a' and a.get('href'): self.links.append(a['href'])
+        if tag == 'a' and a.get('href'):
+            self.links.append(a['href'])
+            if 'dn-toc' in self._where: self.toc.append(a['href'])
         if tag == 'img': self.imgs.append(a.get('src', ''))
         if tag == 'table': self.tables += 1
-        if tag in ('br', 'img', 'meta', 'link', 'input', 'hr', 'wbr'): return
-        inp = 'jp-InputArea' in (a.get('class') or '')
-        self._stack.append(inp); self._in_input += inp
-        if inp: self.inputs.append('')
+        if tag in self.VOID: return
+        where = next((w for w in ('jp-InputArea-editor', 'jp-OutputArea', 'dn-toc') if w in cls.split()), None)
+        self._stack.append(where)
+        if where:
+            self._where.append(where)
+            if where == 'jp-InputArea-editor': self.inputs.append('')
+            if where == 'jp-OutputArea': self.outputs.append('')
     def handle_endtag(self, tag):
-        if tag in ('br', 'img', 'meta', 'link', 'input', 'hr', 'wbr') or not self._stack: return
-        self._in_input -= self._stack.pop()
+        if tag in self.VOID or not self._stack: return
+        if self._stack.pop(): self._where.pop()
     def handle_data(self, data):
-        if self._in_input: self.inputs[-1] += data
+        if 'jp-InputArea-editor' in self._where: self.inputs[-1] += data
+        elif 'jp-OutputArea' in self._where: self.outputs[-1] += data
 
 def png_size(src: str) -> tuple[int, int]:
     "Width and height of a data-URI PNG (its IHDR chunk)."
@@ -57,13 +68,34 @@ def png_size(src: str) -> tuple[int, int]:
     assert raw[:8] == b'\x89PNG\r\n\x1a\n', 'not a PNG'
     return struct.unpack('>II', raw[16:24])
 
+def machine_paths() -> list[str]:
+    "Folders of this machine no page may show: the checkout, the Python installation, the cache, the fixtures."
+    out = [str(ROOT), sys.prefix, sys.base_prefix, str(cache_dir())]
+    return out + ([str(fixtures_dir())] if fixtures_dir() else [])
+
 @pytest.fixture(scope='module')
 def docs(demo_run, tmp_path_factory):
+    "The docs of PAGES (and the index), their stage cells from the demo run, the notebooks executed (or cached)."
     from dflash_nb.docs import render_docs
     run_dir, _ = demo_run
     out = tmp_path_factory.mktemp('docs')
     render_docs(out, run_dir=run_dir, names=PAGES)
     return out, run_dir
+
+def test_site_files(docs):
+    "One page per notebook plus the index; one shared stylesheet and script; no page over 1 MB or inlining the CSS."
+    out, _ = docs
+    assert sorted(p.name for p in out.iterdir()) == sorted([f'{n}.html' for n in PAGES] + [
+        'index.html', 'dflash_nb.css', 'dflash_nb.js', 'search_index.js'])
+    for p in out.glob('*.html'):
+        body = p.read_text()
+        assert p.stat().st_size < 1_000_000, (p.name, p.stat().st_size)
+        assert re.search(r'<link[^>]*href="dflash_nb.css"', body) and re.search(r'<script[^>]*src="dflash_nb.js"', body), p.name
+        styles = sum(map(len, re.findall(r'<style[^>]*>(.*?)</style>', body, re.S)))
+        assert styles < 30_000, (p.name, styles)   # the explorer's own few rules, never JupyterLab's 250 KB
+        assert not re.search(r'<script[^>]+src="https?:', body), f'{p.name} loads a script from the network'
+        for path in machine_paths(): assert path + '/' not in body, f'{p.name} shows {path}'
+    assert (out / 'dflash_nb.css').stat().st_size > 100_000   # JupyterLab's styles, once
 
 @needs_browser
 def test_docs_in_browser(docs):
@@ -72,13 +104,15 @@ def test_docs_in_browser(docs):
     doms = {p.name: browser(p) for p in sorted(out.glob('*.html'))}
     pages = {n: Page(d) for n, d in doms.items()}
     assert set(pages) == {f'{n}.html' for n in PAGES} | {'index.html'}
-    n_imgs = n_links = 0
+    n_imgs = n_links = n_toc = 0
     for name, pg in pages.items():
         assert re.search(r'<h1 class="dn-title">[^<]+</h1>', doms[name]) and 'class="dn-side"' in doms[name], f'{name} did not load'
         code = '\n'.join(pg.inputs)
         assert not re.search(r'(?m)^\s*#\|', code), f'{name}: a directive line is visible'
         assert 'from nbdev.showdoc import *' not in code and 'nbdev.nbdev_export()' not in code, f'{name}: a hidden cell is visible'
         assert not re.search(r'(?m)^\s*show_doc\(', code), f'{name}: a show_doc call is visible'
+        assert str(Path.home()) + '/' not in '\n'.join(pg.outputs), f'{name}: an output shows the home folder'
+        assert 'Traceback' not in '\n'.join(pg.outputs), f'{name}: a cell failed in the docs build'
         for src in pg.imgs:
             if src.startswith('data:image/png'):
                 w, h = png_size(src); assert w > 50 and h > 50, (name, w, h); n_imgs += 1
@@ -89,12 +123,43 @@ def test_docs_in_browser(docs):
             target = target or name
             assert target in pages, f'{name}: broken link {href}'
             assert not anchor or anchor in pages[target].ids, f'{name}: broken anchor {href}'
-    assert n_links > 50
+        n_toc += len(pg.toc)
+        assert all(h.startswith('#') and h[1:] in pg.ids for h in pg.toc), f'{name}: a table-of-contents link is broken'
+    assert n_links > 50 and n_toc > 40
     assert pages['index.html'].tables >= 1 and pages['00_core.html'].ids >= {'atomic_write'}
     assert n_imgs >= 1, 'no image on the executed stage pages'   # 10_sources plots the mix
     for n in ('index', '10_sources', '20_templates'): browser(out / f'{n}.html', SHOTS / f'docs_{n}.png')
-    if 'explore_file' in (out / '20_templates.html').read_text():   # the rendered notebook has the explorer: it shows, its pager ran
-        assert 'class="dx"' in doms['20_templates.html'] and re.search(r'class="pos">1 of \d+<', doms['20_templates.html']), 'the explorer did not render'
+    # the explorer at the top of 20_templates shows (an output of the docs build) and its pager script ran
+    assert 'class="dx"' in doms['20_templates.html'] and re.search(r'class="pos">1 of \d+<', doms['20_templates.html'])
+
+@needs_browser
+def test_search_finds_a_function(docs):
+    "`index.html?q=NAME` runs the search box: the function's own entry comes first and points at its anchor."
+    out, _ = docs
+    for name, page in (('explore_file', '20_templates.html'), ('atomic_write', '00_core.html')):
+        dom = browser((out / 'index.html').resolve().as_uri() + f'?q={name}')
+        hits = re.search(r'<ol id="dn-hits"[^>]*>(.*?)</ol>', dom, re.S)
+        assert hits and 'hidden' not in re.search(r'<ol id="dn-hits"[^>]*>', dom)[0], 'no search results shown'
+        first = re.search(r'<a href="([^"]+)"', hits[1])[1]
+        assert first == f'{page}#{name}', (name, first)
+    browser((out / 'index.html').resolve().as_uri() + '?q=explore', SHOTS / 'docs_search.png', size=(1300, 900))
+    dom = browser((out / 'index.html').resolve().as_uri() + '?q=zzzz_no_such_name')
+    assert 'no match' in dom
+
+def test_show_doc_tables_and_source_links(docs):
+    "A documented function has its table of parameters; `source` and `notebook` links go to settings.ini's repository."
+    from dflash_nb.docs import site_settings
+    out, _ = docs
+    git = site_settings()['git_url'].rstrip('/') + '/blob/' + site_settings()['branch'] + '/'
+    body = (out / '04_docs.html').read_text()
+    sec = body[body.index('id="render_docs"'):]
+    assert re.search(r'<table>.*?<strong>Type</strong>.*?out_dir.*?the site\'s folder', sec, re.S), 'no parameter table'
+    links = re.findall(r'<span class="dn-links"><a href="([^"]+)">source</a> · <a href="([^"]+)">notebook</a>', body)
+    assert len(links) >= 10
+    for code, nb in links:
+        assert re.fullmatch(re.escape(git) + r'dflash_nb/docs\.py#L\d+', code), code
+        assert re.fullmatch(re.escape(git) + r'nbs/04_docs\.ipynb\?plain=1#L\d+', nb), nb
+    assert f'<a href="{git}nbs/04_docs.ipynb">source notebook</a>' in body
 
 @needs_browser
 def test_report_in_browser(tmp_path):
