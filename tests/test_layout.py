@@ -59,3 +59,58 @@ def test_papermill_parses_every_parameter():
             want = {l.split('=')[0].split(':')[0].strip() for l in src.splitlines() if l[:1].isalpha() and '=' in l}
             if want - names: bad[nb.name] = sorted(want - names)
     assert not bad, bad
+
+# --- notebooks the way the best notebooks are written (issue 22) ---
+import ast as _ast, re as _re
+
+def _export_cells(nb):
+    out = []
+    for i, c in enumerate(json.loads(nb.read_text())['cells']):
+        src = ''.join(c['source'])
+        if c['cell_type'] == 'code' and _re.match(r'\s*#\s*\|\s*export', src): out.append((i, src))
+    return out
+
+def test_no_export_cell_over_60_lines():
+    big = [f'{nb.name} cell {i}: {n} lines' for nb in sorted((ROOT / 'nbs').glob('*.ipynb')) for i, src in _export_cells(nb)
+           if (n := sum(1 for l in src.splitlines() if l.strip())) > 60]
+    assert not big, big
+
+def _public_defs(src):
+    try: tree = _ast.parse(src)
+    except SyntaxError: return []
+    return [n.name for n in tree.body if isinstance(n, (_ast.FunctionDef, _ast.ClassDef)) and not n.name.startswith('_')
+            and not any(isinstance(d, _ast.Name) and d.id == 'patch' or isinstance(d, _ast.Call) and getattr(d.func, 'id', '') == 'patch'
+                        for d in n.decorator_list)]
+
+def test_show_doc_sits_next_to_its_definition():
+    "Each public function or class of an export cell is shown (`show_doc`) within the next three cells, and no `show_doc` is far from what it shows."
+    far, missing = [], []
+    for nb in sorted((ROOT / 'nbs').glob('*.ipynb')):
+        cells = json.loads(nb.read_text())['cells']
+        srcs = [''.join(c['source']) if c['cell_type'] == 'code' else '' for c in cells]
+        where = {}
+        for i, src in enumerate(srcs):
+            if _re.match(r'\s*#\s*\|\s*export', src):
+                for n in _public_defs(src): where[n] = i
+        for i, src in enumerate(srcs):
+            for name in _re.findall(r'show_doc\(([A-Za-z_][\w.]*)', src):
+                base = name.split('.')[0]
+                if base in where and not 0 < i - where[base] <= 3 and '.' not in name: far.append(f'{nb.name}: show_doc({name}) in cell {i}, defined in cell {where[base]}')
+        for n, i in where.items():
+            if n.startswith('cmd_') or n == 'register_cli': continue
+            if not any(_re.search(rf'show_doc\({_re.escape(n)}\b', s) for s in srcs[i + 1:i + 4]): missing.append(f'{nb.name}: {n} (cell {i})')
+    assert not far, far
+    assert not missing, missing
+
+def test_stage_notebooks_open_the_stage_and_skip_the_tutorial():
+    "Every stage notebook checks its parameters right after the parameters cell and tags what a run does not need `skip-execution`."
+    import sys; sys.path.insert(0, str(ROOT / 'tools'))
+    import jupytext, nbsync
+    for s in discover_stages():
+        nb = jupytext.read(s.path)
+        cells = nb.cells
+        par = next(i for i, c in enumerate(cells) if 'parameters' in c.metadata.get('tags', []))
+        assert f"open_stage('{s.name}', globals())" in ''.join(cells[par + 1].source), s.name
+        want = nbsync.stage_tags(nb)
+        got = ['skip-execution' in c.metadata.get('tags', []) for c in cells]
+        assert got == want, f'{s.name}: run `python tools/nbsync.py --tags {s.name}`'
