@@ -17,21 +17,32 @@ from .core import default_target_layer_ids, check_target_layer_ids, write_json, 
 
 # %% auto #0
 __all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'FLEX_COMPILE', 'FLEX_COMPILE_BACKEND', 'CE_CHUNK_ELEMS', 'hub_like',
-           'causality_keys', 'engine_problems', 'default_gamma', 'DFlashConfig', 'build_config',
+           'target_key', 'causality_keys', 'engine_problems', 'default_gamma', 'DFlashConfig', 'build_config',
            'resolve_mask_token_id', 'flex_compiles', 'compiled', 'compile_count', 'ensure_recompile_limit', 'RMSNorm',
            'rope_cos_sin', 'apply_rope', 'attend', 'DFlashAttention', 'DFlashMLP', 'DFlashDecoderLayer', 'DraftCache',
            'DFlashDrafter', 'dflash_mask_mod', 'dense_mask', 'flex_available', 'build_masks', 'anchor_candidates',
            'sample_anchors', 'pad_anchors', 'linear_buckets', 'bucket_size', 'slot_weights', 'block_labels',
-           'per_slot_stats', 'acceptance_length', 'ce_chunks', 'ChunkedLinearCE', 'linear_cross_entropy_stats',
-           'slot_cross_entropy', 'dflash_loss', 'inference_masks', 'draft_block', 'draft_weight_names',
-           'export_drafter', 'drafter_config_dict', 'load_drafter']
+           'per_slot_stats', 'acceptance_length', 'ce_chunks', 'soft_targets', 'ChunkedLinearCE',
+           'linear_cross_entropy_stats', 'full_soft_loss', 'slot_targets', 'slot_cross_entropy', 'dflash_loss',
+           'inference_masks', 'draft_block', 'draft_weight_names', 'export_drafter', 'drafter_config_dict',
+           'load_drafter']
 
-# %% ../nbs/70_drafter.ipynb #17d01da7
+# %% ../nbs/70_drafter.ipynb #72865a85
 def hub_like(name) -> bool:
     "True for a hub model id such as `Qwen/Qwen3-8B` (not a local or cache path)."
     if not isinstance(name, str) or not name or name.startswith(('/', '.', '~')) or '\\' in name: return False
     parts = name.split('/')
     return len(parts) <= 2 and all(parts) and not Path(name).exists()
+
+def target_key(target, fingerprint: str | None = None) -> dict:
+    "The `config.json` entry naming the target: `{'dflash_nb_target': {spec, fingerprint}}`, or `{spec}` for a hub id."
+    if target and fingerprint: return {'dflash_nb_target': {'spec': str(target), 'fingerprint': str(fingerprint)}}
+    return {'dflash_nb_target': {'spec': target}} if hub_like(target) else {}
+
+def _target_fields(t) -> dict:
+    "`target`, `target_fingerprint` from a `dflash_nb_target` entry (a record, or the plain name older folders wrote)."
+    if isinstance(t, dict): return {'target': t.get('spec'), 'target_fingerprint': t.get('fingerprint')}
+    return {'target': t}
 
 def causality_keys(cfg) -> dict:
     "The `dflash_config` causality switch vLLM reads (`{'causal': bool}`), or `{}` where its per-layer default is right."
@@ -78,7 +89,8 @@ class DFlashConfig:
     sliding_window: int | None = None
     sliding_window_causal: bool = True     # semantics of `sliding_attention` layers inside the block (see below)
     tie_word_embeddings: bool = False
-    target: str | None = None              # informational: the target's name or path
+    target: str | None = None              # the target: the run's spec (or a model's name or path)
+    target_fingerprint: str | None = None  # with a spec: the fingerprint of its resolved folder (see `target_key`)
     bos_token_id: int | None = None        # the target's, written to config.json for hub users
     eos_token_id: int | list | None = None
 
@@ -122,7 +134,7 @@ class DFlashConfig:
             **({'is_causal': causality_keys(self)['causal']} if 'causal' in causality_keys(self) else {}),
             'bos_token_id': self.bos_token_id, 'eos_token_id': self.eos_token_id,
             'dtype': dtype, 'torch_dtype': dtype,
-            **({'dflash_nb_target': self.target} if hub_like(self.target) else {}),
+            **target_key(self.target, self.target_fingerprint),
         }
 
     @classmethod
@@ -144,7 +156,7 @@ class DFlashConfig:
                    rms_norm_eps=d.get('rms_norm_eps', 1e-6), rope_theta=float(theta),
                    max_position_embeddings=d.get('max_position_embeddings', 40960), layer_types=d.get('layer_types'),
                    sliding_window=d.get('sliding_window'), sliding_window_causal=dc.get('sliding_window_causal', True),
-                   tie_word_embeddings=d.get('tie_word_embeddings', False), target=d.get('dflash_nb_target'),
+                   tie_word_embeddings=d.get('tie_word_embeddings', False), **_target_fields(d.get('dflash_nb_target')),
                    bos_token_id=d.get('bos_token_id'), eos_token_id=d.get('eos_token_id'))
 
 # %% ../nbs/70_drafter.ipynb #58c0582c
@@ -520,113 +532,183 @@ def ce_chunks(n: int, V: int, chunk_rows: int | None = None, chunk_vocab: int | 
     cr = chunk_rows or max(max_elems // cv, 1)
     return max(1, min(int(cr), max(n, 1))), cv
 
-# %% ../nbs/70_drafter.ipynb #aac47ee5
+# %% ../nbs/70_drafter.ipynb #ba90b6f1
+def soft_targets(target, k: int | None = None) -> tuple:
+    """`(ids [N, K], logp [N, K], rest [N] or None)` of a loss target: hard labels `[N]` (K = 1, log-probability 0,
+    no bucket), or the target's `(top-k ids, top-k log-probs)` (the first `k` columns when `k` is given) with `rest`
+    the mass left outside them, clamped to [0, 1]."""
+    if isinstance(target, torch.Tensor):
+        return target[:, None], torch.zeros(target.shape[0], 1, device=target.device), None
+    ids, logp = target
+    if k is not None: ids, logp = ids[:, :k], logp[:, :k]
+    logp = logp.to(torch.promote_types(logp.dtype, torch.float32))
+    return ids.long(), logp, (1 - logp.exp().sum(-1)).clamp(0, 1)
+
+# %% ../nbs/70_drafter.ipynb #d4dbeb1f
 def _acc(cdt): return torch.float64 if cdt == torch.float64 else torch.float32   # reduction dtype
 
 def _ce_logits(x, W, v0, v1, cdt): return (x @ W[v0:v1].to(cdt).t()).to(_acc(cdt))
 
-def _ce_chunk(x, W, y, cv: int, cdt, grad: bool):
-    "CE `[r]`, argmax `[r]`, log-sum-exp `[r]` and (if `grad`) `d CE / d x` `[r, H]` of rows `x [r, H]` (already in `cdt`)."
+_TINY = torch.finfo(torch.float32).tiny
+
+def _kl_value(zt, lse, lser, logp, rest):
+    "Per-row loss from the target tokens' logits `zt [r, K]`: CE for hard labels (`rest` None), else the bucketed KL."
+    logq = zt - lse[:, None]
+    if rest is None: return -logq[:, 0]
+    return (logp.exp() * (logp - logq)).sum(-1) + torch.xlogy(rest, rest) - rest * (lser - lse)
+
+def _target_cells(ids, v0: int, v1: int):
+    "Rows, in-chunk columns and the `[r, K]` selector of the target ids that fall in the vocabulary chunk `[v0, v1)`."
+    inside = (ids >= v0) & (ids < v1)
+    rows = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(ids)
+    return rows[inside], ids[inside] - v0, inside
+
+# %% ../nbs/70_drafter.ipynb #7738121b
+def _kl_chunk(x, W, ids, logp, rest, cv: int, cdt, grad: bool):
+    """`(loss [r], argmax [r], lse [r], lse outside the top-k [r] or None, target logits [r, K], d loss/dx [r, H] or
+    None)` of rows `x [r, H]` (already in `cdt`) against `soft_targets`."""
+    V = W.shape[0]
+    if cv < V: return _kl_chunk_vocab(x, W, ids, logp, rest, cv, cdt, grad)
+    z = _ce_logits(x, W, 0, V, cdt)        # the whole vocabulary: loss and row gradient from the same logits
+    m, pred = z.max(-1)
+    zt = z.gather(1, ids)
+    e = z.sub_(m[:, None]).exp_()
+    et = e.gather(1, ids)
+    if rest is None: s, sr, lser = e.sum(-1), None, None
+    else:
+        sr = e.scatter_(1, ids, 0.0).sum(-1).clamp_min(_TINY)
+        s, lser = sr + et.sum(-1), m + sr.log()
+    lse = m + s.log()
+    loss = _kl_value(zt, lse, lser, logp, rest)
+    if not grad: return loss, pred, lse, lser, zt, None
+    g = e.div_(s[:, None]) if rest is None else e.mul_((1 / s - rest / sr)[:, None])
+    g.scatter_(1, ids, et / s[:, None] - logp.exp())
+    return loss, pred, lse, lser, zt, (g.to(cdt) @ W.to(cdt)).to(_acc(cdt))
+
+def _kl_chunk_vocab(x, W, ids, logp, rest, cv: int, cdt, grad: bool):
+    "`_kl_chunk` over vocabulary chunks of `cv` tokens (an online log-sum-exp; the top-k cells left out for soft targets)."
     V, r = W.shape[0], x.shape[0]
-    if cv >= V:      # one chunk holds the whole vocabulary: softmax and row gradient from the same logits
-        z = _ce_logits(x, W, 0, V, cdt)
-        m, pred = z.max(-1)
-        tgt = z.gather(1, y[:, None])[:, 0]
-        e = z.sub_(m[:, None]).exp_()
-        s = e.sum(-1); lse = m + s.log()
-        if not grad: return lse - tgt, pred, lse, None
-        p = e.div_(s[:, None]); p[torch.arange(r, device=x.device), y] -= 1.0
-        return lse - tgt, pred, lse, (p.to(cdt) @ W.to(cdt)).to(_acc(cdt))
     m = torch.full((r,), -math.inf, device=x.device, dtype=_acc(cdt)); s = torch.zeros_like(m)
-    pred = torch.zeros(r, dtype=torch.long, device=x.device); tgt = torch.zeros_like(m)
-    for v0 in range(0, V, cv):   # online log-sum-exp over vocabulary chunks
+    pred = torch.zeros(r, dtype=torch.long, device=x.device); zt = torch.zeros(ids.shape, device=x.device, dtype=m.dtype)
+    for v0 in range(0, V, cv):
         z = _ce_logits(x, W, v0, min(v0 + cv, V), cdt)
         cm, ci = z.max(-1)
         pred = torch.where(cm > m, ci + v0, pred)
-        inside = (y >= v0) & (y < v0 + z.shape[1])
-        tgt = torch.where(inside, z.gather(1, (y - v0).clamp(0, z.shape[1] - 1)[:, None])[:, 0], tgt)
+        rr, cc, inside = _target_cells(ids, v0, v0 + z.shape[1])
+        zt[inside] = z[rr, cc]
+        if rest is not None: z[rr, cc] = -math.inf
         nm = torch.maximum(m, cm)
         s = s * torch.exp(m - nm) + torch.exp(z - nm[:, None]).sum(-1)
         m = nm
-    lse = m + s.log()
-    dx = _ce_grad_chunk(x, W, y, lse, None, cv, cdt, False)[0] if grad else None
-    return lse - tgt, pred, lse, dx
+    if rest is None: lse, lser = m + s.log(), None
+    else: lser = m + s.clamp_min(_TINY).log(); lse = torch.logaddexp(lser, zt.logsumexp(-1))
+    loss = _kl_value(zt, lse, lser, logp, rest)
+    dx = _kl_grad_chunk(x, W, ids, logp, rest, lse, lser, zt, None, cv, cdt, False)[0] if grad else None
+    return loss, pred, lse, lser, zt, dx
 
-def _ce_grad_chunk(x, W, y, lse, g, cv: int, cdt, need_w: bool):
-    "`(d/dx, d/dW or None)` of `sum_i g_i * CE_i` over a chunk of rows (`g=None`: all ones), recomputing the logits."
+def _kl_grad_chunk(x, W, ids, logp, rest, lse, lser, zt, g, cv: int, cdt, need_w: bool):
+    "`(d/dx, d/dW or None)` of `sum_i g_i * loss_i` over a chunk of rows (`g=None`: all ones), recomputing the logits."
     V, r = W.shape[0], x.shape[0]
     dx = torch.zeros(r, W.shape[1], device=x.device, dtype=_acc(cdt))
     dW = torch.zeros(W.shape, device=x.device, dtype=_acc(cdt)) if need_w else None
-    rows = torch.arange(r, device=x.device)
+    tval = (zt - lse[:, None]).exp() - logp.exp()          # q - p on the top-k cells
     for v0 in range(0, V, cv):
         v1 = min(v0 + cv, V)
-        p = _ce_logits(x, W, v0, v1, cdt).sub_(lse[:, None]).exp_()
-        hit = (y >= v0) & (y < v1)
-        p[rows[hit], y[hit] - v0] -= 1.0
-        if g is not None: p.mul_(g[:, None])
-        pc = p.to(cdt)
+        z = _ce_logits(x, W, v0, v1, cdt)
+        t = None if rest is None else (z - lser[:, None]).exp_().mul_(rest[:, None])   # rest q_v / q_r
+        q = z.sub_(lse[:, None]).exp_()
+        if t is not None: q.sub_(t)
+        rr, cc, inside = _target_cells(ids, v0, v1)
+        q[rr, cc] = tval[inside]
+        if g is not None: q.mul_(g[:, None])
+        pc = q.to(cdt)
         dx += (pc @ W[v0:v1].to(cdt)).to(dx.dtype)
         if need_w: dW[v0:v1] += (pc.t() @ x).to(dW.dtype)
     return dx, dW
 
-# %% ../nbs/70_drafter.ipynb #27573794
+# %% ../nbs/70_drafter.ipynb #81865cc6
 class ChunkedLinearCE(torch.autograd.Function):
-    "Per-row CE and argmax of `x @ W.T` in chunks; differentiable in `x` (row gradients precomputed when `W` is frozen) and `W`."
+    "Per-row loss (CE, or the bucketed KL of soft targets) and argmax of `x @ W.T` in chunks; differentiable in `x` and `W`."
     @staticmethod
-    def forward(ctx, x, W, y, chunk_rows: int, chunk_vocab: int, cdt):
+    def forward(ctx, x, W, ids, logp, rest, chunk_rows: int, chunk_vocab: int, cdt):
         fold = ctx.needs_input_grad[0] and not ctx.needs_input_grad[1]
-        ce, pred, lse, dxs = [], [], [], []
-        Wc = W.detach().to(cdt)      # cast once per call (a no-op when the head is already in the compute dtype)
+        Wc, outs = W.detach().to(cdt), []      # cast once per call (a no-op when the head is already in `cdt`)
         with torch.autocast(x.device.type, enabled=False):
-            for r0 in range(0, x.shape[0], chunk_rows):
-                c, p, l, d = _ce_chunk(x[r0:r0 + chunk_rows].to(cdt), Wc, y[r0:r0 + chunk_rows], chunk_vocab, cdt, fold)
-                ce.append(c); pred.append(p); lse.append(l); dxs.append(d)
-        ce, pred, lse = torch.cat(ce), torch.cat(pred), torch.cat(lse)
-        dx = torch.cat(dxs) if fold and dxs else None
-        ctx.save_for_backward(x, W, y, lse, dx if dx is not None else lse[:0])
+            for r0 in range(0, max(x.shape[0], 1), chunk_rows):
+                sl = slice(r0, r0 + chunk_rows)
+                outs.append(_kl_chunk(x[sl].to(cdt), Wc, ids[sl], logp[sl], None if rest is None else rest[sl],
+                                      chunk_vocab, cdt, fold))
+        loss, pred, lse, lser, zt, dx = [None if o[0] is None else torch.cat(o) for o in zip(*outs)]
+        ctx.save_for_backward(x, W, ids, logp, rest, lse, lser, zt, dx)
         ctx.fold, ctx.chunks, ctx.cdt = fold, (chunk_rows, chunk_vocab), cdt
         ctx.mark_non_differentiable(pred)
-        return ce, pred
+        return loss, pred
 
     @staticmethod
     def backward(ctx, g, _g_pred):
-        x, W, y, lse, dx = ctx.saved_tensors
-        if g is None: g = torch.zeros_like(lse)
-        g = g.to(lse.dtype)
-        if ctx.fold: return (g[:, None] * dx).to(x.dtype), None, None, None, None, None
-        cr, cv = ctx.chunks
+        x, W, ids, logp, rest, lse, lser, zt, dx = ctx.saved_tensors
+        g = (torch.zeros_like(lse) if g is None else g).to(lse.dtype)
+        nones = (None,) * 6
+        if ctx.fold: return ((g[:, None] * dx).to(x.dtype), None) + nones
+        (cr, cv), cdt = ctx.chunks, ctx.cdt
         gx = torch.zeros(x.shape, device=x.device, dtype=lse.dtype)
         gW = torch.zeros(W.shape, device=W.device, dtype=lse.dtype) if ctx.needs_input_grad[1] else None
-        Wc = W.to(ctx.cdt)
+        Wc, part = W.to(cdt), lambda t, sl: None if t is None else t[sl]
         with torch.autocast(x.device.type, enabled=False):
             for r0 in range(0, x.shape[0], cr):
                 sl = slice(r0, r0 + cr)
-                d, dw = _ce_grad_chunk(x[sl].to(ctx.cdt), Wc, y[sl], lse[sl], g[sl], cv, ctx.cdt, gW is not None)
+                d, dw = _kl_grad_chunk(x[sl].to(cdt), Wc, ids[sl], logp[sl], part(rest, sl), lse[sl], part(lser, sl),
+                                       zt[sl], g[sl], cv, cdt, gW is not None)
                 gx[sl] = d
                 if gW is not None: gW += dw
-        return (gx.to(x.dtype) if ctx.needs_input_grad[0] else None), (gW.to(W.dtype) if gW is not None else None), None, None, None, None
+        gx = gx.to(x.dtype) if ctx.needs_input_grad[0] else None
+        return (gx, None if gW is None else gW.to(W.dtype)) + nones
 
 def linear_cross_entropy_stats(x, weight, target, chunk_rows: int | None = None, chunk_vocab: int | None = None):
-    "Per-row CE `[N]` (fp32) and argmax `[N]` of the logits `x @ weight.T`, holding at most one chunk of logits (see `ce_chunks`)."
+    """Per-row loss `[N]` (fp32) and argmax `[N]` of the logits `x @ weight.T`, holding at most one chunk of logits (see
+    `ce_chunks`): the CE of hard labels `[N]`, or the bucketed forward KL of `(top-k ids, top-k log-probs)`."""
     dev = x.device.type
     cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else weight.dtype
     cr, cv = ce_chunks(x.shape[0], weight.shape[0], chunk_rows, chunk_vocab)
-    return ChunkedLinearCE.apply(x, weight, target, cr, cv, cdt)
+    return ChunkedLinearCE.apply(x, weight, *soft_targets(target), cr, cv, cdt)
 
-# %% ../nbs/70_drafter.ipynb #03b80246
+# %% ../nbs/70_drafter.ipynb #9db8d8af
+def full_soft_loss(logits, target):
+    "Per-row CE (hard labels `[N]`) or bucketed forward KL (`(top-k ids, top-k log-probs)`) from the full logits `[N, V]`."
+    ids, logp, rest = soft_targets(target)
+    lq = logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(-1)
+    if rest is None: return -lq.gather(1, ids)[:, 0]
+    lqr = lq.scatter(1, ids, -math.inf).logsumexp(-1)
+    return (logp.exp() * (logp - lq.gather(1, ids))).sum(-1) + torch.xlogy(rest, rest) - rest * lqr
+
+# %% ../nbs/70_drafter.ipynb #21f84046
+def slot_targets(pos, sup, target_labels):
+    """The target's labels of the supervised slots `sup [b, n, B-1]` of blocks at positions `pos [b, n, B]`: its
+    prediction at `pos - 1` of the token at `pos`, from `target_labels` `[b, T]` (argmax ids) -> `[N]`, or
+    `(ids, logp)` each `[b, T, K]` -> `([N, K], [N, K])`."""
+    b, T = pos.shape[0], (target_labels if isinstance(target_labels, torch.Tensor) else target_labels[0]).shape[1]
+    src = (pos[:, :, 1:] - 1).clamp(0, T - 1).reshape(b, -1)            # the target reads position pos - 1
+    def take(t):
+        idx = src if t.dim() == 2 else src[..., None].expand(-1, -1, t.shape[-1])
+        return t.to(pos.device).gather(1, idx).view(*sup.shape, *t.shape[2:])[sup]
+    return take(target_labels) if isinstance(target_labels, torch.Tensor) else tuple(take(t) for t in target_labels)
+
+# %% ../nbs/70_drafter.ipynb #609dba11
 def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
-    "CE `[N]` (fp32) and argmax `[N]` of the LM head on hidden states `h [N, H]`: `'chunked'` (never the full logits) or `'full'`."
+    """Loss `[N]` (fp32: CE of labels `[N]`, or KL of `(top-k ids, top-k log-probs)`) and argmax `[N]` of the LM head on
+    hidden states `h [N, H]`: `'chunked'` (never the full logits) or `'full'`."""
     if getattr(lm_head, 'bias', None) is not None: raise ValueError('the LM head has a bias: the chunked loss supports none')
     if ce == 'chunked': return linear_cross_entropy_stats(h, lm_head.weight, y)
     if ce != 'full': raise ValueError(f"ce must be 'chunked' or 'full', got {ce!r}")
     logits = lm_head(h.to(lm_head.weight.dtype)).float()
-    return F.cross_entropy(logits, y, reduction='none'), logits.detach().argmax(-1)
+    return full_soft_loss(logits, y), logits.detach().argmax(-1)
 
 def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, features, anchors, valid,
                 gamma: float | None = None, lengths=None, document_ids=None, backend: str = 'sdpa', ce: str = 'chunked',
-                loss_slots: int | None = None) -> dict:
+                loss_slots: int | None = None, target_labels=None) -> dict:
     """Loss and per-slot statistics of one micro-batch (see the normalization note above); `ce`: 'chunked' | 'full' logits.
-    `loss_slots = K` supervises slots `1..K` only (the block keeps all B positions; later slots cost no logits)."""
+    `loss_slots = K` supervises slots `1..K` only (the block keeps all B positions; later slots cost no logits).
+    `target_labels`: None (the text's tokens), the target's argmax `[b, T]`, or its `(top-k ids, log-probs)` (KL)."""
     cfg = drafter.config
     B, (b, T) = cfg.block_size, input_ids.shape
     gamma = default_gamma(B) if gamma is None else gamma
@@ -640,19 +722,19 @@ def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, fe
     ctx_pos = torch.arange(T, device=input_ids.device).expand(b, T)
     h = drafter(noise, features, ctx_pos, pos.view(b, n * B), masks)
     h = h.view(b, n, B, -1)[:, :, 1:]
-    lab, s = labels[:, :, 1:], sup[:, :, 1:]
-    slot = torch.arange(B - 1, device=h.device).expand_as(lab)[s]       # logits only for supervised slots
-    y = lab[s]
+    s = sup[:, :, 1:]
+    slot = torch.arange(B - 1, device=h.device).expand_as(s)[s]         # logits only for supervised slots
+    y = labels[:, :, 1:][s] if target_labels is None else slot_targets(pos, s, target_labels)
     xent, pred = slot_cross_entropy(h[s], lm_head, y, ce)
     w = slot_weights(B, gamma).to(xent.device)[1:][slot]
     wsum = w.sum()
     loss = (xent * w).sum() / (wsum + 1e-6)
-    hit = (pred == y).double()
+    hit = (pred == (y if isinstance(y, torch.Tensor) else y[0][:, 0])).double()
     st = {'correct': torch.zeros(B - 1, dtype=torch.float64, device=h.device).index_add_(0, slot, hit),
           'count': torch.bincount(slot, minlength=B - 1).double()}
     return {'loss': loss, 'weight_sum': wsum.detach(), 'ce_sum': xent.detach().sum(), **st}
 
-# %% ../nbs/70_drafter.ipynb #b5f1dcb0
+# %% ../nbs/70_drafter.ipynb #190ccf69
 def inference_masks(cfg: DFlashConfig, ctx_positions, start):
     "Masks for one block at positions `start + 0..B-1` over cached context keys at `ctx_positions [b, S]`."
     if 'sliding_attention' not in cfg.layer_types: return None
@@ -690,7 +772,7 @@ def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features
     h = drafter(noise, new_features.to(dev), new_positions.to(dev), blk_pos, masks, cache=cache)
     return lm_head(h[:, 1:].to(lm_head.weight.dtype)).float()
 
-# %% ../nbs/70_drafter.ipynb #4bf5c46c
+# %% ../nbs/70_drafter.ipynb #f3a586cd
 def draft_weight_names(cfg: DFlashConfig) -> list[str]:
     "The exact tensor names of a DFlash checkpoint for `cfg` (11 per layer + fc, hidden_norm, norm)."
     per = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
@@ -718,7 +800,7 @@ def export_drafter(drafter: DFlashDrafter, out_dir, dtype: str = 'bfloat16', ext
     for eng, why in engine_problems(cfg).items(): warnings.warn(f'{out}: {eng} would serve this drafter differently: {"; ".join(why)}')
     return out
 
-# %% ../nbs/70_drafter.ipynb #bc611dfa
+# %% ../nbs/70_drafter.ipynb #6ba7a0ea
 _FOREIGN_KEYS = ('embed_tokens.weight', 'lm_head.weight', 'verifier_lm_head.weight', 'verifier_norm.weight', 'd2t', 't2d')
 
 def _verifier_layers(d: dict):

@@ -13,10 +13,11 @@ from .core import (Quarantine, atomic_write, check_target_layer_ids, default_tar
 
 # %% auto #0
 __all__ = ['log', 'STORAGE_DTYPES', 'PLAN_VERSION', 'text_config', 'resolve_layer_ids', 'decoder_layers', 'extract_features',
-           'InsufficientDiskError', 'bytes_per_token', 'storage_estimate', 'check_disk', 'plan_shards', 'make_batches',
-           'batch_checks', 'sample_problems', 'row_problems', 'dataset_fingerprint', 'make_plan', 'shard_complete',
-           'prepare_out_dir', 'collate', 'extract_dataset', 'merge_index', 'FeatureStore', 'init_distributed',
-           'extract_to_disk', 'plot_layer_norms', 'register_cli', 'synthetic_dataset']
+           'final_norm_and_head', 'head_topk', 'target_outputs', 'InsufficientDiskError', 'bytes_per_token',
+           'storage_estimate', 'check_disk', 'plan_shards', 'make_batches', 'batch_checks', 'sample_problems',
+           'row_problems', 'dataset_fingerprint', 'make_plan', 'shard_complete', 'prepare_out_dir', 'label_checks',
+           'collate', 'extract_dataset', 'merge_index', 'FeatureStore', 'init_distributed', 'extract_to_disk',
+           'plot_layer_norms', 'register_cli', 'synthetic_dataset']
 
 # %% ../nbs/60_hidden_states.ipynb #3c6f12a1
 log = logging.getLogger('dflash_nb')
@@ -87,17 +88,66 @@ def extract_features(model, input_ids, layer_ids, attention_mask=None, include_l
     if include_last: return feats, outs[N - 1].clone()
     return feats
 
-# %% ../nbs/60_hidden_states.ipynb #8b846f87
+# %% ../nbs/60_hidden_states.ipynb #25a6066d
+def final_norm_and_head(model) -> tuple:
+    "`(final norm, LM head)` of a causal LM: what turns its last decoder layer's raw output into logits."
+    dec, _ = decoder_layers(model)
+    norm = getattr(dec, 'norm', None)
+    head = model.get_output_embeddings() if hasattr(model, 'get_output_embeddings') else None
+    if norm is None or head is None:
+        raise ValueError(f'{type(model).__name__}: no final norm (decoder.norm) or LM head (get_output_embeddings) found')
+    return norm, head
+
+def _argmax_first(ids, vals, z):
+    "Put the first index of the maximum of `z [N, V]` (greedy decoding's pick among ties) in column 0 of `ids [N, k]`."
+    import torch
+    am = z.argmax(-1)
+    hit = ids == am[:, None]
+    rows = torch.arange(ids.shape[0], device=ids.device)[hit.any(-1)]
+    ids[rows, hit.int().argmax(-1)[rows]] = ids[rows, 0]        # move the old first column to the argmax's place
+    ids[:, 0] = am
+    return ids, vals
+
+def head_topk(model, last, k: int, chunk_tokens: int = 512) -> tuple:
+    """The target's top-`k` next-token ids `[B, T, k]` (long) and log-probs `[B, T, k]` (fp32) at every position, from
+    its last decoder layer's raw output `last [B, T, D]`: final norm, LM head and log-softmax, `chunk_tokens`
+    positions at a time. Column 0 is the argmax, as greedy decoding picks it."""
+    import torch
+    norm, head = final_norm_and_head(model)
+    x = last.reshape(-1, last.shape[-1])
+    ids, lps = [], []
+    with torch.no_grad():
+        for i in range(0, x.shape[0], chunk_tokens):
+            z = head(norm(x[i:i + chunk_tokens])).float()
+            v, j = z.log_softmax(-1).topk(k)
+            j, v = _argmax_first(j, v, z)
+            ids.append(j); lps.append(v)
+    return torch.cat(ids).view(*last.shape[:-1], k), torch.cat(lps).view(*last.shape[:-1], k)
+
+# %% ../nbs/60_hidden_states.ipynb #37c4431a
+def target_outputs(model, input_ids, layer_ids, attention_mask=None, include_last: bool = False,
+                   label_topk: int = 0) -> dict:
+    """`{'features' [B, T, n, D], 'last_hidden' [B, T, D] (with include_last), 'target_ids' [B, T, k] and
+    'target_logp' [B, T, k] (with label_topk = k > 0)}` of one forward pass (see `extract_features`, `head_topk`)."""
+    res = extract_features(model, input_ids, layer_ids, attention_mask, include_last=include_last or label_topk > 0)
+    feats, last = res if isinstance(res, tuple) else (res, None)
+    out = {'features': feats}
+    if include_last: out['last_hidden'] = last
+    if label_topk: out['target_ids'], out['target_logp'] = head_topk(model, last, label_topk)
+    return out
+
+# %% ../nbs/60_hidden_states.ipynb #d44a9708
 STORAGE_DTYPES = ('bfloat16', 'float16', 'float32')
 _ITEMSIZE = {'bfloat16': 2, 'float16': 2, 'float32': 4}
 
 class InsufficientDiskError(RuntimeError):
     "The features would not fit on the free disk."
 
-def bytes_per_token(n_layers: int, hidden_size: int, dtype: str = 'bfloat16', include_last: bool = False) -> int:
-    "Stored bytes per token: features `[n, D]`, optional last hidden `[D]`, int32 token id, uint8 loss mask."
+def bytes_per_token(n_layers: int, hidden_size: int, dtype: str = 'bfloat16', include_last: bool = False,
+                    label_topk: int = 0) -> int:
+    "Stored bytes per token: features `[n, D]`, optional last hidden `[D]`, int32 token id, uint8 loss mask, k labels."
     if dtype not in STORAGE_DTYPES: raise ValueError(f'storage dtype {dtype!r} not in {STORAGE_DTYPES}')
-    return _ITEMSIZE[dtype] * hidden_size * (n_layers + int(include_last)) + 4 + 1
+    return _ITEMSIZE[dtype] * hidden_size * (n_layers + int(include_last)) + 4 + 1 + 8 * int(label_topk)
 
 def _fmt_bytes(b: float) -> str:
     for u in ('B', 'KB', 'MB', 'GB', 'TB', 'PB'):
@@ -105,10 +155,10 @@ def _fmt_bytes(b: float) -> str:
         b /= 1000
 
 def storage_estimate(n_tokens: int, n_layers: int, hidden_size: int, dtype: str = 'bfloat16',
-                     include_last: bool = False, path=None, margin: float = 0.02) -> dict:
+                     include_last: bool = False, path=None, margin: float = 0.02, label_topk: int = 0) -> dict:
     """Bytes needed for `n_tokens` tokens, the free disk at `path`, and whether it fits (with `margin` of the need kept
     free for indexes and temporary files)."""
-    bpt = bytes_per_token(n_layers, hidden_size, dtype, include_last)
+    bpt = bytes_per_token(n_layers, hidden_size, dtype, include_last, label_topk)
     need = bpt * int(n_tokens)
     out = {'bytes_per_token': bpt, 'n_tokens': int(n_tokens), 'bytes': need, 'human': _fmt_bytes(need)}
     if path is not None:
@@ -126,7 +176,7 @@ def check_disk(est: dict):
             f"{est['free_human']} is free: free disk space, write to a larger volume, store fewer layers, drop the "
             "last-layer output, cap the samples, or train online (features computed in the training loop)")
 
-# %% ../nbs/60_hidden_states.ipynb #3a56fc4f
+# %% ../nbs/60_hidden_states.ipynb #f394897d
 def plan_shards(lengths, shard_tokens: int) -> list[list[int]]:
     "Sample indices grouped into shards of at most `shard_tokens` tokens (a longer sample gets a shard of its own), longest first."
     order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
@@ -149,7 +199,7 @@ def make_batches(lengths, max_batch_tokens: int, max_batch_size: int = 64) -> li
     if cur: batches.append(cur)
     return batches
 
-# %% ../nbs/60_hidden_states.ipynb #93292b25
+# %% ../nbs/60_hidden_states.ipynb #621bd309
 def batch_checks(feats, lengths, last=None) -> dict:
     """Per-sample, per-layer checks of a right-padded batch `feats [B, T, n, D]`: counts of non-finite values and of
     all-zero token rows, and token-norm sum / sum of squares / max (float32), restricted to each sample's length."""
@@ -186,7 +236,7 @@ def row_problems(row: dict, vocab_size: int, max_len: int | None = None) -> list
     if max_len is not None and len(ids) > max_len: out.append(f'too_long: {len(ids)} tokens > {max_len}')
     return out
 
-# %% ../nbs/60_hidden_states.ipynb #dd933acf
+# %% ../nbs/60_hidden_states.ipynb #0321be82
 PLAN_VERSION = 1
 
 def _storage_torch_dtype(name):
@@ -205,11 +255,11 @@ def _seq_lengths(ds) -> list[int]:
 def _shard_name(k: int) -> str: return f'shard-{k:05d}'
 
 def make_plan(ds, layer_ids, hidden_size: int, num_layers: int, storage_dtype: str = 'bfloat16',
-              include_last: bool = False, shard_mb: float = 1024, target: str | None = None) -> dict:
+              include_last: bool = False, shard_mb: float = 1024, target: str | None = None, label_topk: int = 0) -> dict:
     "The extraction plan of dataset `ds`: settings, length-sorted shards of sample indices, planning-time quarantine."
     lengths = _seq_lengths(ds)
     ids = [str(x) for x in ds['id']] if 'id' in ds.column_names else [str(i) for i in range(len(ds))]
-    bpt = bytes_per_token(len(layer_ids), hidden_size, storage_dtype, include_last)
+    bpt = bytes_per_token(len(layer_ids), hidden_size, storage_dtype, include_last, label_topk)
     shard_tokens = max(1, int(shard_mb * 2**20) // bpt)
     seen, keep, quarantined = set(), [], []
     for i, (sid, n) in enumerate(zip(ids, lengths)):
@@ -222,10 +272,11 @@ def make_plan(ds, layer_ids, hidden_size: int, num_layers: int, storage_dtype: s
     settings = {'version': PLAN_VERSION, 'dataset': dataset_fingerprint(ds), 'n_rows': len(ds), 'target': target,
                 'target_layer_ids': list(layer_ids), 'hidden_size': hidden_size, 'num_target_layers': num_layers,
                 'dtype': storage_dtype, 'include_last': include_last, 'shard_tokens': shard_tokens}
+    if label_topk: settings['label_topk'] = int(label_topk)       # (absent when 0: earlier plans keep their hash)
     return {**settings, 'plan_hash': obj_hash([settings, shards]), 'bytes_per_token': bpt,
             'n_tokens': sum(sub), 'shards': shards, 'quarantined': quarantined}
 
-# %% ../nbs/60_hidden_states.ipynb #2e4c1d1d
+# %% ../nbs/60_hidden_states.ipynb #3a3716ff
 def _dist():
     import torch.distributed as dist
     return dist if dist.is_available() and dist.is_initialized() else None
@@ -259,7 +310,7 @@ def prepare_out_dir(out_dir, plan: dict, rank: int = 0) -> Path:
     _barrier()
     return out_dir
 
-# %% ../nbs/60_hidden_states.ipynb #a55c37c0
+# %% ../nbs/60_hidden_states.ipynb #77fbf1f8
 class _Writer:
     "A background thread that writes finished shards in order; errors surface on the next `put` or on `close`."
     def __init__(self, fn):
@@ -298,7 +349,20 @@ def _write_shard(out_dir, k, plan, tensors, record, ds_ids_check):
     else: st.unlink(missing_ok=True); record['bytes'] = 0
     write_json(out_dir / f'{name}.json', record, indent=None)
 
-# %% ../nbs/60_hidden_states.ipynb #d7250f48
+# %% ../nbs/60_hidden_states.ipynb #9d5ec50e
+def label_checks(ids, logp, input_ids, loss_mask, vocab_size: int) -> tuple[list[str], list[int]]:
+    """`(problems, [agree, supervised])` of one sample's labels `ids, logp [n, k]`: reasons they are unusable, and
+    how many supervised next tokens of the text equal the target's argmax."""
+    import torch
+    probs = []
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size: probs.append(f'label_range: target ids outside [0, {vocab_size})')
+    if not torch.isfinite(logp).all(): probs.append('label_nonfinite: NaN/inf among the target log-probs')
+    elif (logp > 1e-4).any() or (logp[:, 1:] > logp[:, :-1] + 1e-6).any():
+        probs.append('label_order: target log-probs above 0 or not in descending order')
+    nxt, sup = torch.as_tensor(input_ids[1:]), torch.as_tensor(loss_mask[1:]).bool()
+    return probs, [int(((ids[:-1, 0] == nxt) & sup).sum()), int(sup.sum())]
+
+# %% ../nbs/60_hidden_states.ipynb #4f8f5775
 def collate(rows) -> tuple:
     "Right-padded `(input_ids [B, T], attention_mask [B, T], lengths)` of dataset rows (pad id 0, masked out)."
     import torch
@@ -315,7 +379,7 @@ def extract_dataset(model, ds, out_dir, plan: dict, max_batch_tokens: int = 8192
     Returns {'shards_done', 'shards_skipped', 'samples', 'quarantined', 'tokens', 'seconds'}."""
     import torch
     out_dir = Path(out_dir)
-    layer_ids, include_last = plan['target_layer_ids'], plan['include_last']
+    layer_ids, include_last, topk = plan['target_layer_ids'], plan['include_last'], plan.get('label_topk', 0)
     sdt = _storage_torch_dtype(plan['dtype'])
     vocab = text_config(model).vocab_size
     names = [f'layer{L}' for L in layer_ids] + (['last'] if include_last else [])
@@ -341,15 +405,15 @@ def extract_dataset(model, ds, out_dir, plan: dict, max_batch_tokens: int = 8192
                 probs = row_problems(r, vocab)
                 if probs: quarantined.append({'index': r['index'], 'id': r['id'], 'reason': '; '.join(probs)})
                 else: good.append(r)
-            feats_out, last_out, ent = [], [], []
+            feats_out, last_out, lab_out, ent = [], [], [], []
             off = 0
             for b in make_batches([len(r['input_ids']) for r in good], max_batch_tokens, max_batch_size):
                 br = [good[i] for i in b]
                 x, am, lens = collate(br)
                 x, am = x.to(dev), am.to(dev)
-                res = extract_features(model, x, layer_ids, attention_mask=am, include_last=include_last)
-                f, l = (res if include_last else (res, None))
-                f = f.to(sdt); l = l.to(sdt) if l is not None else None
+                res = target_outputs(model, x, layer_ids, am, include_last, topk)
+                f, l = res['features'].to(sdt), (res['last_hidden'].to(sdt) if include_last else None)
+                lab = (res['target_ids'].int().cpu(), res['target_logp'].cpu()) if topk else None
                 chk = batch_checks(f, lens, l)
                 seen = x.cpu()
                 f, l = f.cpu(), (l.cpu() if l is not None else None)
@@ -357,14 +421,19 @@ def extract_dataset(model, ds, out_dir, plan: dict, max_batch_tokens: int = 8192
                     probs = sample_problems(chk, j, names)
                     if seen[j, :lens[j]].tolist() != list(r['input_ids']):
                         probs.append('ids_mismatch: the token ids fed to the model differ from the dataset row')
+                    n, agree = lens[j], None
+                    if lab is not None:
+                        lp, agree = label_checks(lab[0][j, :n], lab[1][j, :n], r['input_ids'], r['loss_mask'], vocab)
+                        probs += lp
                     if probs:
                         quarantined.append({'index': r['index'], 'id': r['id'], 'reason': '; '.join(probs)}); continue
-                    n = lens[j]
                     feats_out.append(f[j, :n]); last_out.append(l[j, :n]) if l is not None else None
+                    if lab is not None: lab_out.append((lab[0][j, :n], lab[1][j, :n]))
                     mean = (chk['norm_sum'][j] / n).tolist()
                     ent.append({'id': r['id'], 'index': r['index'], 'offset': off, 'length': n,
                                 'source': r.get('source'), 'mean_norm': [round(v, 5) for v in mean],
-                                'loss_mask': r['loss_mask'], 'input_ids': r['input_ids']})
+                                'loss_mask': r['loss_mask'], 'input_ids': r['input_ids'],
+                                **({'label_agree': agree} if agree is not None else {})})
                     off += n
             layer_stats = {'norm_sum': [0.0] * len(names), 'norm_sq': [0.0] * len(names),
                            'norm_max': [0.0] * len(names), 'tokens': off}
@@ -372,6 +441,7 @@ def extract_dataset(model, ds, out_dir, plan: dict, max_batch_tokens: int = 8192
             if ent:
                 tensors['hidden_states'] = torch.cat(feats_out).contiguous()
                 if include_last: tensors['last_hidden'] = torch.cat(last_out).contiguous()
+                if topk: tensors['target_ids'], tensors['target_logp'] = (torch.cat(t).contiguous() for t in zip(*lab_out))
                 tensors['input_ids'] = torch.tensor(sum((e['input_ids'] for e in ent), []), dtype=torch.int32)
                 tensors['loss_mask'] = torch.tensor(sum((e['loss_mask'] for e in ent), []), dtype=torch.uint8)
                 # per-layer token-norm totals over the kept samples (recomputed on the stored values)
@@ -394,14 +464,14 @@ def extract_dataset(model, ds, out_dir, plan: dict, max_batch_tokens: int = 8192
     summary['seconds'] = round(time.time() - t0, 3)
     return summary
 
-# %% ../nbs/60_hidden_states.ipynb #ca185c59
+# %% ../nbs/60_hidden_states.ipynb #943732f4
 def merge_index(out_dir) -> dict:
     "Check the shard records against `plan.json` and write `index.json`, `stats.json` and `quarantine.jsonl`."
     out_dir = Path(out_dir)
     plan = read_json(out_dir / 'plan.json')
     q = Quarantine(out_dir / 'quarantine.jsonl')
     for r in plan['quarantined']: q.add({'id': r['id'], 'index': r['index']}, r['reason'], stage='plan')
-    samples, shards, seen = {}, [], {}
+    samples, shards, seen, agree = {}, [], {}, [0, 0]
     names = None
     tot = None
     n_tok = 0
@@ -416,6 +486,7 @@ def merge_index(out_dir) -> dict:
             seen[e['id']] = k
             samples[e['index']] = {'id': e['id'], 'shard': st, 'offset': e['offset'], 'length': e['length'],
                                    'source': e.get('source'), 'mean_norm': e['mean_norm']}
+            agree = [a + b for a, b in zip(agree, e.get('label_agree', [0, 0]))]
         for x in r['quarantined']:
             if x['id'] in seen: raise RuntimeError(f"sample {x['id']!r} appears twice (shard {k})")
             seen[x['id']] = k
@@ -435,7 +506,7 @@ def merge_index(out_dir) -> dict:
              'layer_convention': 'DFlash: feature of layer L = output of 0-based decoder layer L = HF hidden_states[L+1]; '
                                  'aux (vLLM/speculators) id = L+1',
              'num_target_layers': plan['num_target_layers'], 'hidden_size': plan['hidden_size'], 'dtype': plan['dtype'],
-             'include_last': plan['include_last'], 'plan_hash': plan['plan_hash'], 'dataset': plan['dataset'],
+             'include_last': plan['include_last'], 'label_topk': plan.get('label_topk', 0), 'plan_hash': plan['plan_hash'], 'dataset': plan['dataset'],
              'n_rows': plan['n_rows'], 'n_samples': len(order), 'n_quarantined': len(q), 'n_tokens': n_tok,
              'bytes_per_token': plan['bytes_per_token'], 'shards': shards,
              'samples': {samples[i]['id']: {kk: samples[i][kk] for kk in ('shard', 'offset', 'length')} for i in order}}
@@ -448,12 +519,14 @@ def merge_index(out_dir) -> dict:
             stats['layers'].append({'name': nm, 'mean_norm': mean, 'std_norm': math.sqrt(max(tot['norm_sq'][j] / n_tok - mean ** 2, 0)),
                                     'max_norm': tot['norm_max'][j]})
     stats['per_sample_mean_norm'] = {samples[i]['id']: samples[i]['mean_norm'] for i in order}
+    if plan.get('label_topk'): stats['label_agreement'] = {'agree': agree[0], 'supervised': agree[1],
+                                                         'rate': round(agree[0] / max(agree[1], 1), 5)}
     q.save()
     write_json(out_dir / 'stats.json', stats, indent=None)
     write_json(out_dir / 'index.json', index, indent=None)
     return index
 
-# %% ../nbs/60_hidden_states.ipynb #d8361945
+# %% ../nbs/60_hidden_states.ipynb #6f933179
 class FeatureStore:
     "Read stored features: `len`, `ids`, `store[id or position]` -> dict of tensors, iteration in dataset order."
     def __init__(self, path, verify: bool = True):
@@ -472,6 +545,7 @@ class FeatureStore:
     layer_ids = property(lambda self: self.meta['target_layer_ids'])
     hidden_size = property(lambda self: self.meta['hidden_size'])
     include_last = property(lambda self: self.meta['include_last'])
+    label_topk = property(lambda self: self.meta.get('label_topk', 0))     # k target labels per position (0: none)
     def __len__(self): return len(self.ids)
     def __contains__(self, sid): return sid in self._samples
     def _open(self, name):
@@ -487,13 +561,15 @@ class FeatureStore:
         out = {'id': sid, 'hidden_states': f.get_slice('hidden_states')[a:b],
                'input_ids': f.get_slice('input_ids')[a:b].long(), 'loss_mask': f.get_slice('loss_mask')[a:b].long()}
         if self.include_last: out['last_hidden'] = f.get_slice('last_hidden')[a:b]
+        if self.label_topk:
+            out['target_ids'], out['target_logp'] = f.get_slice('target_ids')[a:b].long(), f.get_slice('target_logp')[a:b]
         return out
     def __iter__(self) -> Iterator[dict]:
         for sid in self.ids: yield self[sid]
     def __repr__(self): return (f"FeatureStore({str(self.path)!r}: {len(self)} samples, {self.meta['n_tokens']} tokens, "
                                 f"layers {self.layer_ids}, D={self.hidden_size}, {self.meta['dtype']})")
 
-# %% ../nbs/60_hidden_states.ipynb #83a8a39b
+# %% ../nbs/60_hidden_states.ipynb #2bbf860b
 def init_distributed(backend: str | None = None) -> tuple[int, int, int]:
     "Join the torchrun process group when `WORLD_SIZE` > 1; returns `(rank, world_size, local_rank)`."
     import torch, torch.distributed as dist
@@ -516,8 +592,9 @@ def extract_to_disk(dataset, target, out_dir, layer_ids=None, num_features: int 
                     storage_dtype: str = 'bfloat16', device: str = 'auto', dtype: str = 'auto',
                     max_batch_tokens: int = 8192, max_batch_size: int = 64, shard_mb: float = 1024,
                     max_samples: int | None = None, model=None, rank: int | None = None, world_size: int | None = None,
-                    on_shard=None, progress: bool = True) -> dict:
-    """Extract the features of `dataset` (a `save_to_disk` folder or a `Dataset`) for `target` into `out_dir`.
+                    on_shard=None, progress: bool = True, label_topk: int = 0) -> dict:
+    """Extract the features of `dataset` (a `save_to_disk` folder or a `Dataset`) for `target` into `out_dir`, with the
+    target's top-`label_topk` labels per position when `label_topk` > 0.
     Returns {'index' (rank 0, else None), 'plan', 'estimate', 'summary'}. Resumes when `out_dir` holds shards of the
     same plan; refuses to start when the estimate exceeds the free disk."""
     import torch
@@ -536,13 +613,16 @@ def extract_to_disk(dataset, target, out_dir, layer_ids=None, num_features: int 
         model, _ = load_target(target, device=dev, dtype=tdt)
     cfg = text_config(model)
     ids = resolve_layer_ids(cfg.num_hidden_layers, layer_ids, num_features)
-    plan = make_plan(ds, ids, cfg.hidden_size, cfg.num_hidden_layers, storage_dtype, include_last, shard_mb, str(target))
-    est = storage_estimate(plan['n_tokens'], len(ids), cfg.hidden_size, storage_dtype, include_last, path=out_dir)
+    plan = make_plan(ds, ids, cfg.hidden_size, cfg.num_hidden_layers, storage_dtype, include_last, shard_mb, str(target),
+                     label_topk)
+    est = storage_estimate(plan['n_tokens'], len(ids), cfg.hidden_size, storage_dtype, include_last, path=out_dir,
+                           label_topk=label_topk)
     done = sum(read_json(p).get('bytes', 0) for p in Path(out_dir).glob('shard-*.json')) if Path(out_dir).exists() else 0
     if done and est.get('free_bytes') is not None: est['free_bytes'] += done; est['fits'] = est['bytes'] * 1.02 <= est['free_bytes']
     if rank == 0:
         print(f"[hidden_states] {len(ds)} samples, {plan['n_tokens']:,} tokens, layers {ids} (aux {to_aux_layer_ids(ids)}), "
-              f"D={cfg.hidden_size}, {storage_dtype}{' + last' if include_last else ''}: {est['bytes_per_token']:,} B/token "
+              f"D={cfg.hidden_size}, {storage_dtype}{' + last' if include_last else ''}"
+              f"{f' + top-{label_topk} labels' if label_topk else ''}: {est['bytes_per_token']:,} B/token "
               f"-> {est['human']} in {len(plan['shards'])} shard(s); free {est.get('free_human')}", flush=True)
     check_disk(est)
     prepare_out_dir(out_dir, plan, rank)
@@ -554,7 +634,7 @@ def extract_to_disk(dataset, target, out_dir, layer_ids=None, num_features: int 
     return {'index': index, 'plan': {k: v for k, v in plan.items() if k not in ('shards', 'quarantined')},
             'estimate': est, 'summary': summary}
 
-# %% ../nbs/60_hidden_states.ipynb #74c1f940
+# %% ../nbs/60_hidden_states.ipynb #5ed423f6
 def plot_layer_norms(stats: dict, path=None):
     "Box plot of each sample's mean token norm per stored layer (from `stats.json`); saved to `path` when given."
     import matplotlib; matplotlib.use('Agg')
@@ -570,7 +650,7 @@ def plot_layer_norms(stats: dict, path=None):
     if path is not None: fig.savefig(path, dpi=100)
     return fig
 
-# %% ../nbs/60_hidden_states.ipynb #bcf8ef75
+# %% ../nbs/60_hidden_states.ipynb #20f321a5
 def register_cli(sub):
     "Add `dflash-nb hidden-states extract|info`."
     p = sub.add_parser('hidden-states', help='extract and inspect target features')
@@ -585,6 +665,7 @@ def register_cli(sub):
     e.add_argument('--device', default='auto'); e.add_argument('--dtype', default='auto')
     e.add_argument('--max-batch-tokens', type=int, default=16384); e.add_argument('--max-batch-size', type=int, default=64)
     e.add_argument('--shard-mb', type=float, default=1024); e.add_argument('--max-samples', type=int, default=None)
+    e.add_argument('--label-topk', type=int, default=0, help="the target's top-k labels per position (0: none)")
     def run(a):
         from dflash_nb.core import from_aux_layer_ids
         ids = [int(x) for x in a.layer_ids.split(',')] if a.layer_ids else None
@@ -592,7 +673,7 @@ def register_cli(sub):
             if ids: raise SystemExit('give --layer-ids or --aux-layer-ids, not both')
             ids = from_aux_layer_ids([int(x) for x in a.aux_layer_ids.split(',')])
         res = extract_to_disk(a.dataset, a.target, a.out, ids, a.num_features, a.include_last, a.storage_dtype, a.device,
-                              a.dtype, a.max_batch_tokens, a.max_batch_size, a.shard_mb, a.max_samples)
+                              a.dtype, a.max_batch_tokens, a.max_batch_size, a.shard_mb, a.max_samples, label_topk=a.label_topk)
         if res['index'] is not None:
             idx = res['index']
             print(json.dumps({k: idx[k] for k in ('n_samples', 'n_quarantined', 'n_tokens', 'target_layer_ids', 'aux_layer_ids')}))
@@ -605,7 +686,7 @@ def register_cli(sub):
         print(repr(s)); print(json.dumps({k: v for k, v in s.meta.items() if k != 'samples'}, indent=2)); return 0
     i.set_defaults(func=info)
 
-# %% ../nbs/60_hidden_states.ipynb #bd6ea57e
+# %% ../nbs/60_hidden_states.ipynb #c2bace80
 _SYNTH_QA = [('What is the capital of France?', 'The capital of France is Paris.'),
              ('Write a function that adds two numbers.', 'def add(a, b):\n    return a + b'),
              ('How many days are in a week?', 'A week has seven days.'),
