@@ -338,3 +338,14 @@ def test_target_labels_train_on_what_the_target_predicts(tmp_path):
             st_target, st_text = on(lab[:4, :, 0]), on(None)
         assert st_target['correct'].sum() / st_target['count'].sum() > 0.95       # it drafts what the target predicts ...
         assert st_text['correct'].sum() / st_text['count'].sum() < 0.05           # ... not the text's next tokens
+
+
+def test_trained_drafter_names_its_target(demo_run):
+    "The drafter the chain trains carries `dflash_nb_target: {spec, fingerprint}` in config.json (evaluate needs no --target)."
+    from dflash_nb.core import read_json
+    from dflash_nb.targets import resolve_target
+    from dflash_nb.train import target_fingerprint
+    run_dir, _ = demo_run
+    cj = read_json(run_dir / '80_train' / 'drafter' / 'config.json')
+    assert cj['dflash_nb_target'] == {'spec': 'smollm2', 'fingerprint': target_fingerprint(resolve_target('smollm2'))}
+    assert load_drafter(run_dir / '80_train' / 'drafter').config.target == 'smollm2'
