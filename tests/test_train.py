@@ -155,6 +155,26 @@ def test_target_features_use_layer_outputs_not_the_final_norm():
     assert not torch.allclose(f[:, :, 1], hs[-1], atol=1e-3)       # layer 3's raw output, not the post-norm last entry
 
 
+def test_online_features_bring_the_targets_labels():
+    "Online, the feature function returns the target's labels with the features; the trainer reads them (labels: target)."
+    from dflash_nb.targets import ensure_tiny, load_target
+    from dflash_nb.train import online_features
+    model, _ = load_target('tiny-qwen3')
+    ids = torch.randint(10, 600, (2, 12), generator=torch.Generator().manual_seed(0))
+    out = online_features(model, [0, 2], label_topk=3)(ids, torch.ones_like(ids))
+    with torch.no_grad(): logits = model(ids).logits
+    assert out['features'].shape == (2, 12, 2, 64) and torch.equal(out['target_ids'][..., 0], logits.argmax(-1))
+    assert torch.is_tensor(online_features(model, [0, 2])(ids, torch.ones_like(ids)))       # no labels: the features alone
+    rows = [{'input_ids': ids[i], 'loss_mask': torch.ones(12, dtype=torch.long)} for i in range(2)]
+    embed, head = load_target_head(ensure_tiny('tiny-qwen3'))
+    cfg = build_config(model.config, mask_token_id=639, num_hidden_layers=1, block_size=4, target_layer_ids=[0, 2])
+    tr = Trainer(DFlashDrafter(cfg).init_weights(0), embed, head, rows,
+                 TrainConfig(epochs=1, num_anchors=2, labels='target', loss='kl', kl_topk=3, ckpt_every=0, log_every=1),
+                 feature_fn=online_features(model, [0, 2], label_topk=3), log=lambda m: None)
+    tr.fit()
+    assert tr.step == 2 and tr.history[-1]['supervised'] > 0
+
+
 def _varied_rows(n=30, seed=3, dim=16):
     g = torch.Generator().manual_seed(seed)
     out = []
