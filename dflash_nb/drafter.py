@@ -337,7 +337,7 @@ class DFlashDecoderLayer(nn.Module):
         h = h + self.self_attn(self.input_layernorm(h), ctx_kv, cos, sin, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-# %% ../nbs/70_drafter.ipynb #b5efd00f
+# %% ../nbs/70_drafter.ipynb #9e99b306
 class DraftCache:
     "Per-layer context keys/values of the drafter (after k_norm and RoPE) and their positions; holds no block K/V."
     def __init__(self): self.k, self.v, self.positions = {}, {}, None
@@ -376,7 +376,9 @@ class DFlashDrafter(nn.Module):
     def fuse(self, target_hidden):
         "The fused context stream `hidden_norm(fc(features))`; accepts `[b, S, n*H]` or `[b, S, n, H]`."
         if target_hidden.dim() == 4: target_hidden = target_hidden.flatten(2)
-        return self.hidden_norm(self.fc(target_hidden.to(self.fc.weight.dtype)))
+        if not torch.is_autocast_enabled(target_hidden.device.type):   # (under autocast fc casts them itself)
+            target_hidden = target_hidden.to(self.fc.weight.dtype)
+        return self.hidden_norm(self.fc(target_hidden))
 
     def forward(self, noise_embedding, target_hidden, ctx_positions, block_positions, masks=None, cache: DraftCache | None = None):
         "Hidden states `[b, Q, H]` (after the final norm) of the block queries."
@@ -693,7 +695,7 @@ def slot_targets(pos, sup, target_labels):
         return t.to(pos.device).gather(1, idx).view(*sup.shape, *t.shape[2:])[sup]
     return take(target_labels) if isinstance(target_labels, torch.Tensor) else tuple(take(t) for t in target_labels)
 
-# %% ../nbs/70_drafter.ipynb #609dba11
+# %% ../nbs/70_drafter.ipynb #10957d0f
 def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
     """Loss `[N]` (fp32: CE of labels `[N]`, or KL of `(top-k ids, top-k log-probs)`) and argmax `[N]` of the LM head on
     hidden states `h [N, H]`: `'chunked'` (never the full logits) or `'full'`."""
@@ -705,12 +707,14 @@ def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
 
 def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, features, anchors, valid,
                 gamma: float | None = None, lengths=None, document_ids=None, backend: str = 'sdpa', ce: str = 'chunked',
-                loss_slots: int | None = None, target_labels=None) -> dict:
+                loss_slots: int | None = None, target_labels=None, crop: bool = False) -> dict:
     """Loss and per-slot statistics of one micro-batch (see the normalization note above); `ce`: 'chunked' | 'full' logits.
     `loss_slots = K` supervises slots `1..K` only (the block keeps all B positions; later slots cost no logits).
-    `target_labels`: None (the text's tokens), the target's argmax `[b, T]`, or its `(top-k ids, log-probs)` (KL)."""
+    `target_labels`: None (the text's tokens), the target's argmax `[b, T]`, or its `(top-k ids, log-probs)` (KL).
+    `crop`: feed only the context positions before the last anchor (no block sees the others): the same result."""
     cfg = drafter.config
     B, (b, T) = cfg.block_size, input_ids.shape
+    Tc = max(int(anchors.max()), 1) if crop else T       # context positions at or after the last anchor are never seen
     gamma = default_gamma(B) if gamma is None else gamma
     pos, labels, sup = block_labels(input_ids, loss_mask, anchors, valid, B, lengths)
     if loss_slots is not None: sup = sup & (torch.arange(B, device=sup.device) <= int(loss_slots))
@@ -718,9 +722,9 @@ def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, fe
     block_ids = torch.full_like(labels, cfg.mask_token_id)
     block_ids[..., 0] = input_ids.gather(1, anchors)
     with torch.no_grad(): noise = embed(block_ids.view(b, n * B))
-    masks = build_masks(cfg, anchors, T, document_ids, backend)
-    ctx_pos = torch.arange(T, device=input_ids.device).expand(b, T)
-    h = drafter(noise, features, ctx_pos, pos.view(b, n * B), masks)
+    masks = build_masks(cfg, anchors, Tc, None if document_ids is None else document_ids[:, :Tc + 1], backend)
+    ctx_pos = torch.arange(Tc, device=input_ids.device).expand(b, Tc)
+    h = drafter(noise, features[:, :Tc], ctx_pos, pos.view(b, n * B), masks)
     h = h.view(b, n, B, -1)[:, :, 1:]
     s = sup[:, :, 1:]
     slot = torch.arange(B - 1, device=h.device).expand_as(s)[s]         # logits only for supervised slots

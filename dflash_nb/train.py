@@ -218,7 +218,7 @@ class ScalarWriters:
     def flush(self):
         if self.tb is not None: self.tb.flush()
 
-# %% ../nbs/80_train.ipynb #0347daa8
+# %% ../nbs/80_train.ipynb #720e9faf
 def _dist():
     "`(rank, world)`; joins the torchrun process group (gloo on CPU, nccl on CUDA) when `WORLD_SIZE` > 1."
     import torch.distributed as dist
@@ -293,7 +293,7 @@ class Trainer:
             from torch.nn.parallel import DistributedDataParallel as DDP
             self.ddp = DDP(self.model, device_ids=[self.device.index] if self.device.type == 'cuda' else None, process_group=group)
         self.opt = torch.optim.AdamW([p for p in self.model.parameters() if p.requires_grad], lr=cfg.lr,
-                                     weight_decay=cfg.weight_decay)
+                                     weight_decay=cfg.weight_decay, fused=not self.fsdp)   # fused: 4x cheaper a step on a CPU
         self.per_rank = math.ceil(len(self.rows) / self.world)
         self.batches_per_epoch = math.ceil(self.per_rank / cfg.batch_size)
         self.steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.grad_accum)
@@ -431,7 +431,7 @@ class Trainer:
                         out = dflash_loss(net if self.ddp is None else _DDPView(net, self.model.config), self.embed, self.lm_head,
                                           b['input_ids'], b['loss_mask'], b['features'], b['anchors'], b['valid'],
                                           self.gamma, b['lengths'], backend=self.backend, loss_slots=cfg.loss_slots,
-                                          target_labels=self.target_labels(b))
+                                          target_labels=self.target_labels(b), crop=not self.bucketing)
                         (out['loss'] / len(group)).backward()
                     win['loss'] += out['loss'].detach().double().cpu() / len(group)
                     win['correct'] += out['correct'].cpu(); win['count'] += out['count'].cpu()

@@ -380,3 +380,24 @@ def test_loss_slots_supervises_only_the_first_slots():
     assert torch.allclose(full['loss'], same['loss'])
     assert one['count'][0] == full['count'][0] and one['count'][1:].sum() == 0
     assert not torch.allclose(one['loss'], full['loss'])
+
+
+def test_cropped_context_changes_nothing():
+    "Feeding only the context before the last anchor (crop) gives the same loss, stats and gradients, packed rows too."
+    cfg = tiny_cfg()
+    torch.manual_seed(4)
+    emb, head = nn.Embedding(60, 32).requires_grad_(False), nn.Linear(32, 60, bias=False).requires_grad_(False)
+    ids = torch.randint(0, 58, (2, 50)); lm = torch.ones(2, 50); lm[1, 30:] = 0
+    anchors, valid = pad_anchors([torch.tensor([3, 20, 31]), torch.tensor([5, 12])])
+    docs = torch.tensor([[0] * 25 + [1] * 25, [0] * 50])
+    feats = torch.randn(2, 50, 3, 32)
+    res = {}
+    for crop in (False, True):
+        m = DFlashDrafter(cfg).init_weights(3)
+        out = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, document_ids=docs, crop=crop)
+        out['loss'].backward()
+        res[crop] = out, {k: p.grad for k, p in m.named_parameters()}
+    (a, ga), (b, gb) = res[False], res[True]
+    torch.testing.assert_close(b['loss'], a['loss'], rtol=1e-6, atol=1e-6)
+    assert torch.equal(a['count'], b['count']) and torch.equal(a['correct'], b['correct'])
+    for k in ga: torch.testing.assert_close(gb[k], ga[k], rtol=1e-5, atol=1e-7, msg=k)
