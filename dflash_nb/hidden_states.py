@@ -88,7 +88,7 @@ def extract_features(model, input_ids, layer_ids, attention_mask=None, include_l
     if include_last: return feats, outs[N - 1].clone()
     return feats
 
-# %% ../nbs/60_hidden_states.ipynb #25a6066d
+# %% ../nbs/60_hidden_states.ipynb #56a30bc5
 def final_norm_and_head(model) -> tuple:
     "`(final norm, LM head)` of a causal LM: what turns its last decoder layer's raw output into logits."
     dec, _ = decoder_layers(model)
@@ -98,20 +98,22 @@ def final_norm_and_head(model) -> tuple:
         raise ValueError(f'{type(model).__name__}: no final norm (decoder.norm) or LM head (get_output_embeddings) found')
     return norm, head
 
-def _argmax_first(ids, vals, z):
-    "Put the first index of the maximum of `z [N, V]` (greedy decoding's pick among ties) in column 0 of `ids [N, k]`."
+def _argmax_first(ids, vals):
+    """Reorder the tied maxima of each row of a top-k `(ids, vals) [N, k]` so that column 0 holds the lowest id among
+    them: the first index of the maximum, greedy decoding's pick (no second pass over the vocabulary)."""
     import torch
-    am = z.argmax(-1)
-    hit = ids == am[:, None]
-    rows = torch.arange(ids.shape[0], device=ids.device)[hit.any(-1)]
-    ids[rows, hit.int().argmax(-1)[rows]] = ids[rows, 0]        # move the old first column to the argmax's place
-    ids[:, 0] = am
+    tied = vals == vals[:, :1]
+    first = torch.where(tied, ids, torch.iinfo(ids.dtype).max).min(-1).values
+    at = (ids == first[:, None]).int().argmax(-1)
+    rows = torch.arange(ids.shape[0], device=ids.device)
+    ids[rows, at] = ids[:, 0].clone()           # tied values: swapping the ids keeps `vals` as they are
+    ids[:, 0] = first
     return ids, vals
 
 def head_topk(model, last, k: int, chunk_tokens: int = 512) -> tuple:
     """The target's top-`k` next-token ids `[B, T, k]` (long) and log-probs `[B, T, k]` (fp32) at every position, from
-    its last decoder layer's raw output `last [B, T, D]`: final norm, LM head and log-softmax, `chunk_tokens`
-    positions at a time. Column 0 is the argmax, as greedy decoding picks it."""
+    its last decoder layer's raw output `last [B, T, D]`: final norm, LM head, top-k of the logits and their
+    log-sum-exp, `chunk_tokens` positions at a time. Column 0 is the argmax, as greedy decoding picks it."""
     import torch
     norm, head = final_norm_and_head(model)
     x = last.reshape(-1, last.shape[-1])
@@ -119,9 +121,9 @@ def head_topk(model, last, k: int, chunk_tokens: int = 512) -> tuple:
     with torch.no_grad():
         for i in range(0, x.shape[0], chunk_tokens):
             z = head(norm(x[i:i + chunk_tokens])).float()
-            v, j = z.log_softmax(-1).topk(k)
-            j, v = _argmax_first(j, v, z)
-            ids.append(j); lps.append(v)
+            j, v = _argmax_first(*z.topk(k)[::-1])
+            m = v[:, :1]                                       # the maximum: no pass of its own
+            ids.append(j); lps.append(v - m - z.sub_(m).exp_().sum(-1, keepdim=True).log())   # log-softmax, in place
     return torch.cat(ids).view(*last.shape[:-1], k), torch.cat(lps).view(*last.shape[:-1], k)
 
 # %% ../nbs/60_hidden_states.ipynb #37c4431a
