@@ -1,6 +1,8 @@
 """Packaging for dflash_nb: every setting is read from `settings.ini` (the nbdev 2 layout)."""
 from configparser import ConfigParser
-import setuptools, shlex
+import setuptools, shlex, shutil
+from pathlib import Path
+from setuptools.command.build_py import build_py
 
 config = ConfigParser(delimiters=['='])
 config.read('settings.ini', encoding='utf-8')
@@ -23,7 +25,24 @@ lic = licenses.get(cfg['license'].lower(), (cfg['license'], None))
 min_python = cfg['min_python']
 console_scripts = cfg.get('console_scripts', '').split()
 
+class BuildWithNotebooks(build_py):
+    """The chain executes the stage notebooks, so a built package carries them: `nbs/*.ipynb` are copied into
+    `dflash_nb/nbs/` of the build (an editable install reads `nbs/` of the checkout instead; `core.nbs_dir`), with
+    the project's `settings.ini` in `dflash_nb/`, its `lib_path` made `.`: nbdev's tools (the docs renderer, `show_doc`)
+    find the same configuration above the installed notebooks as above the checkout's."""
+    def run(self):
+        super().run()
+        if getattr(self, 'editable_mode', False): return
+        pkg = Path(self.build_lib) / cfg['lib_name']
+        (pkg / 'nbs').mkdir(parents=True, exist_ok=True)
+        for nb in sorted(Path(cfg.get('nbs_path', 'nbs')).glob('*.ipynb')): shutil.copy2(nb, pkg / 'nbs' / nb.name)
+        ini = ConfigParser(delimiters=['='], interpolation=None)
+        ini.read('settings.ini', encoding='utf-8')
+        ini['DEFAULT']['lib_path'] = '.'
+        with open(pkg / 'settings.ini', 'w', encoding='utf-8') as f: ini.write(f)
+
 setuptools.setup(
+    cmdclass={'build_py': BuildWithNotebooks},
     name=cfg['lib_name'].replace('_', '-'),
     license=lic[0],
     classifiers=['Development Status :: ' + statuses[int(cfg['status'])],

@@ -7,11 +7,14 @@ canonical rows (real multi-turn and tool-calling conversations from the fixtures
   render   : rendering every row once with the chat template (no tokenization)
   prefix   : `assistant_masks(..., method='prefix')` (1 + #assistant renders per row, verified boundaries)
   locate   : `assistant_masks(..., method='locate')` (1 render per row)
-and prints tokens/s and the ratio to `raw`.
+  check    : the share of `locate` spent checking that each rendered turn holds what its message holds
+             (tool calls, content, reasoning: `templates._check_kept`), when the package has that check
+and prints tokens per CPU-second and the ratio to `raw`. Times are CPU seconds of this process (`time.process_time`,
+all its threads), the best of `--repeat`, so a machine shared with other jobs does not inflate them.
 
-    python bench/bench_templates.py [--rows 2000] [--repeat 3]
+    python bench/bench_templates.py [--rows 2000] [--repeat 3] [--out templates.json]
 
-Writes bench/results/templates.json.
+Writes bench/results/templates.json (or `--out`).
 """
 import argparse, json, platform, random, sys, time
 from pathlib import Path
@@ -47,13 +50,28 @@ def fixture_rows(n):
     return rows[:n]
 
 def best(fn, repeat):
+    "The least CPU time of `repeat` runs of `fn`, and its result."
     ts = []
     for _ in range(repeat):
-        t = time.perf_counter(); out = fn(); ts.append(time.perf_counter() - t)
+        t = time.process_time(); out = fn(); ts.append(time.process_time() - t)
     return min(ts), out
+
+def check_share(tok, tpl, rows, repeat):
+    "CPU seconds spent in the content check over all rows, and its share of `locate`'s total (None without the check)."
+    import dflash_nb.templates as T
+    if not hasattr(T, '_check_kept'): return None
+    r = T.as_renderer(tok, tpl)
+    f = T.template_features(r)
+    located = []
+    for x in rows:
+        try: located.append((x['messages'], *T.locate_turns(r, x['messages'], x.get('tools'), method='locate')))
+        except T.MaskError: pass
+    t, _ = best(lambda: [T._check_kept(m, text, turns, f) for m, text, turns in located], repeat)
+    return t
 
 def main():
     ap = argparse.ArgumentParser(); ap.add_argument('--rows', type=int, default=2000); ap.add_argument('--repeat', type=int, default=3)
+    ap.add_argument('--out', default='templates.json')
     a = ap.parse_args()
     from dflash_nb.targets import load_tokenizer
     from dflash_nb.templates import assistant_masks, as_renderer, fixture_tokenizer, fixture_template
@@ -73,14 +91,21 @@ def main():
             t, out = best(lambda: assistant_masks(tok, rows, tpl, method=method), a.repeat)
             errs = sum('error' in o for o in out)
             res[f'{method}_tok_s'] = ntok / t; res[f'{method}_ratio'] = t_raw / t; res[f'{method}_errors'] = errs
+            res[f'{method}_cpu_s'] = t
+        t_check = check_share(tok, tpl, rows, a.repeat)
+        res['check_cpu_s'] = t_check
+        res['check_share_of_locate'] = None if t_check is None else t_check / res['locate_cpu_s']
         results.append(res)
+        share = '     -' if t_check is None else f"{100 * res['check_share_of_locate']:>5.1f}%"
         lines.append(f"{name:<10} {len(rows):>6} {ntok:>9} {res['raw_tok_s']:>12,.0f} {res['prefix_tok_s']:>12,.0f} "
-                     f"{res['prefix_ratio']:>6.2f} {res['locate_tok_s']:>12,.0f} {res['locate_ratio']:>6.2f} {res['prefix_errors']:>5}")
-    print(f"{'case':<10} {'rows':>6} {'tokens':>9} {'raw tok/s':>12} {'prefix tok/s':>12} {'ratio':>6} {'locate tok/s':>12} {'ratio':>6} {'errs':>5}")
+                     f"{res['prefix_ratio']:>6.2f} {res['locate_tok_s']:>12,.0f} {res['locate_ratio']:>6.2f} {res['prefix_errors']:>5} {share}")
+    print(f"{'case':<10} {'rows':>6} {'tokens':>9} {'raw tok/s':>12} {'prefix tok/s':>12} {'ratio':>6} {'locate tok/s':>12} "
+          f"{'ratio':>6} {'errs':>5} {'check':>6}   (tokens per CPU-second)")
     print('\n'.join(lines))
-    out = ROOT / 'bench' / 'results' / 'templates.json'
+    out = ROOT / 'bench' / 'results' / a.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({'platform': platform.platform(), 'python': platform.python_version(), 'results': results}, indent=2) + '\n')
+    out.write_text(json.dumps({'platform': platform.platform(), 'python': platform.python_version(), 'clock': 'process_time',
+                               'package': str(Path(sys.modules['dflash_nb'].__file__).parent), 'results': results}, indent=2) + '\n')
     print('wrote', out)
 
 if __name__ == '__main__':

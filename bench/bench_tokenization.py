@@ -13,9 +13,14 @@ and compares speculators' loss masks with ours row by row (matched by identical 
 
     python bench/bench_tokenization.py [--rows 20000] [--workers 2] [--no-speculators]
 
-Prints a table and writes bench/results/tokenization.json.
+Prints a table and writes bench/results/tokenization.json. The stage's CPU seconds (this process and its finished
+workers, `resource.getrusage`) are reported beside the wall-clock seconds, since the machine may be shared.
 """
-import argparse, hashlib, json, os, platform, random, shutil, subprocess, sys, tempfile, time
+
+def cpu_seconds() -> float:
+    "User + system CPU seconds of this process and of its waited-for children (the worker pool)."
+    return sum(getattr(resource.getrusage(w), k) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) for k in ('ru_utime', 'ru_stime'))
+import argparse, hashlib, json, os, platform, random, resource, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -213,14 +218,16 @@ def main():
     res['floor'] = floor(tok, texts, a.workers)
     del texts
     out = work / 'ours'; shutil.rmtree(out, ignore_errors=True)
-    t = time.time()
+    t, c0 = time.time(), cpu_seconds()
     rep = tokenize_conversations(canon, out, tok_dir, TokenizeOptions(max_seq_len=a.seq_len), tokenizer=tok,
                                  num_proc=a.workers, chunk_rows=1000, echo=lambda *x: None)
-    t_stage = time.time() - t
+    t_stage, cpu_stage = time.time() - t, cpu_seconds() - c0
     rep.pop('_lengths', None)
     res['stage'] = {'seconds': round(t_stage, 3), 'seconds_with_tokenizer_load': round(t_stage + t_load, 3),
                     'rows_out': rep['rows_out'], 'quarantined': rep['quarantined'], 'tokens': rep['tokens'],
                     'rows_per_s': round(a.rows / t_stage, 1), 'tokens_per_s': round(rep['tokens'] / t_stage, 1),
+                    'cpu_seconds': round(cpu_stage, 3), 'rows_per_cpu_s': round(a.rows / cpu_stage, 1),
+                    'content_lost': rep.get('content_lost'),
                     'timings': rep['seconds']}
     res['stage_vs_floor'] = round(res['stage']['rows_per_s'] / res['floor']['rows_per_s'], 3)
     if not a.no_speculators:
@@ -249,7 +256,8 @@ def main():
     f, s = res['floor'], res['stage']
     print(f"\n{'':28s} {'seconds':>9s} {'rows/s':>9s} {'tokens/s':>11s}")
     print(f"{'raw floor tokenizer(texts)':28s} {f['seconds']:9.2f} {f['rows_per_s']:9.0f} {f['tokens_per_s']:11.0f}")
-    print(f"{'full stage (dflash_nb)':28s} {s['seconds']:9.2f} {s['rows_per_s']:9.0f} {s['tokens_per_s']:11.0f}")
+    print(f"{'full stage (dflash_nb)':28s} {s['seconds']:9.2f} {s['rows_per_s']:9.0f} {s['tokens_per_s']:11.0f}"
+          f"   ({s['cpu_seconds']:.2f} CPU s, {s['rows_per_cpu_s']:.0f} rows per CPU-second)")
     sp = res.get('speculators', {})
     if 'rows_per_s' in sp:
         print(f"{'speculators 0.7.0.1':28s} {sp['seconds']:9.2f} {sp['rows_per_s']:9.0f}")

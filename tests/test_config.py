@@ -5,7 +5,6 @@ import pytest, yaml
 
 from dflash_nb.core import ConfigError, load_config
 from dflash_nb.pipeline import discover_stages, check_config, run_chain
-from dflash_nb.params import uncovered, load_schema, check_value, SCHEMA_PATH
 from dflash_nb.cli import main
 
 STAGES = discover_stages()
@@ -27,7 +26,10 @@ BAD = [
     ('train.warmup_ratio=1.5', 'train.warmup_ratio: 1.5 is not allowed; allowed: a number >= 0 and <= 1'),
     ('train.source=cloud', "train.source: 'cloud' is not allowed; allowed: one of offline, online"),
     ('train.lr=null', 'train.lr: null is not allowed; allowed: a number > 0'),
-    ('tokenization.max_seq_len=abc', "tokenization.max_seq_len: 'abc' is not allowed; allowed: an integer >= 0"),
+    ('tokenization.max_seq_len=abc', "tokenization.max_seq_len: 'abc' is not allowed; allowed: an integer >= 16 (or null)"),
+    ('tokenization.max_seq_len=0', "tokenization.max_seq_len: 0 is not allowed; allowed: an integer >= 16 (or null)"),
+    ('train.device=tpu9', "train.device: 'tpu9' is not allowed; allowed: a device (auto, cpu, mps, cuda or cuda:N)"),
+    ('run.device=cuda:x', "run.device: 'cuda:x' is not allowed; allowed: a device (auto, cpu, mps, cuda or cuda:N)"),
     ('tokenization.truncation=chop', "tokenization.truncation: 'chop' is not allowed; allowed: one of truncate, drop"),
     ('tokenization.min_supervised_tokens=0', 'tokenization.min_supervised_tokens: 0 is not allowed; allowed: an integer >= 1'),
     ('tokenization.enable_thinking=maybe', "tokenization.enable_thinking: 'maybe' is not allowed; allowed: true or false (or null)"),
@@ -53,22 +55,22 @@ def test_at_least_fifteen_bad_values():
     assert len(BAD) >= 15 and len({b[0].split('=')[0] for b in BAD}) >= 15
 
 def test_good_values_pass_and_numbers_in_exponent_form_are_read():
-    p = check_config(load_config(overrides=['train.lr=6e-4', 'train.epochs=3', 'tokenization.max_seq_len=0']), STAGES)
-    assert p['80_train']['lr'] == 6e-4 and isinstance(p['80_train']['lr'], float) and p['50_tokenization']['max_seq_len'] == 0
+    p = check_config(load_config(overrides=['train.lr=6e-4', 'train.epochs=3', 'tokenization.max_seq_len=null',
+                                            'train.device=cuda:1']), STAGES)
+    assert p['80_train']['lr'] == 6e-4 and isinstance(p['80_train']['lr'], float) and p['50_tokenization']['max_seq_len'] is None
+    assert p['80_train']['device'] == 'cuda:1'
     assert check_config(load_config(), STAGES)['80_train']['epochs'] == 10    # the demo passes its own check
 
-def test_every_parameter_of_every_stage_is_typed():
-    assert uncovered(STAGES) == []
-    declared = {(sec, k) for sec, keys in load_schema().items() for k in keys}
-    known = {(s.short, k) for s in STAGES for k in s.defaults}
-    assert declared <= known, f'{SCHEMA_PATH.name} declares parameters no stage has: {sorted(declared - known)}'
+def test_every_parameter_is_declared_with_a_type_and_help():
+    for s in STAGES:
+        for k, p in s.params.items():
+            assert p.type in ('int', 'float', 'bool', 'str', 'list', 'dict', 'path', 'dir', 'device', 'any'), (s.name, k)
+            assert p.help or k == 'run_dir', f'{s.name}: {k} has no help text'
 
 def test_defaults_satisfy_their_declarations():
-    schema = load_schema()
     for s in STAGES:
-        for k, spec in (schema.get(s.short) or {}).items():
-            if spec['type'] in ('path', 'dir'): continue
-            check_value(f'{s.short}.{k}', s.defaults[k], spec)
+        for k, p in s.params.items():
+            if p.type not in ('path', 'dir') and k != 'run_dir': p.check(p.default, f'{s.short}.{k}')
 
 def test_relative_paths_resolve_against_the_working_directory(tmp_path, monkeypatch):
     (tmp_path / 'my.jinja').write_text('{% for m in messages %}{{ m.content }}{% endfor %}')
@@ -113,3 +115,74 @@ def test_expected_failures_are_one_line_and_debug_shows_the_traceback(tmp_path):
     code, out, err = cli('config', tmp_path / 'none.yaml')
     assert code == 2 and err.count('\n') == 1 and 'not found' in err
     with pytest.raises(ConfigError): main(['config', '--set', 'train.lr=abc', '--debug'])
+
+# -- the command line's help (issue 23) --------------------------------------------------------------------------------
+import argparse, re, subprocess, sys
+from dflash_nb.cli import build_parser, declared_commands, COMMAND_MODULES, HelpFormatter
+
+def _commands(parser, path=()):
+    "(command path, parser) of every (sub-)command, depth first."
+    yield path, parser
+    for act in parser._actions:
+        if isinstance(act, argparse._SubParsersAction):
+            for name, sp in act.choices.items(): yield from _commands(sp, path + (name,))
+
+def _options(parser):
+    return [a for a in parser._actions if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+
+# Options of other notebooks' commands that have no help text yet (each named in the cli engineer's report, with the
+# text to add); the test fails on any other option without help, and on an entry here that got its help.
+PENDING_HELP = {
+    ('targets', 'prepare', '--device'), ('sources', 'detect', 'file'),
+    *(('regenerate', o) for o in ('--mode', '--select', '--tool-turns', '--max-new-tokens', '--temperature', '--top-p',
+                                  '--reasoning', '--batch-size', '--concurrency', '--timeout', '--max-retries',
+                                  '--chunk-size', '--device', '--dtype', '--seed', '--quiet')),
+    *(('hidden-states', 'extract', o) for o in ('--target', '--out', '--num-features', '--include-last',
+                                               '--storage-dtype', '--device', '--dtype', '--max-batch-tokens',
+                                               '--max-batch-size', '--shard-mb', '--max-samples')),
+    ('hidden-states', 'info', 'path'), ('train', 'run_dir'), ('train', 'config'), ('train', '--set'),
+    ('evaluate', '--seed'),
+}
+
+def test_every_option_has_help_and_says_its_default_once():
+    p = build_parser()                 # every command registered in full
+    missing, twice, n = set(), [], 0
+    for path, parser in _commands(p):
+        assert parser.formatter_class is HelpFormatter, path
+        text = parser.format_help()
+        if re.search(r'\(default: [^)]*\)[^\n]*\n?\s*\(default:', text): twice.append((path, 'text'))
+        for a in _options(parser):
+            n += 1
+            key = path + ((a.option_strings[-1] if a.option_strings else a.dest),)
+            shown = HelpFormatter('x')._expand_help(a) if a.help else ''      # what --help prints for it
+            if not (a.help or '').strip(): missing.add(key)
+            if shown.lower().count('default') > 1: twice.append(key)
+    assert n > 100 and not twice, twice
+    assert missing - PENDING_HELP == set(), f'options without help: {sorted(missing - PENDING_HELP)}'
+    assert PENDING_HELP - missing == set(), f'now explained, remove from PENDING_HELP: {sorted(PENDING_HELP - missing)}'
+
+def test_commands_are_listed_from_their_declarations():
+    "What `dflash-nb --help` lists without importing a module is what the module's `register_cli` registers."
+    for m in COMMAND_MODULES:
+        declared = declared_commands(m)
+        assert declared is not None, f'{m}: register_cli has a non-literal command name or help'
+        full = argparse.ArgumentParser().add_subparsers()
+        mod = __import__(f'dflash_nb.{m}', fromlist=['x'])
+        if hasattr(mod, 'register_cli'): mod.register_cli(full)
+        got = [(a.dest, a.help) for a in full._choices_actions]
+        assert got == declared, (m, got, declared)
+
+def test_help_lists_every_command_without_importing_torch():
+    code = ('import sys, contextlib, io\nfrom dflash_nb.cli import main\n'
+            'with contextlib.redirect_stdout(io.StringIO()) as o: main(["--help"]) if False else main([])\n'
+            'print(o.getvalue()); print("HEAVY", sorted(m for m in ("torch", "transformers", "datasets") if m in sys.modules))')
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+    for c in ('run', 'stages', 'config', 'docs', 'plan', 'export', 'train', 'evaluate', 'sources', 'hidden-states'):
+        assert re.search(rf'^\s+{c}\s', r.stdout, re.M), c
+    assert 'HEAVY []' in r.stdout
+
+def test_a_shipped_config_is_named_without_its_path(tmp_path):
+    code, out, err = cli('config', 'smollm2_quality')
+    assert code == 0 and 'name: smollm2_quality' in out
+    code, out, err = cli('stages', 'qwen3_6_27b.yaml', '--runs-dir', tmp_path)
+    assert code == 0 and f'run folder {tmp_path}/qwen3_6_27b' in out

@@ -63,7 +63,7 @@ def test_string_arguments_are_repaired(row):
     for m in broken['messages']:
         for tc in m.get('tool_calls', []): tc['function']['arguments'] = json.dumps(tc['function']['arguments']); n += 1
     fixed, reps = repair_row(broken)
-    assert fixed == row and reps.count('arguments parsed from JSON string') == n
+    assert fixed == row and reps == ([f'args_to_objects: {n} call(s)'] if n else [])
     if n: assert any(r.startswith('arguments not an object') for r in validate_row(broken))
 
 # ---------- malformed rows: every row accounted for with a reason ----------
@@ -108,13 +108,13 @@ def test_malformed_rows_are_all_accounted_for(tmp_path):
     for i, (kind, line) in enumerate(BAD.items()):
         if kind not in ('duplicate id',) and line.startswith('{') and '"id": "r0"' in line: line = line.replace('"id": "r0"', f'"id": "bad{i}"')
         lines.append(line); expected[len(lines)] = kind
-    lines += ['', json.dumps(_ok(2, messages=[{'role': 'user', 'content': '   '}, {'role': 'user', 'content': 'real'}]))]   # repaired, kept
+    lines += ['', json.dumps(_ok(2, messages=[{'role': 'human', 'content': [{'type': 'text', 'text': 'real'}]}, A]))]   # format-only repairs: kept
     (tmp_path / 'in.jsonl').write_text('\n'.join(lines) + '\n')
-    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', max_chars=200_000, repairs=())   # the validator alone
+    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', max_chars=200_000)   # the defaults: format-only repairs
     assert len(BAD) >= 20
     assert c['rows_in'] == c['rows_out'] + c['quarantined'] == len(lines) - 1        # the blank line is not a row
     assert c['rows_out'] == 2 and c['quarantined'] == len(BAD)
-    assert c['repairs'] == {'whitespace-only turn dropped': 1}
+    assert c['repairs'] == {'flatten_content': 1, 'rename_roles': 1} and c['repair_kinds'] == {'format-only': 1}
     q = [json.loads(l) for l in (tmp_path / 'out' / 'quarantine.jsonl').read_text().splitlines()]
     got = {}
     for rec in q:
@@ -129,12 +129,27 @@ def test_malformed_rows_are_all_accounted_for(tmp_path):
 REPAIRABLE = {'unknown role': ['map_unknown_roles: narrator->user'], 'no user turn': ["prepend_user: 'Continue.' inserted"],
               'system not first': ['move_system_first: 1 system turn(s) merged at the start']}
 
-def test_repairs_keep_exactly_the_repairable_rows_and_record_them(tmp_path):
+OPT_IN = ['map_unknown_roles', 'prepend_user', 'move_system_first']
+
+def test_meaning_changing_repairs_are_quarantined_by_default_with_the_repair_that_would_apply(tmp_path):
     lines = [l.replace('"id": "r0"', f'"id": "bad{i}"') for i, (k, l) in enumerate(BAD.items()) if k != 'duplicate id']
     (tmp_path / 'in.jsonl').write_text('\n'.join(lines) + '\n')
     c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', max_chars=200_000)
+    assert c['rows_out'] == 0 and c['quarantined'] == len(lines) and c['repairs'] == {}
+    assert c['needs_opt_in'] == {'map_unknown_roles': 1, 'prepend_user': 1, 'move_system_first': 1}
+    q = {r['reason'].split(':')[0]: r for r in map(json.loads, (tmp_path / 'out/quarantine.jsonl').read_text().splitlines())}
+    for kind, notes in REPAIRABLE.items():
+        name = notes[0].split(':')[0]
+        assert q[kind]['would_repair'] == [name] and f'meaning-changing repair {name} would apply' in q[kind]['reason']
+    assert sum('would_repair' in r for r in q.values()) == len(REPAIRABLE)
+
+def test_repairs_keep_exactly_the_repairable_rows_and_record_them(tmp_path):
+    lines = [l.replace('"id": "r0"', f'"id": "bad{i}"') for i, (k, l) in enumerate(BAD.items()) if k != 'duplicate id']
+    (tmp_path / 'in.jsonl').write_text('\n'.join(lines) + '\n')
+    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', max_chars=200_000, repairs=OPT_IN)   # opted in
     assert c['rows_in'] == len(lines) and c['rows_out'] == len(REPAIRABLE) and c['quarantined'] == len(lines) - len(REPAIRABLE)
     assert c['repairs'] == {'map_unknown_roles': 1, 'prepend_user': 1, 'move_system_first': 1}
+    assert c['repair_kinds'] == {'meaning-changing': 3} and c['needs_opt_in'] == {}
     assert not set(REPAIRABLE) & set(c['reasons'])          # quarantined only when no repair helps
     kinds = list(BAD)
     out = [json.loads(l) for l in (tmp_path / 'out/conversations.jsonl').read_text().splitlines()]
@@ -172,7 +187,7 @@ def test_merge_same_role_only_when_asked(tmp_path):
     c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'o1')
     assert c['repairs'] == {} and len(json.loads((tmp_path / 'o1/conversations.jsonl').read_text())['messages']) == 2
     c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'o2', merge_same_role=True)
-    assert c['repairs'] == {'same-role turns merged': 1}
+    assert c['repairs'] == {'merge_same_role': 1}
     assert json.loads((tmp_path / 'o2/conversations.jsonl').read_text())['messages'] == [{'role': 'user', 'content': 'a\n\nb'}]
 
 # ---------- the real fixtures: zero unexplained losses ----------

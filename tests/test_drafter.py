@@ -359,7 +359,8 @@ def test_build_config_from_real_target_config():
     cfg = build_config(tc, mask_token_id=tc.vocab_size - 1, num_hidden_layers=1, num_feature_layers=1)
     assert cfg.hidden_size == tc.hidden_size and cfg.num_target_layers == tc.num_hidden_layers == 4
     assert cfg.target_layer_ids == [2]                                     # n == 1 -> [N // 2]
-    with pytest.raises(ValueError, match='strictly increasing'): build_config(tc, mask_token_id=1, num_feature_layers=2)
+    assert build_config(tc, mask_token_id=1, num_feature_layers=2).target_layer_ids == [1]   # a shallow target: the distinct ids only
+    with pytest.raises(ValueError, match='strictly increasing'): build_config(tc, mask_token_id=1, target_layer_ids=[2, 2])
     assert build_config(tc, mask_token_id=1, target_layer_ids=[0, 2]).target_layer_ids == [0, 2]
     assert cfg.rope_theta == 10000.0
 

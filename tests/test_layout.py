@@ -1,7 +1,7 @@
 "The project's nbdev layout: settings keep papermill tags, every stage declares its parameters."
 import configparser, json
 from pathlib import Path
-from dflash_nb.pipeline import discover_stages, parse_parameters
+from dflash_nb.pipeline import discover_stages
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def test_shipped_configs_check():
 
 
 def test_papermill_parses_every_parameter():
-    "papermill reads each `name = value  # comment` line of a parameters cell; one it cannot parse ('=' in the comment) is warned about as unknown."
+    "papermill reads each `name: type = value  # help` line of a parameters cell; one it cannot parse ('=' in the comment) is warned about as unknown."
     from papermill.translators import PythonTranslator
     NBS = Path(__file__).resolve().parents[1] / 'nbs'
     bad = {}
@@ -56,6 +56,6 @@ def test_papermill_parses_every_parameter():
             if 'parameters' not in c.get('metadata', {}).get('tags', []): continue
             src = ''.join(c['source'])
             names = {p.name for p in PythonTranslator.inspect({'source': src})}
-            want = {l.split('=')[0].strip() for l in src.splitlines() if l[:1].isalpha() and '=' in l}
+            want = {l.split('=')[0].split(':')[0].strip() for l in src.splitlines() if l[:1].isalpha() and '=' in l}
             if want - names: bad[nb.name] = sorted(want - names)
     assert not bad, bad

@@ -4,21 +4,23 @@ from pathlib import Path
 import pytest
 from conftest import dflash, ROOT
 from dflash_nb.core import PKG_DIR, fixtures_dir, load_config
-from dflash_nb.plan import make_plan, target_dims, estimate, validate
+from dflash_nb.plan import make_plan, target_dims, estimate, validate, complete_config
 from dflash_nb.core import read_json, ConfigError
 
 PROD = PKG_DIR / 'configs' / 'qwen3_6_27b.yaml'
 TCFG = PKG_DIR / 'configs' / 'qwen3_6_27b.target_config.json'
 
 def test_plan_cli_offline(tmp_path):
-    args = ['plan', ROOT / 'configs' / 'qwen3_6_27b.yaml', '--target-config', TCFG, '--out', tmp_path / 'plan.json']
+    # the shipped config and target config named without a path, from a folder outside the checkout
+    args = ['plan', 'qwen3_6_27b', '--target-config', 'qwen3_6_27b.target_config.json', '--out', tmp_path / 'plan.json']
     fx = fixtures_dir()
     if fx: args += ['--tokenizer', fx / 'tokenizers' / 'qwen3_6']
-    r = dflash(*args)
+    r = dflash(*args, cwd=tmp_path)
     assert 'plan OK' in r.stdout and 'target_layer_ids: [1, 16, 31, 46, 61]' in r.stdout
     plan = json.loads((tmp_path / 'plan.json').read_text())
     assert plan['ok'] and plan['target']['num_hidden_layers'] == 64
-    assert plan['estimates']['rows'] == 913_786 - (122_956 - 128_575 // 2)   # oasst2 gives at most one conversation per 2 messages
+    assert plan['estimates']['rows'] == 912_756 - (122_956 - 128_575 // 2)   # oasst2 gives at most one conversation per 2 messages
+    assert not [c for c in plan['checks'] if c['check'].startswith('gated')]   # the config promises no gated source
     assert any(w.startswith('oasst2: quota 122,956 cannot be met') for w in plan['estimates']['warnings'])
     assert plan['estimates']['stages']['60_hidden_states']['bytes_per_token'] == 51_200
     if fx: assert any(c['check'] == 'mask token' and 'spare embedding row' in c['detail'] for c in plan['checks'])
@@ -29,7 +31,7 @@ def test_estimates_by_hand():
     cfg = {'sources': {'sources': ['demo-alpaca', 'demo-sharegpt'], 'total': 300, 'quotas': {'demo-alpaca': 100}},
            'tokenization': {'max_seq_len': 512}, 'regenerate': {'max_new_tokens': 64},
            'train': {'source': 'online', 'epochs': 1}}
-    e = estimate(cfg, dims, {'tokens_per_row': {'general': [100, 200], 'multi-turn': [400, 400]}})
+    e = estimate(complete_config(cfg), dims, {'tokens_per_row': {'general': [100, 200], 'multi-turn': [400, 400]}})
     # alpaca (general): 100 rows of 100 + min(200, 64) tokens; sharegpt (multi-turn): 200 rows of min(400 + 64, 512)
     assert e['per_source']['demo-alpaca'] == {**e['per_source']['demo-alpaca'], 'rows': 100, 'tokens': 16_400, 'supervised': 6_400}
     assert e['per_source']['demo-sharegpt']['rows'] == 200 and e['per_source']['demo-sharegpt']['tokens'] == 200 * 464
@@ -40,7 +42,7 @@ def test_estimates_by_hand():
 def test_bad_settings_are_errors():
     dims = target_dims(read_json(TCFG))
     cfg = load_config(PROD, ['train.target_layer_ids=[2, 17, 32, 47, 64]', 'train.mask_token=250000'])
-    checks = {c['check']: c for c in validate(cfg, dims)}
+    checks = {c['check']: c for c in validate(complete_config(cfg), dims)}
     assert not checks['target_layer_ids']['ok'] and 'out of range' in checks['target_layer_ids']['detail']
     assert not checks['mask token']['ok'] and 'OUTSIDE' in checks['mask token']['detail']
     with pytest.raises(ConfigError, match='the plan has errors'):
@@ -49,7 +51,7 @@ def test_bad_settings_are_errors():
 def test_unknown_source_is_an_error():
     dims = target_dims(read_json(TCFG))
     cfg = load_config(PROD, ['sources.sources=[openorca, no-such-dataset]', 'sources.quotas={openorca: 10}'])
-    bad = [c for c in validate(cfg, dims) if not c['ok']]
+    bad = [c for c in validate(complete_config(cfg), dims) if not c['ok']]
     assert any('no-such-dataset' in c['check'] for c in bad)
 
 # -- memory per GPU (issue 15) ------------------------------------------------------------------------------------------
@@ -58,7 +60,7 @@ from dflash_nb.plan import (memory_plan, train_memory, regen_memory, usable_byte
 
 def test_training_memory_by_hand():
     "The production drafter (5 layers at width 5120) on Qwen3.6-27B, colocated, batch 4: every component worked by hand."
-    dims = target_dims(read_json(TCFG)); cfg = load_config(PROD)
+    dims = target_dims(read_json(TCFG)); cfg = complete_config(load_config(PROD))
     tr = cfg['train']; H, I, V = 5120, 17408, 248320
     # drafter: 5 × (q,o 2·5120·6144 + k,v 2·5120·1024 + MLP 3·5120·17408 + norms 2·5120 + q/k norms 2·256) + fc 5·5120² + 2 norms
     pd = 5 * (2 * H * 6144 + 2 * H * 1024 + 3 * H * I + 2 * H + 2 * 256) + 5 * H * H + 2 * H
@@ -93,7 +95,7 @@ def test_regeneration_memory_by_hand():
 
 def test_memory_recommendations_fit():
     "H100 80 GB: target and drafter do not fit together -> separate placement; H200 and B200: colocated."
-    dims = target_dims(read_json(TCFG)); tr = load_config(PROD)['train']
+    dims = target_dims(read_json(TCFG)); tr = complete_config(load_config(PROD))['train']
     h100, h200 = recommend_train(dims, tr, 3072, 'H100', 8), recommend_train(dims, tr, 3072, 'H200', 8)
     assert h100['placement'] == 'separate' and h100['batch'] >= 1
     assert h100['trainer_bytes'] <= usable_bytes('H100') and h100['target_bytes'] <= usable_bytes('H100')
@@ -124,15 +126,15 @@ def test_total_scales_quotas():
     assert e['rows'] == 2000 and sum(v['rows'] for v in e['per_source'].values()) == 2000
     srcs = [get_source(n) for n in cfg['sources']['sources']]
     assert {k: v['rows'] for k, v in e['per_source'].items()} == allocate(2000, srcs, cfg['sources']['quotas'])
-    assert e['per_source']['openorca']['rows'] == round(371000 * 2000 / 913786)   # 812: the mix's proportions kept
+    assert e['per_source']['openorca']['rows'] == round(371000 * 2000 / 912756)   # 813: the mix's proportions kept
     assert any('scaled by' in w for w in e['warnings'])
     full = make_plan(PROD, target_config=TCFG, echo=lambda s: None)['estimates']
-    assert sum(v['quota'] for v in full['per_source'].values()) == 913786 and not any('scaled by' in w for w in full['warnings'])
+    assert sum(v['quota'] for v in full['per_source'].values()) == 912756 and not any('scaled by' in w for w in full['warnings'])
 
 def test_quotas_short_of_total_are_reported():
     dims = target_dims(read_json(TCFG))
     cfg = {'sources': {'sources': ['demo-alpaca'], 'total': 100, 'quotas': {'demo-alpaca': 40}}}
-    e = estimate(cfg, dims)
+    e = estimate(complete_config(cfg), dims)
     assert e['rows'] == 40 and any('fewer than sources.total' in w for w in e['warnings'])
 
 def test_offline_hub_target_fails_at_once(tmp_path):
@@ -159,6 +161,35 @@ def test_sources_stage_uses_the_same_rule():
     assert len(rows) == 8
 
 def test_stage_defaults_fill_the_config():
-    "The demo config lists no sources: the plan uses the 10_sources notebook's defaults, as the chain does (56 rows, not 0)."
-    plan = make_plan(None, target_config=TCFG, echo=lambda s: None)
-    assert plan['estimates']['rows'] == 56 and len(plan['estimates']['per_source']) == 10
+    """The demo config lists no sources and few training settings: the plan uses the stage notebooks' declared
+    defaults, as the chain does (56 rows, not 0; the train stage's 16 anchors, not a 512 of the plan's own)."""
+    from dflash_nb.pipeline import discover_stages
+    plan = make_plan(None, target_config=TCFG, echo=lambda s: None)      # the demo's sections, Qwen3.6's shape
+    e = plan['estimates']
+    assert plan['ok'] and e['rows'] == 56 and len(e['per_source']) == 10 and e['tokens'] > 0
+    train = next(s for s in discover_stages() if s.short == 'train').defaults
+    A, B, epochs = train['num_anchors'], train['block_size'], train['epochs']
+    assert e['stages']['80_train']['trained_block_tokens'] == 56 * min(A * B, e['tokens'] / 56 * B) * epochs
+    assert plan['memory']['stages']['80_train']['setting']['batch'] == train['batch_size']
+
+# -- what the plan must not call OK (issues 22, 23) ---------------------------------------------------------------------
+def test_a_mix_of_no_rows_or_no_tokens_is_an_error(tmp_path):
+    cfg = tmp_path / 'c.yaml'
+    cfg.write_text('run: {name: c, target: Qwen/Qwen3.6-27B}\nsources: {sources: [demo-alpaca], quotas: {demo-alpaca: 0}}\n')
+    r = dflash('plan', cfg, '--target-config', TCFG, check=False)
+    assert r.returncode == 2 and 'plan OK' not in r.stdout and 'plan HAS ERRORS' in r.stdout
+    assert 'mix: the mix gives 0 rows: no source is allocated a row' in r.stderr
+    r = dflash('plan', cfg, '--target-config', TCFG, '--set', 'sources.quotas={}',
+               '--set', 'plan.tokens_per_row={general: [0, 0]}', check=False)
+    assert r.returncode == 2 and 'mix: mean sequence length 0 tokens' in r.stderr
+
+def test_gated_sources_warn_and_fail_where_the_config_promises_none():
+    dims = target_dims(read_json(TCFG))
+    cfg = complete_config(load_config(PROD, ['sources.sources=[openorca, lima]', 'sources.quotas={openorca: 10}']))
+    gated = {c['check']: c for c in validate(cfg, dims)}['gated source lima']
+    assert not gated['ok'] and gated['level'] == 'error' and 'plan.allow_gated is false' in gated['detail']
+    cfg['plan'] = {**cfg['plan'], 'allow_gated': True}
+    gated = {c['check']: c for c in validate(cfg, dims)}['gated source lima']
+    assert gated['level'] == 'warning' and 'huggingface-cli login' in gated['detail']
+    with pytest.raises(ConfigError, match='unknown key plan.alow_gated'):
+        make_plan(load_config(PROD, ['plan.alow_gated=false']), target_config=TCFG, echo=lambda s: None)

@@ -3,8 +3,8 @@ import json
 from pathlib import Path
 import pytest
 
-from dflash_nb.sources import (REGISTRY, NORMALIZERS, CATEGORIES, SIGNATURES, build_mix, normalize_file, normalize_record,
-                               survey_source, read_source, allocate, Source, detect_format)
+from dflash_nb.formats import NORMALIZERS, SIGNATURES, detect_format, normalize_record
+from dflash_nb.sources import REGISTRY, CATEGORIES, build_mix, normalize_file, survey_source, read_source, allocate, Source
 from dflash_nb.core import fixtures_dir
 from dflash_nb.schema import validate_row
 from conftest import dflash
@@ -23,42 +23,6 @@ def test_every_source_of_the_mix_has_a_normalizer_and_registry_entry():
         assert hf in hub, hf
     for s in REGISTRY.values():
         assert s.category in CATEGORIES and s.license and s.normalizer in NORMALIZERS
-
-# malformed native records per normalizer: each must be rejected with a reason, never raise
-MALFORMED = {
-    'openorca': [{'question': 'q'}, {'system_prompt': None, 'question': 5, 'response': 'r'}],
-    'evol_codealpaca': [{'instruction': 'x'}, {'instruction': ['x'], 'output': 'y'}],
-    'magicoder_oss': [{'problem': 'p'}, {'problem': '', 'solution': 's'}],
-    'alpaca': [{'output': 'o'}, {'instruction': '   ', 'input': '', 'output': 'o'}],
-    'oasst_tree': [{'prompt': 'text'}, {'prompt': {'text': 'hi', 'role': 'robot', 'replies': []}}],
-    'oasst_messages': [{'message_tree_id': 't', 'rows': []}, {'message_tree_id': 't', 'rows': [{'message_id': 'a', 'parent_id': None, 'deleted': True, 'text': 'x', 'role': 'prompter'}]}],
-    'lima': [{'conversations': 'q'}, {'conversations': []}],
-    'nemotron_v2': [{'messages': 'x'}, {'messages': [{'role': 'user', 'content': {'a': 1}}]}],
-    'coderforge': [{'messages': '[{"role": "user", '}, {'messages': '[{"role": "assistant", "content": "a", "tool_calls": [{"function": {"name": "f", "arguments": "{x"}}]}]'}],
-    'agentic_trajectories': [{'messages': []}, {'messages_json': '{}'}],
-    'glaive_v2': [{'system': '', 'chat': 'no markers here'}, {'system': 'SYSTEM: x', 'chat': 'USER: a\n\nASSISTANT: <functioncall> nonsense'}],
-    'qwen35_toolcalling': [{'messages': [{'role': 'robot', 'content': 'x'}]}, {'messages': [{'role': 'user', 'content': 'q'}, {'role': 'assistant', 'content': '<functioncall> {"name": "f", "arguments": "{bad"}'}]}],
-    'hermes_fc': [{'conversations': [{'from': 'human', 'value': 'q'}, {'from': 'gpt', 'value': '<tool_call>\n{oops}\n</tool_call>'}]}, {'conversations': [{'from': 'alien', 'value': 'x'}]}],
-    'xlam': [{'query': 'q', 'tools': '[]', 'answers': '[{"arguments": {}}]'}, {'query': 'q', 'tools': 'not json', 'answers': '[]'}],
-    # (an answer without a question is repaired now: prepend_user, see test_structural_repairs_are_applied_and_recorded)
-    'sharegpt': [{'conversations': {'from': 'human'}}, {'conversations': [{'from': 'gpt', 'value': '  '}]}],
-    'llamafactory_tools': [{'conversations': [{'from': 'human', 'value': 'q'}, {'from': 'function_call', 'value': '[1]'}]}, {'conversations': [{'from': 'observation', 'value': 'r'}]}],
-    'swe_agent': [{'history': [{'role': 'user', 'content': 'x'}, {'role': 'tool', 'content': 'orphan'}]}, {'trajectory': 't'}],
-    'mt_bench': [{'turns': []}, {'turns': [1, 2]}],
-    'humaneval': [{'task_id': 'x'}, {'prompt': None}],
-    'messages': [{'messages': 'x'}, {'messages': [{'role': 'user', 'content': {'a': 1}}]}],
-    'sharegpt_preference': [{'conversations': [{'from': 'human', 'value': 'q'}]}, {'conversations': 'q', 'chosen': 'a'}],
-    'hh_rlhf': [{'rejected': 'x'}, {'chosen': 'no markers at all'}],
-    'openai_preference': [{'prompt': 'q'}, {'input': 'q', 'preferred_output': 'a'}],
-}
-
-@pytest.mark.parametrize('name', sorted(NORMALIZERS))
-def test_malformed_native_records_are_rejected_with_reasons(name):
-    recs = MALFORMED[name] + ['not a dict', None]
-    for i, raw in enumerate(recs):
-        rows, rej = normalize_record('t', NORMALIZERS[name], raw, i)
-        assert not rows and rej, (name, raw, rows)
-        assert all(r['reason'] and ':' in r['reason'] for r in rej), rej
 
 def test_demo_sample_covers_the_categories():
     demo = [s for s in REGISTRY.values() if s.path and s.path.startswith('pkg:')]
@@ -130,54 +94,8 @@ def cli(*args):
     with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e): code = main([str(a) for a in args])
     return code, o.getvalue(), e.getvalue()
 
-# one well-formed native record per normalizer: detection must name that normalizer first
 U, A = {'role': 'user', 'content': 'How do I sort a list in Python?'}, {'role': 'assistant', 'content': 'Use sorted(xs).'}
-GOOD = {
-    'openorca': {'id': 'o1', 'system_prompt': 'Be brief.', 'question': 'What is 2+2?', 'response': '4'},
-    'evol_codealpaca': {'instruction': 'Write a function that adds two numbers.', 'output': 'def add(a, b): return a + b'},
-    'magicoder_oss': {'index': 3, 'lang': 'python', 'problem': 'Reverse a string.', 'solution': 's[::-1]'},
-    'alpaca': {'instruction': 'Name a colour.', 'input': '', 'output': 'Blue.'},
-    'oasst_tree': {'message_tree_id': 't1', 'prompt': {'text': 'Hello?', 'role': 'prompter', 'lang': 'en', 'replies': [
-        {'text': 'Hi there.', 'role': 'assistant', 'rank': 0, 'replies': []}]}},
-    'oasst_messages': [{'message_tree_id': 't2', 'message_id': 'm1', 'parent_id': None, 'role': 'prompter', 'text': 'Hello?', 'lang': 'en'},
-                       {'message_tree_id': 't2', 'message_id': 'm2', 'parent_id': 'm1', 'role': 'assistant', 'text': 'Hi.', 'rank': 0, 'lang': 'en'}],
-    'lima': {'conversations': ['What is a prime?', 'A number with exactly two divisors.'], 'source': 'stackexchange'},
-    'sharegpt': {'id': 's1', 'conversations': [{'from': 'human', 'value': 'Hi'}, {'from': 'gpt', 'value': 'Hello!'}]},
-    'sharegpt_preference': {'conversations': [{'from': 'human', 'value': 'Hi'}], 'chosen': {'from': 'gpt', 'value': 'Hello!'},
-                            'rejected': {'from': 'gpt', 'value': 'Go away.'}},
-    'hermes_fc': {'id': 'h1', 'conversations': [
-        {'from': 'system', 'value': 'You may call tools. <tools> [{"name": "get_weather", "parameters": {"type": "object", "properties": {}}}] </tools>'},
-        {'from': 'human', 'value': 'Weather in Paris?'},
-        {'from': 'gpt', 'value': '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'}]},
-    'llamafactory_tools': {'conversations': [{'from': 'human', 'value': 'Weather in Paris?'},
-                                             {'from': 'function_call', 'value': '{"name": "get_weather", "arguments": {"city": "Paris"}}'},
-                                             {'from': 'observation', 'value': '{"t": 20}'}, {'from': 'gpt', 'value': 'It is 20 degrees.'}],
-                           'tools': '[{"name": "get_weather", "parameters": {"type": "object", "properties": {}}}]'},
-    'messages': {'id': 'u1', 'messages': [U, A], 'tools': [{'type': 'function', 'function': {'name': 'f'}}]},
-    'nemotron_v2': {'uuid': 'n1', 'category': 'chat', 'license': 'cc-by-4.0', 'generator': 'x', 'reasoning': 'off', 'messages': [U, A]},
-    'coderforge': {'trajectory_id': 'c1', 'reward': 1, 'messages': json.dumps([U, A])},
-    'agentic_trajectories': {'session_id': 'a1', 'agent_framework': 'x', 'messages_json': json.dumps([U, A])},
-    'swe_agent': {'trajectory': 'sw1', 'history': [{'role': 'system', 'content': 'You are an agent.'}, U, A]},
-    'glaive_v2': {'system': 'SYSTEM: You are helpful.', 'chat': 'USER: Hi\n\n\nASSISTANT: Hello! <|endoftext|>'},
-    'qwen35_toolcalling': {'messages': [{'role': 'system', 'content': 'You can call {"name": "f", "parameters": {}}'}, U,
-                                        {'role': 'assistant', 'content': '<functioncall> {"name": "f", "arguments": \'{}\'}'},
-                                        {'role': 'user', 'content': 'FUNCTION RESPONSE: {"ok": 1}'}, A]},
-    'xlam': {'id': 7, 'query': 'Weather?', 'tools': '[{"name": "w", "parameters": {"city": {"type": "str"}}}]',
-             'answers': '[{"name": "w", "arguments": {"city": "Paris"}}]'},
-    'mt_bench': {'question_id': 81, 'category': 'writing', 'turns': ['Write a poem.', 'Now shorter.']},
-    'humaneval': {'task_id': 'HumanEval/0', 'prompt': 'def f(x):\n    """Return x."""\n', 'entry_point': 'f'},
-    'hh_rlhf': {'chosen': '\n\nHuman: Hi\n\nAssistant: Hello!', 'rejected': '\n\nHuman: Hi\n\nAssistant: Go away.'},
-    'openai_preference': {'prompt': [U], 'chosen': [A], 'rejected': [{'role': 'assistant', 'content': 'No.'}]},
-}
-
-@pytest.mark.parametrize('name', sorted(NORMALIZERS))
-def test_detection_names_every_known_format(name, tmp_path):
-    assert name in GOOD and name in SIGNATURES, f'normalizer {name} has no detection signature or test record'
-    recs = GOOD[name] if isinstance(GOOD[name], list) else [GOOD[name]] * 3
-    p = tmp_path / 'f.jsonl'; p.write_text(''.join(json.dumps(r) + '\n' for r in recs))
-    d = detect_format(p)
-    assert d['matches'] and d['matches'][0]['normalizer'] == name, (name, d['matches'])
-    assert d['matches'][0]['normalized'] == f'{len(recs) if name != "oasst_messages" else 1}/{len(recs) if name != "oasst_messages" else 1}'
+HH = {'chosen': '\n\nHuman: Hi\n\nAssistant: Hello!', 'rejected': '\n\nHuman: Hi\n\nAssistant: Go away.'}
 
 @pytest.mark.skipif(fixtures_dir() is None, reason='no fixtures')
 def test_detection_on_the_registry_files_and_real_fixtures():
@@ -194,6 +112,52 @@ def test_unknown_file_is_a_clear_no_match(tmp_path):
     assert code == 1 and 'no match' in err and 'question_text (1)' in out
     code, out, err = cli('sources', 'normalize', '--input', p, '--output', tmp_path / 'o.jsonl')
     assert code == 1 and err.count('\n') == 1 and 'no normalizer matches' in err and not (tmp_path / 'o.jsonl').exists()
+
+def test_detect_says_what_each_normalizer_expected(tmp_path):
+    "A file no normalizer reads: the fields seen, then every normalizer's expectation, nearest first."
+    p = tmp_path / 'qa.json'
+    p.write_text(json.dumps([{'question': 'What is the capital of France?', 'answer': 'Paris'}] * 4, indent=1))
+    code, out, err = cli('sources', 'detect', p)
+    lines = out.splitlines()
+    assert code == 1 and 'no match' in err and 'fields: question (4), answer (4)' in lines[0]
+    i = lines.index('what each normalizer expects, nearest first:')
+    table = lines[i + 1:]
+    assert len(table) == len(NORMALIZERS)
+    assert table[0].split()[:3] == ['bfcl', 'expects', 'question'] and 'their shape fits 0 of the records' in table[0]
+    assert ' '.join(table[1].split()) == 'openorca expects system_prompt+question+response has question; lacks system_prompt, response'
+    assert any(l.split()[0] == 'alpaca' and l.endswith('lacks instruction, output') for l in table)
+
+def test_detect_reports_unreadable_lines_and_normalizes_the_rest(tmp_path):
+    p = tmp_path / 'chats.json'                    # JSON lines under a .json name, one line broken
+    rows = [{'messages': [{'role': 'user', 'content': f'Question {i}?'}, {'role': 'assistant', 'content': 'Yes.'}]}
+            for i in range(3)]
+    p.write_text(json.dumps(rows[0]) + '\n{"messages": [\n' + ''.join(json.dumps(r) + '\n' for r in rows[1:]))
+    code, out, _ = cli('sources', 'detect', p)
+    assert code == 0 and '3 records sampled' in out and '1 records could not be read; first: line 2: invalid JSON' in out
+    code, out, _ = cli('sources', 'normalize', '--input', p, '--output', tmp_path / 'o.jsonl', '--quarantine', tmp_path / 'q.jsonl')
+    assert code == 0 and 'read 4 records, wrote 3 rows' in out and 'quarantined 1' in out
+    q = [json.loads(l) for l in (tmp_path / 'q.jsonl').read_text().splitlines()]
+    assert len(q) == 1 and (q[0]['index'], q[0]['line']) == (1, 2) and q[0]['reason'].startswith('invalid JSON')
+
+def test_preference_rows_without_an_answer_are_quarantined_not_written(tmp_path):
+    pairs = _llamafactory_ranking(3)
+    pairs[1]['chosen'] = {'from': 'gpt', 'value': '   '}
+    p = tmp_path / 'dpo.json'; p.write_text(json.dumps(pairs))
+    c = normalize_file('auto', p, tmp_path / 'o.jsonl', tmp_path / 'q.jsonl')
+    out = [json.loads(l) for l in (tmp_path / 'o.jsonl').read_text().splitlines()]
+    assert (c['written'], c['quarantined']) == (2, 1) and list(c['reasons']) == ['no answer']
+    assert all(o['messages'][-1]['role'] == 'assistant' for o in out)
+    q = json.loads((tmp_path / 'q.jsonl').read_text())
+    assert 'chosen answer is empty' in json.dumps(q)
+
+def test_normalize_prints_each_repair_with_its_class(tmp_path):
+    "A meaning-changing repair applies only when opted in (`--repair`), and is printed with its class from schema.REPAIRS."
+    p = tmp_path / 'greet.jsonl'; p.write_text(json.dumps({'messages': [{'role': 'assistant', 'content': 'Hello!'}]}) + '\n')
+    code, out, _ = cli('sources', 'normalize', '--source', 'messages', '--input', p, '--output', tmp_path / 'o.jsonl')
+    assert code == 0 and 'wrote 0 rows' in out and 'no user turn' in out   # quarantined unless opted in
+    code, out, _ = cli('sources', 'normalize', '--source', 'messages', '--input', p, '--output', tmp_path / 'o.jsonl',
+                       '--repair', 'prepend_user')
+    assert code == 0 and '1  repaired: prepend_user (meaning-changing)' in out
 
 def test_openai_messages_file_keeps_ids_tools_calls_and_reasoning(tmp_path):
     row = {'id': 'conv-42', 'tools': [{'type': 'function', 'function': {'name': 'get_weather', 'parameters': {'type': 'object'}}}],
@@ -235,7 +199,7 @@ def test_preference_files_keep_the_chosen_answer(tmp_path):
     # the issue's trap: through the plain ShareGPT normalizer the answers are missing, and the report says why
     c2 = normalize_file('sharegpt', p, tmp_path / 'o2.jsonl')
     assert c2['unmapped_fields'] == {'chosen': 300, 'rejected': 300}
-    hh = tmp_path / 'hh.jsonl'; hh.write_text(json.dumps(GOOD['hh_rlhf']) + '\n')
+    hh = tmp_path / 'hh.jsonl'; hh.write_text(json.dumps(HH) + '\n')
     assert json.loads((tmp_path / 'o3.jsonl').read_text() if normalize_file('auto', hh, tmp_path / 'o3.jsonl') else '')['messages'][-1]['content'] == 'Hello!'
     dpo = tmp_path / 'openai_dpo.jsonl'
     dpo.write_text(json.dumps({'input': {'messages': [U], 'tools': [{'type': 'function', 'function': {'name': 'f'}}]},
@@ -251,7 +215,8 @@ def test_structural_repairs_are_applied_and_recorded(tmp_path):
             {'id': 's', 'messages': [U, {'role': 'system', 'content': 'Be brief.'}, A]},
             {'id': 'e', 'messages': [{'role': 'wizard', 'content': '   '}]}]
     p = tmp_path / 'r.jsonl'; p.write_text(''.join(json.dumps(r) + '\n' for r in rows))
-    c = normalize_file('messages', p, tmp_path / 'o.jsonl', tmp_path / 'q.jsonl')
+    c = normalize_file('messages', p, tmp_path / 'o.jsonl', tmp_path / 'q.jsonl',
+                       repairs=('map_unknown_roles', 'prepend_user', 'move_system_first', 'drop_empty_turns'))
     assert (c['written'], c['quarantined']) == (3, 1)
     assert c['repairs'] == {'map_unknown_roles': 1, 'prepend_user': 1, 'move_system_first': 1}
     out = {o['id']: o for o in map(json.loads, (tmp_path / 'o.jsonl').read_text().splitlines())}

@@ -1,0 +1,68 @@
+"""One declaration per stage parameter (the stage notebook's parameters cell): papermill's help, the config check,
+`dflash-nb params` and the docs' table all show what that declaration says, for every parameter of every stage."""
+import ast, contextlib, io, re
+import pytest
+from papermill.translators import PythonTranslator
+
+from dflash_nb.core import ConfigError
+from dflash_nb.params import GLOBAL_PARAMS, discover_stages, parameters_source, params_markdown
+from dflash_nb.pipeline import check_config
+from dflash_nb.cli import main
+
+STAGES = discover_stages()
+ALL = [(s, p) for s in STAGES for p in s.params.values() if p.name != 'run_dir']
+
+def cli(*args):
+    o = io.StringIO()
+    with contextlib.redirect_stdout(o): code = main([str(a) for a in args])
+    return code, o.getvalue()
+
+def test_papermill_help_shows_each_declared_type_default_and_help():
+    for s in STAGES:
+        seen = {p.name: p for p in PythonTranslator.inspect({'source': parameters_source(s.path)})}
+        for k, p in s.params.items():
+            assert k in seen, (s.name, k)
+            assert ast.literal_eval(seen[k].default) == p.default, (s.name, k)
+            assert seen[k].help.endswith(p.help), (s.name, k, seen[k].help, p.help)
+            assert seen[k].inferred_type_name.strip("'") .endswith(p.type + ('[path]' if p.items else '') + (']' if p.nullable else '')), (s.name, k)
+
+def _outside(p):
+    "A value just outside the declared range or choices (None: the declaration has neither)."
+    if p.type in ('int', 'float') and p.lo is not None: return p.lo if p.lo_open else p.lo - 1
+    if p.type in ('int', 'float') and p.hi is not None: return p.hi if p.hi_open else p.hi + 1
+    if p.choices and p.type == 'str': return 'not-a-declared-choice'
+    return None
+
+def test_the_config_check_enforces_every_declared_range_and_choice():
+    checked = 0
+    for s, p in ALL:
+        v = _outside(p)
+        if v is None: continue
+        with pytest.raises(ConfigError) as e: check_config({'run': {'name': 'x'}, s.short: {p.name: v}}, STAGES)
+        assert str(e.value).startswith(f'{s.short}.{p.name}: ') and str(e.value).endswith(f'allowed: {p.allowed}'), str(e.value)
+        checked += 1
+    assert checked >= 40, checked
+
+def test_the_cli_lists_every_parameter_as_declared():
+    for s in STAGES:
+        code, out = cli('params', s.short)
+        assert code == 0
+        for p in s.params.values():
+            if p.name == 'run_dir': continue
+            lines = out.splitlines()
+            i = next(i for i, l in enumerate(lines) if l.startswith(f'  {p.name}: '))
+            assert lines[i].endswith(f' = {p.default!r}') and p.allowed in lines[i + 1] and p.help in lines[i + 1], (s.name, lines[i:i + 2])
+
+def test_the_docs_table_shows_every_parameter_as_declared():
+    for s in STAGES:
+        md = params_markdown(s)
+        for p in s.params.values():
+            if p.name == 'run_dir': continue
+            row = next(l for l in md.splitlines() if l.startswith(f'| `{p.name}` |'))
+            assert p.allowed in row.replace('\\|', '|') and p.help in row.replace('\\|', '|'), row
+
+def test_global_parameters_have_one_meaning_across_stages():
+    "`target`, `seed`, `device`, `dtype`: each stage that declares one gives it the same type and default."
+    for k in GLOBAL_PARAMS:
+        decl = {(p.type, p.nullable, repr(p.default)) for s in STAGES for p in s.params.values() if p.name == k and k != 'dtype'}
+        assert len(decl) <= 1, (k, decl)
