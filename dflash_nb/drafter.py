@@ -28,18 +28,20 @@ __all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'FLEX_COMPILE', 'FLEX_C
            'inference_masks', 'draft_block', 'draft_weight_names', 'export_drafter', 'drafter_config_dict',
            'load_drafter']
 
-# %% ../nbs/70_drafter.ipynb #72865a85
+# %% ../nbs/70_drafter.ipynb #def03c71
 def hub_like(name) -> bool:
     "True for a hub model id such as `Qwen/Qwen3-8B` (not a local or cache path)."
     if not isinstance(name, str) or not name or name.startswith(('/', '.', '~')) or '\\' in name: return False
     parts = name.split('/')
     return len(parts) <= 2 and all(parts) and not Path(name).exists()
 
+# %% ../nbs/70_drafter.ipynb #97ebddb9
 def target_key(target, fingerprint: str | None = None) -> dict:
     "The `config.json` entry naming the target: `{'dflash_nb_target': {spec, fingerprint}}`, or `{spec}` for a hub id."
     if target and fingerprint: return {'dflash_nb_target': {'spec': str(target), 'fingerprint': str(fingerprint)}}
     return {'dflash_nb_target': {'spec': target}} if hub_like(target) else {}
 
+# %% ../nbs/70_drafter.ipynb #3addffcb
 def _target_fields(t) -> dict:
     "`target`, `target_fingerprint` from a `dflash_nb_target` entry (a record, or the plain name older folders wrote)."
     if isinstance(t, dict): return {'target': t.get('spec'), 'target_fingerprint': t.get('fingerprint')}
@@ -52,6 +54,7 @@ def causality_keys(cfg) -> dict:
     if types == {'sliding_attention'}: return {'causal': bool(cfg.sliding_window_causal)}
     return {} if cfg.sliding_window_causal else {'causal': False}
 
+# %% ../nbs/70_drafter.ipynb #5cd415e3
 def engine_problems(cfg) -> dict:
     "`{engine: [reason, ...]}` for the engines that would serve `cfg` differently from how it was trained."
     out = {}
@@ -62,6 +65,7 @@ def engine_problems(cfg) -> dict:
                         'serve them as full attention); use the folder\'s own modeling_dflash.py or vLLM']
     return out
 
+# %% ../nbs/70_drafter.ipynb #a6d51c1b
 LAYER_TYPES = ('full_attention', 'sliding_attention')
 DEFAULT_GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}   # paper Eq. 4 / Appendix A.1
 
@@ -69,6 +73,7 @@ def default_gamma(block_size: int) -> float:
     "Loss decay gamma for a block size: the paper's values (16 -> 7, 10 -> 5, 8 -> 4), else `7 * B / 16`."
     return DEFAULT_GAMMA.get(int(block_size), 7.0 * int(block_size) / 16)
 
+# %% ../nbs/70_drafter.ipynb #5513b803
 @dataclass
 class DFlashConfig:
     "Configuration of a DFlash drafter (the fields of its `config.json`, in plain Python)."
@@ -160,7 +165,7 @@ class DFlashConfig:
                    tie_word_embeddings=d.get('tie_word_embeddings', False), **_target_fields(d.get('dflash_nb_target')),
                    bos_token_id=d.get('bos_token_id'), eos_token_id=d.get('eos_token_id'))
 
-# %% ../nbs/70_drafter.ipynb #2e7f3374
+# %% ../nbs/70_drafter.ipynb #23caf3f8
 def _get(cfg, key, default=None):
     return cfg.get(key, default) if isinstance(cfg, dict) else getattr(cfg, key, default)
 
@@ -189,7 +194,7 @@ def build_config(target_config, mask_token_id: int, num_hidden_layers: int = 5, 
     kw.update(overrides)
     return DFlashConfig(**kw)
 
-# %% ../nbs/70_drafter.ipynb #7968fcd9
+# %% ../nbs/70_drafter.ipynb #472724c3
 MASK_TOKEN = '<|MASK|>'
 
 def resolve_mask_token_id(tokenizer=None, vocab_size: int | None = None, explicit=None) -> int:
@@ -216,7 +221,7 @@ def resolve_mask_token_id(tokenizer=None, vocab_size: int | None = None, explici
                      f'(len(tokenizer) = {len(tokenizer)} = vocab_size {vocab_size}); pass mask_token_id explicitly '
                      '(an id or a token string that the training data never contains)')
 
-# %% ../nbs/70_drafter.ipynb #69e2d006
+# %% ../nbs/70_drafter.ipynb #e60b0001
 FLEX_COMPILE = None                 # None: compile flex attention and block masks on CUDA only; True / False force it
 FLEX_COMPILE_BACKEND = 'inductor'
 _COMPILED = {}
@@ -243,7 +248,7 @@ def ensure_recompile_limit(n: int):
         if hasattr(dc, name) and getattr(dc, name) < n: setattr(dc, name, int(n))
     if getattr(dc, 'accumulated_recompile_limit', n) < n: dc.accumulated_recompile_limit = int(n)
 
-# %% ../nbs/70_drafter.ipynb #51634140
+# %% ../nbs/70_drafter.ipynb #2d4d1308
 class RMSNorm(nn.Module):
     "Qwen3 RMSNorm: normalize in fp32, cast back, then scale by the weight."
     def __init__(self, n: int, eps: float = 1e-6):
@@ -280,7 +285,7 @@ def attend(q, k, v, mask=None, scale=None):
     if mask is not None and not isinstance(mask, torch.Tensor): return _flex(q, k, v, mask, scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
-# %% ../nbs/70_drafter.ipynb #4550b7a7
+# %% ../nbs/70_drafter.ipynb #3cc1bbed
 class DFlashAttention(nn.Module):
     "Attention with KV injection: keys/values = [context ; block] through the same k/v projections and k_norm; queries from the block."
     def __init__(self, cfg: DFlashConfig, layer_idx: int):
@@ -336,7 +341,7 @@ class DFlashDecoderLayer(nn.Module):
         h = h + self.self_attn(self.input_layernorm(h), ctx_kv, cos, sin, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-# %% ../nbs/70_drafter.ipynb #9e99b306
+# %% ../nbs/70_drafter.ipynb #59977692
 class DraftCache:
     "Per-layer context keys/values of the drafter (after k_norm and RoPE) and their positions; holds no block K/V."
     def __init__(self): self.k, self.v, self.positions = {}, {}, None
@@ -397,7 +402,7 @@ class DFlashDrafter(nn.Module):
         if cache is not None: cache.add_positions(ctx_positions)
         return self.norm(h)
 
-# %% ../nbs/70_drafter.ipynb #be49a15d
+# %% ../nbs/70_drafter.ipynb #f349ffa0
 def dflash_mask_mod(anchors, T: int, block_size: int, document_ids=None, window: int | None = None, causal: bool = False):
     """The mask predicate `(b, h, q_idx, kv_idx) -> visible` of the training layout (works on scalars for flex and on
     broadcast index grids for the dense mask). `anchors [b, n]` long; `document_ids [b, T]` for packed rows."""
@@ -450,7 +455,7 @@ def build_masks(cfg: DFlashConfig, anchors, T: int, document_ids=None, backend: 
         else: raise ValueError(f'unknown attention backend {backend!r} (flex | sdpa)')
     return out
 
-# %% ../nbs/70_drafter.ipynb #991a4742
+# %% ../nbs/70_drafter.ipynb #95f941be
 def anchor_candidates(loss_mask, block_size: int, full_block: bool = True):
     "Positions that may anchor a block in a sequence with `loss_mask [T]` (0/1)."
     lm = torch.as_tensor(loss_mask).bool()
@@ -479,7 +484,7 @@ def pad_anchors(anchor_lists, n: int | None = None):
         anchors[i, :len(a)] = torch.as_tensor(a, dtype=torch.long); valid[i, :len(a)] = True
     return anchors, valid
 
-# %% ../nbs/70_drafter.ipynb #dd7727da
+# %% ../nbs/70_drafter.ipynb #818b9060
 def linear_buckets(max_value: int, count: int = 4, multiple: int = 1) -> list[int]:
     "`count` bucket sizes up to `max_value` (rounded up to `multiple`), in equal steps."
     m, k, r = max(int(max_value), 1), max(int(count), 1), max(int(multiple), 1)
@@ -492,7 +497,7 @@ def bucket_size(n: int, buckets) -> int:
     top = max(buckets)
     return -(-int(n) // top) * top
 
-# %% ../nbs/70_drafter.ipynb #6c8de2bf
+# %% ../nbs/70_drafter.ipynb #ef33b6ac
 def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
     "Decay weights `[B]`: 0 for slot 0, `exp(-(k-1)/gamma)` for slot k >= 1."
     k = torch.arange(block_size, dtype=torch.float32)
@@ -521,7 +526,7 @@ def acceptance_length(acc) -> float:
     acc = torch.tensor([0.0 if a is None else float(a) for a in acc], dtype=torch.float64)
     return float(1.0 + torch.cumprod(acc, 0).sum())
 
-# %% ../nbs/70_drafter.ipynb #f22e80d0
+# %% ../nbs/70_drafter.ipynb #dc435790
 CE_CHUNK_ELEMS = 2 ** 26     # logits elements per chunk (256 MB in fp32)
 
 def ce_chunks(n: int, V: int, chunk_rows: int | None = None, chunk_vocab: int | None = None,
@@ -533,7 +538,7 @@ def ce_chunks(n: int, V: int, chunk_rows: int | None = None, chunk_vocab: int | 
     cr = chunk_rows or max(max_elems // cv, 1)
     return max(1, min(int(cr), max(n, 1))), cv
 
-# %% ../nbs/70_drafter.ipynb #ba90b6f1
+# %% ../nbs/70_drafter.ipynb #bb3ceb5b
 def soft_targets(target, k: int | None = None) -> tuple:
     """`(ids [N, K], logp [N, K], rest [N] or None)` of a loss target: hard labels `[N]` (K = 1, log-probability 0,
     no bucket), or the target's `(top-k ids, top-k log-probs)` (the first `k` columns when `k` is given) with `rest`
@@ -545,7 +550,7 @@ def soft_targets(target, k: int | None = None) -> tuple:
     logp = logp.to(torch.promote_types(logp.dtype, torch.float32))
     return ids.long(), logp, (1 - logp.exp().sum(-1)).clamp(0, 1)
 
-# %% ../nbs/70_drafter.ipynb #d4dbeb1f
+# %% ../nbs/70_drafter.ipynb #bc021dc7
 def _acc(cdt): return torch.float64 if cdt == torch.float64 else torch.float32   # reduction dtype
 
 def _ce_logits(x, W, v0, v1, cdt): return (x @ W[v0:v1].to(cdt).t()).to(_acc(cdt))
@@ -564,7 +569,7 @@ def _target_cells(ids, v0: int, v1: int):
     rows = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(ids)
     return rows[inside], ids[inside] - v0, inside
 
-# %% ../nbs/70_drafter.ipynb #7738121b
+# %% ../nbs/70_drafter.ipynb #a6caee6b
 def _kl_chunk(x, W, ids, logp, rest, cv: int, cdt, grad: bool):
     """`(loss [r], argmax [r], lse [r], lse outside the top-k [r] or None, target logits [r, K], d loss/dx [r, H] or
     None)` of rows `x [r, H]` (already in `cdt`) against `soft_targets`."""
@@ -627,7 +632,7 @@ def _kl_grad_chunk(x, W, ids, logp, rest, lse, lser, zt, g, cv: int, cdt, need_w
         if need_w: dW[v0:v1] += (pc.t() @ x).to(dW.dtype)
     return dx, dW
 
-# %% ../nbs/70_drafter.ipynb #81865cc6
+# %% ../nbs/70_drafter.ipynb #cec13d61
 class ChunkedLinearCE(torch.autograd.Function):
     "Per-row loss (CE, or the bucketed KL of soft targets) and argmax of `x @ W.T` in chunks; differentiable in `x` and `W`."
     @staticmethod
@@ -673,7 +678,7 @@ def linear_cross_entropy_stats(x, weight, target, chunk_rows: int | None = None,
     cr, cv = ce_chunks(x.shape[0], weight.shape[0], chunk_rows, chunk_vocab)
     return ChunkedLinearCE.apply(x, weight, *soft_targets(target), cr, cv, cdt)
 
-# %% ../nbs/70_drafter.ipynb #9db8d8af
+# %% ../nbs/70_drafter.ipynb #f04e91e9
 def full_soft_loss(logits, target):
     "Per-row CE (hard labels `[N]`) or bucketed forward KL (`(top-k ids, top-k log-probs)`) from the full logits `[N, V]`."
     ids, logp, rest = soft_targets(target)
@@ -682,7 +687,7 @@ def full_soft_loss(logits, target):
     lqr = lq.scatter(1, ids, -math.inf).logsumexp(-1)
     return (logp.exp() * (logp - lq.gather(1, ids))).sum(-1) + torch.xlogy(rest, rest) - rest * lqr
 
-# %% ../nbs/70_drafter.ipynb #21f84046
+# %% ../nbs/70_drafter.ipynb #6d9a0acb
 def slot_targets(pos, sup, target_labels):
     """The target's labels of the supervised slots `sup [b, n, B-1]` of blocks at positions `pos [b, n, B]`: its
     prediction at `pos - 1` of the token at `pos`, from `target_labels` `[b, T]` (argmax ids) -> `[N]`, or
@@ -694,7 +699,7 @@ def slot_targets(pos, sup, target_labels):
         return t.to(pos.device).gather(1, idx).view(*sup.shape, *t.shape[2:])[sup]
     return take(target_labels) if isinstance(target_labels, torch.Tensor) else tuple(take(t) for t in target_labels)
 
-# %% ../nbs/70_drafter.ipynb #10957d0f
+# %% ../nbs/70_drafter.ipynb #69e0fcee
 def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
     """Loss `[N]` (fp32: CE of labels `[N]`, or KL of `(top-k ids, top-k log-probs)`) and argmax `[N]` of the LM head on
     hidden states `h [N, H]`: `'chunked'` (never the full logits) or `'full'`."""
@@ -737,7 +742,7 @@ def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, fe
           'count': torch.bincount(slot, minlength=B - 1).double()}
     return {'loss': loss, 'weight_sum': wsum.detach(), 'ce_sum': xent.detach().sum(), **st}
 
-# %% ../nbs/70_drafter.ipynb #190ccf69
+# %% ../nbs/70_drafter.ipynb #bafbe03a
 def inference_masks(cfg: DFlashConfig, ctx_positions, start):
     "Masks for one block at positions `start + 0..B-1` over cached context keys at `ctx_positions [b, S]`."
     if 'sliding_attention' not in cfg.layer_types: return None
@@ -775,7 +780,7 @@ def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features
     h = drafter(noise, new_features.to(dev), new_positions.to(dev), blk_pos, masks, cache=cache)
     return lm_head(h[:, 1:].to(lm_head.weight.dtype)).float()
 
-# %% ../nbs/70_drafter.ipynb #f3a586cd
+# %% ../nbs/70_drafter.ipynb #f409682c
 def draft_weight_names(cfg: DFlashConfig) -> list[str]:
     "The exact tensor names of a DFlash checkpoint for `cfg` (11 per layer + fc, hidden_norm, norm)."
     per = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
@@ -803,7 +808,7 @@ def export_drafter(drafter: DFlashDrafter, out_dir, dtype: str = 'bfloat16', ext
     for eng, why in engine_problems(cfg).items(): warnings.warn(f'{out}: {eng} would serve this drafter differently: {"; ".join(why)}')
     return out
 
-# %% ../nbs/70_drafter.ipynb #737fcb59
+# %% ../nbs/70_drafter.ipynb #9efd720a
 _FOREIGN_KEYS = ('embed_tokens.weight', 'lm_head.weight', 'verifier_lm_head.weight', 'verifier_norm.weight', 'd2t', 't2d')
 
 def _verifier_layers(d: dict):
@@ -841,6 +846,7 @@ def drafter_config_dict(d: dict, num_target_layers: int | None = None) -> tuple[
     out['dflash_config'] = dc
     return out, fmt
 
+# %% ../nbs/70_drafter.ipynb #45d6f6b8
 def _read_weights(path: Path) -> dict:
     from safetensors.torch import load_file
     idx = path / 'model.safetensors.index.json'

@@ -343,7 +343,7 @@ def label_checks(ids, logp, input_ids, loss_mask, vocab_size: int) -> tuple[list
     nxt, sup = torch.as_tensor(input_ids[1:]), torch.as_tensor(loss_mask[1:]).bool()
     return probs, [int(((ids[:-1, 0] == nxt) & sup).sum()), int(sup.sum())]
 
-# %% ../nbs/60_hidden_states.ipynb #4f8f5775
+# %% ../nbs/60_hidden_states.ipynb #d2ef646d
 def collate(rows) -> tuple:
     "Right-padded `(input_ids [B, T], attention_mask [B, T], lengths)` of dataset rows (pad id 0, masked out)."
     import torch
@@ -353,6 +353,7 @@ def collate(rows) -> tuple:
     for j, r in enumerate(rows): x[j, :lens[j]] = torch.as_tensor(r['input_ids']); am[j, :lens[j]] = 1
     return x, am, lens
 
+# %% ../nbs/60_hidden_states.ipynb #ca5002b9
 def extract_dataset(model, ds, out_dir, plan: dict, max_batch_tokens: int = 8192, max_batch_size: int = 64,
                     rank: int = 0, world_size: int = 1, on_shard=None, progress: bool = True) -> dict:
     """Compute, validate and store the features of `plan`'s shards assigned to `rank` (`k % world_size == rank`);
@@ -445,17 +446,14 @@ def extract_dataset(model, ds, out_dir, plan: dict, max_batch_tokens: int = 8192
     summary['seconds'] = round(time.time() - t0, 3)
     return summary
 
-# %% ../nbs/60_hidden_states.ipynb #943732f4
+# %% ../nbs/60_hidden_states.ipynb #45e1bedb
 def merge_index(out_dir) -> dict:
     "Check the shard records against `plan.json` and write `index.json`, `stats.json` and `quarantine.jsonl`."
     out_dir = Path(out_dir)
     plan = read_json(out_dir / 'plan.json')
     q = Quarantine(out_dir / 'quarantine.jsonl')
     for r in plan['quarantined']: q.add({'id': r['id'], 'index': r['index']}, r['reason'], stage='plan')
-    samples, shards, seen, agree = {}, [], {}, [0, 0]
-    names = None
-    tot = None
-    n_tok = 0
+    samples, shards, seen, agree, names, tot, n_tok = {}, [], {}, [0, 0], None, None, 0
     for k in range(len(plan['shards'])):
         if not shard_complete(out_dir, k, plan): raise RuntimeError(f'{out_dir}: shard {k} is missing or incomplete; rerun the extraction')
         r = read_json(out_dir / f'{_shard_name(k)}.json')
@@ -507,7 +505,7 @@ def merge_index(out_dir) -> dict:
     write_json(out_dir / 'index.json', index, indent=None)
     return index
 
-# %% ../nbs/60_hidden_states.ipynb #6f933179
+# %% ../nbs/60_hidden_states.ipynb #ea2e3f6c
 class FeatureStore:
     "Read stored features: `len`, `ids`, `store[id or position]` -> dict of tensors, iteration in dataset order."
     def __init__(self, path, verify: bool = True):
@@ -550,7 +548,7 @@ class FeatureStore:
     def __repr__(self): return (f"FeatureStore({str(self.path)!r}: {len(self)} samples, {self.meta['n_tokens']} tokens, "
                                 f"layers {self.layer_ids}, D={self.hidden_size}, {self.meta['dtype']})")
 
-# %% ../nbs/60_hidden_states.ipynb #2bbf860b
+# %% ../nbs/60_hidden_states.ipynb #d0a78e1e
 def init_distributed(backend: str | None = None) -> tuple[int, int, int]:
     "Join the torchrun process group when `WORLD_SIZE` > 1; returns `(rank, world_size, local_rank)`."
     import torch, torch.distributed as dist
@@ -563,6 +561,7 @@ def init_distributed(backend: str | None = None) -> tuple[int, int, int]:
     if dist.is_available() and dist.is_initialized(): rank, world = dist.get_rank(), dist.get_world_size()
     return rank, world, local
 
+# %% ../nbs/60_hidden_states.ipynb #856bfe74
 def _load_dataset(dataset):
     if isinstance(dataset, (str, Path)):
         from datasets import load_from_disk
@@ -615,7 +614,7 @@ def extract_to_disk(dataset, target, out_dir, layer_ids=None, num_features: int 
     return {'index': index, 'plan': {k: v for k, v in plan.items() if k not in ('shards', 'quarantined')},
             'estimate': est, 'summary': summary}
 
-# %% ../nbs/60_hidden_states.ipynb #5ed423f6
+# %% ../nbs/60_hidden_states.ipynb #59b4b836
 def plot_layer_norms(stats: dict, path=None):
     "Box plot of each sample's mean token norm per stored layer (from `stats.json`); saved to `path` when given."
     import matplotlib; matplotlib.use('Agg')
@@ -631,7 +630,7 @@ def plot_layer_norms(stats: dict, path=None):
     if path is not None: fig.savefig(path, dpi=100)
     return fig
 
-# %% ../nbs/60_hidden_states.ipynb #20f321a5
+# %% ../nbs/60_hidden_states.ipynb #f48f0a4c
 def register_cli(sub):
     "Add `dflash-nb hidden-states extract|info`."
     p = sub.add_parser('hidden-states', help='extract and inspect target features')
@@ -667,7 +666,7 @@ def register_cli(sub):
         print(repr(s)); print(json.dumps({k: v for k, v in s.meta.items() if k != 'samples'}, indent=2)); return 0
     i.set_defaults(func=info)
 
-# %% ../nbs/60_hidden_states.ipynb #c2bace80
+# %% ../nbs/60_hidden_states.ipynb #f027c0ff
 _SYNTH_QA = [('What is the capital of France?', 'The capital of France is Paris.'),
              ('Write a function that adds two numbers.', 'def add(a, b):\n    return a + b'),
              ('How many days are in a week?', 'A week has seven days.'),

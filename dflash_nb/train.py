@@ -234,7 +234,7 @@ class ScalarWriters:
     def flush(self):
         if self.tb is not None: self.tb.flush()
 
-# %% ../nbs/80_train.ipynb #ca7768b6
+# %% ../nbs/80_train.ipynb #1e1ad6bb
 def _dist():
     "`(rank, world)`; joins the torchrun process group (gloo on CPU, nccl on CUDA) when `WORLD_SIZE` > 1."
     import torch.distributed as dist
@@ -270,21 +270,21 @@ def shard_drafter(model, group=None, device='cpu'):
     fully_shard(model, mesh=mesh)
     return model
 
+# %% ../nbs/80_train.ipynb #616e72af
 CKPT_RE = re.compile(r'^step-(\d{8})$')
-
 def latest_checkpoint(ckpt_dir):
     "The newest complete checkpoint folder in `ckpt_dir`, or None."
     d = Path(ckpt_dir)
     if not d.is_dir(): return None
     found = sorted(p for p in d.iterdir() if CKPT_RE.match(p.name) and (p / 'state.pt').exists())
     return found[-1] if found else None
-
 def _frozen_linear(W):
     "A bias-free `nn.Linear` holding the frozen weight `W [out, in]`."
     head = nn.Linear(W.shape[1], W.shape[0], bias=False, device='meta')
     head.weight = nn.Parameter(W, requires_grad=False)
     return head
 
+# %% ../nbs/80_train.ipynb #d45ed6a0
 class Trainer:
     "Train `drafter` on `data` (rows with features, or with `feature_fn` computing them from the target)."
     def __init__(self, drafter: DFlashDrafter, embed, lm_head, data, cfg: TrainConfig, out_dir=None, feature_fn=None,
@@ -332,189 +332,207 @@ class Trainer:
         self.compiles0 = compile_count()
         self.writers = ScalarWriters(self.out_dir, cfg, self.log) if self.rank == 0 and self.out_dir else None
 
-    # -- data order -------------------------------------------------------------------------------------
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        "This rank's micro-batches (lists of data indices) for `epoch`: a seeded permutation, rank-strided."
-        g = torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)
-        order = [self.rows[i] for i in torch.randperm(len(self.rows), generator=g).tolist()]
-        order = order + order[:self.per_rank * self.world - len(order)]     # equal share per rank
-        mine = order[self.rank::self.world]
-        bs = self.cfg.batch_size
-        return [mine[i:i + bs] for i in range(0, len(mine), bs)]
+# %% ../nbs/80_train.ipynb #e20c757c
+@patch
+def epoch_batches(self: Trainer, epoch: int) -> list[list[int]]:
+    "This rank's micro-batches (lists of data indices) for `epoch`: a seeded permutation, rank-strided."
+    g = torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)
+    order = [self.rows[i] for i in torch.randperm(len(self.rows), generator=g).tolist()]
+    order = order + order[:self.per_rank * self.world - len(order)]     # equal share per rank
+    mine = order[self.rank::self.world]
+    bs = self.cfg.batch_size
+    return [mine[i:i + bs] for i in range(0, len(mine), bs)]
 
-    def _batch(self, idx, epoch):
-        rows = [self.data[i] for i in idx]
-        b = collate(rows, self.cfg.max_len)
-        B = self.model.config.block_size
-        lists = [sample_anchors(b['loss_mask'][j, :b['lengths'][j]], self.cfg.num_anchors, B, self.cfg.seed, epoch, i,
-                                self.cfg.full_block_anchors) for j, i in enumerate(idx)]
-        n = bucket_size(max(len(a) for a in lists), self.anchor_buckets) if self.bucketing else None
-        anchors, valid = pad_anchors(lists, n)
-        b = {k: v.to(self.device) for k, v in b.items()}
-        b['anchors'], b['valid'] = anchors.to(self.device), valid.to(self.device)
-        if 'features' not in b:
-            if self.feature_fn is None: raise ValueError('rows carry no hidden_states and no feature_fn was given')
-            am = (torch.arange(b['input_ids'].shape[1], device=self.device)[None] < b['lengths'][:, None]).long()
-            with torch.no_grad(): f = self.feature_fn(b['input_ids'], am)
-            b.update(f if isinstance(f, dict) else {'features': f})     # a dict also carries the target's labels
-        if self.bucketing: b = pad_batch(b, bucket_size(b['input_ids'].shape[1], self.seq_buckets), self.cfg.batch_size)
-        return b
+@patch
+def _batch(self: Trainer, idx, epoch):
+    rows = [self.data[i] for i in idx]
+    b = collate(rows, self.cfg.max_len)
+    B = self.model.config.block_size
+    lists = [sample_anchors(b['loss_mask'][j, :b['lengths'][j]], self.cfg.num_anchors, B, self.cfg.seed, epoch, i,
+                            self.cfg.full_block_anchors) for j, i in enumerate(idx)]
+    n = bucket_size(max(len(a) for a in lists), self.anchor_buckets) if self.bucketing else None
+    anchors, valid = pad_anchors(lists, n)
+    b = {k: v.to(self.device) for k, v in b.items()}
+    b['anchors'], b['valid'] = anchors.to(self.device), valid.to(self.device)
+    if 'features' not in b:
+        if self.feature_fn is None: raise ValueError('rows carry no hidden_states and no feature_fn was given')
+        am = (torch.arange(b['input_ids'].shape[1], device=self.device)[None] < b['lengths'][:, None]).long()
+        with torch.no_grad(): f = self.feature_fn(b['input_ids'], am)
+        b.update(f if isinstance(f, dict) else {'features': f})     # a dict also carries the target's labels
+    if self.bucketing: b = pad_batch(b, bucket_size(b['input_ids'].shape[1], self.seq_buckets), self.cfg.batch_size)
+    return b
 
-    # -- checkpoints -----------------------------------------------------------------------------------
-    def model_state(self) -> dict:
-        "The full (unsharded) drafter weights; under FSDP a collective (every rank calls it; rank 0 gets the tensors)."
-        if not self.fsdp: return self.model.state_dict()
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
-        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+# %% ../nbs/80_train.ipynb #320ea0f4
+@patch
+def model_state(self: Trainer) -> dict:
+    "The full (unsharded) drafter weights; under FSDP a collective (every rank calls it; rank 0 gets the tensors)."
+    if not self.fsdp: return self.model.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
+    return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
-    def _optim_state(self) -> dict:
-        if not self.fsdp: return self.opt.state_dict()
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, StateDictOptions
-        return get_optimizer_state_dict(self.model, self.opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+@patch
+def _optim_state(self: Trainer) -> dict:
+    if not self.fsdp: return self.opt.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, StateDictOptions
+    return get_optimizer_state_dict(self.model, self.opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
-    def state_dict(self) -> dict:
-        "The resumable state (a collective under FSDP)."
-        return {'model': self.model_state(), 'optimizer': self._optim_state(), 'scheduler': self.sched.state_dict(),
-                'progress': {'step': self.step, 'epoch': self.epoch, 'step_in_epoch': self.step_in_epoch},
-                'history': self.history, 'window': {k: v for k, v in (self.win or {}).items() if k != 't'}, 'rng': _rng_state(), 'train_config': asdict(self.cfg),
-                'drafter_config': self.model.config.to_json_dict('float32'), 'world_size': self.world}
+@patch
+def state_dict(self: Trainer) -> dict:
+    "The resumable state (a collective under FSDP)."
+    return {'model': self.model_state(), 'optimizer': self._optim_state(), 'scheduler': self.sched.state_dict(),
+            'progress': {'step': self.step, 'epoch': self.epoch, 'step_in_epoch': self.step_in_epoch},
+            'history': self.history, 'window': {k: v for k, v in (self.win or {}).items() if k != 't'}, 'rng': _rng_state(), 'train_config': asdict(self.cfg),
+            'drafter_config': self.model.config.to_json_dict('float32'), 'world_size': self.world}
 
-    def save_checkpoint(self) -> Path | None:
-        "Write `checkpoints/step-NNNNNNNN/state.pt` (rank 0) and prune old ones."
-        if self.out_dir is None: return None
-        path = self.out_dir / 'checkpoints' / f'step-{self.step:08d}'
-        st = self.state_dict()
-        if self.rank == 0:
-            with atomic_dir(path) as tmp: torch.save(st, tmp / 'state.pt')
-            old = sorted(p for p in path.parent.iterdir() if CKPT_RE.match(p.name))
-            for p in old[:-max(self.cfg.keep_checkpoints, 1)]: shutil.rmtree(p, ignore_errors=True)
-        self._barrier()
-        return path
+# %% ../nbs/80_train.ipynb #9c53e639
+@patch
+def save_checkpoint(self: Trainer) -> Path | None:
+    "Write `checkpoints/step-NNNNNNNN/state.pt` (rank 0) and prune old ones."
+    if self.out_dir is None: return None
+    path = self.out_dir / 'checkpoints' / f'step-{self.step:08d}'
+    st = self.state_dict()
+    if self.rank == 0:
+        with atomic_dir(path) as tmp: torch.save(st, tmp / 'state.pt')
+        old = sorted(p for p in path.parent.iterdir() if CKPT_RE.match(p.name))
+        for p in old[:-max(self.cfg.keep_checkpoints, 1)]: shutil.rmtree(p, ignore_errors=True)
+    self._barrier()
+    return path
 
-    def load_checkpoint(self, path):
-        st = torch.load(Path(path) / 'state.pt', map_location='cpu', weights_only=True)
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict, StateDictOptions
-            o = StateDictOptions(full_state_dict=True)
-            set_model_state_dict(self.model, st['model'], options=o)
-            set_optimizer_state_dict(self.model, self.opt, st['optimizer'], options=o)
-        else: self.model.load_state_dict(st['model']); self.opt.load_state_dict(st['optimizer'])
-        self.sched.load_state_dict(st['scheduler'])
-        pr = st['progress']
-        self.step, self.epoch, self.step_in_epoch = pr['step'], pr['epoch'], pr['step_in_epoch']
-        self.history = st['history']
-        self.win = {**self._new_window(), **st.get('window', {})} if st.get('window') else None
-        _set_rng_state(st['rng'])
-        self.log(f'resumed from {path} (step {self.step}, epoch {self.epoch}, step {self.step_in_epoch} of the epoch)')
+@patch
+def load_checkpoint(self: Trainer, path):
+    st = torch.load(Path(path) / 'state.pt', map_location='cpu', weights_only=True)
+    if self.fsdp:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict, StateDictOptions
+        o = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(self.model, st['model'], options=o)
+        set_optimizer_state_dict(self.model, self.opt, st['optimizer'], options=o)
+    else: self.model.load_state_dict(st['model']); self.opt.load_state_dict(st['optimizer'])
+    self.sched.load_state_dict(st['scheduler'])
+    pr = st['progress']
+    self.step, self.epoch, self.step_in_epoch = pr['step'], pr['epoch'], pr['step_in_epoch']
+    self.history = st['history']
+    self.win = {**self._new_window(), **st.get('window', {})} if st.get('window') else None
+    _set_rng_state(st['rng'])
+    self.log(f'resumed from {path} (step {self.step}, epoch {self.epoch}, step {self.step_in_epoch} of the epoch)')
 
-    def _barrier(self):
-        if self.world > 1: torch.distributed.barrier(group=self.group)
+# %% ../nbs/80_train.ipynb #20476e12
+@patch
+def _barrier(self: Trainer):
+    if self.world > 1: torch.distributed.barrier(group=self.group)
 
-    def _all_sum(self, t):
-        "Sum a (CPU) tensor over the trainer ranks (through this rank's GPU under NCCL, which reduces only CUDA tensors)."
-        if self.world == 1: return t
-        if torch.distributed.get_backend(self.group) == 'nccl':
-            d = t.to(self.device); torch.distributed.all_reduce(d, group=self.group); return d.to(t.device)
-        torch.distributed.all_reduce(t, group=self.group)
-        return t
+@patch
+def _all_sum(self: Trainer, t):
+    "Sum a (CPU) tensor over the trainer ranks (through this rank's GPU under NCCL, which reduces only CUDA tensors)."
+    if self.world == 1: return t
+    if torch.distributed.get_backend(self.group) == 'nccl':
+        d = t.to(self.device); torch.distributed.all_reduce(d, group=self.group); return d.to(t.device)
+    torch.distributed.all_reduce(t, group=self.group)
+    return t
 
-    # -- the loop --------------------------------------------------------------------------------------
-    def fit(self, resume: bool = True, stop_after: int | None = None) -> dict:
-        """Train until `epochs` or `max_steps` or `max_minutes`; resumes from the latest checkpoint when `resume`.
-        `stop_after` (tests) ends the loop after that many optimizer steps *without* a final checkpoint, like a kill."""
-        cfg = self.cfg
-        if resume and self.out_dir is not None:
-            ck = latest_checkpoint(self.out_dir / 'checkpoints')
-            if ck is not None: self.load_checkpoint(ck)
-        net = self.ddp or self.model
-        self.model.train()
-        B = self.model.config.block_size
-        t0, step0 = time.time(), self.step
-        win = self.win if self.win is not None else self._new_window()
-        win['t'] = time.time()
-        stopped = 'done'
-        from dflash_nb.core import progress; pbar = progress(total=self.total_steps - self.step, desc='train', unit='step') if self.rank == 0 else None
-        while self.epoch < cfg.epochs and self.step < self.total_steps:
-            ep, batches = self.epoch, self.epoch_batches(self.epoch)
-            while self.epoch == ep and self.step < self.total_steps:   # a new epoch: its own order (the outer loop)
-                group = batches[self.step_in_epoch * cfg.grad_accum:(self.step_in_epoch + 1) * cfg.grad_accum]
-                for j, idx in enumerate(group):
-                    b = self._batch(idx, self.epoch)
-                    sync = j == len(group) - 1 or self.ddp is None
-                    if self.fsdp: self.model.set_requires_gradient_sync(j == len(group) - 1)
-                    ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
-                    with ctx, torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-                        out = dflash_loss(net if self.ddp is None else _DDPView(net, self.model.config), self.embed, self.lm_head,
-                                          b['input_ids'], b['loss_mask'], b['features'], b['anchors'], b['valid'],
-                                          self.gamma, b['lengths'], backend=self.backend, loss_slots=cfg.loss_slots,
-                                          target_labels=self.target_labels(b), crop=not self.bucketing)
-                        (out['loss'] / len(group)).backward()
-                    win['loss'] += out['loss'].detach().double().cpu() / len(group)
-                    win['correct'] += out['correct'].cpu(); win['count'] += out['count'].cpu()
-                    win['tokens'] += int(b['lengths'].sum()); win['block_tokens'] += int(b['valid'].sum()) * B
-                gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-                self.opt.step(); self.sched.step(); self.opt.zero_grad(set_to_none=True)
-                self.step += 1; self.step_in_epoch += 1; win['steps'] += 1
-                win['grad_norm'] = float(gn.full_tensor() if hasattr(gn, 'full_tensor') else gn)
-                if pbar is not None: pbar.update()
-                if self.step_in_epoch >= self.steps_per_epoch: self.epoch, self.step_in_epoch = self.epoch + 1, 0
-                if self.step % cfg.log_every == 0 or self.step == self.total_steps: win = self._log_window(win)
-                self.win = win
-                if cfg.ckpt_every and self.step % cfg.ckpt_every == 0: self.save_checkpoint()
-                if stop_after is not None and self.step - step0 >= stop_after:
-                    return {'steps': self.step, 'stopped': 'stop_after'}
-                if cfg.max_minutes is not None and self._stop_for_time(t0):
-                    stopped = 'max_minutes'; break
-            if stopped != 'done': break
-        if pbar is not None: pbar.close()
-        if win['steps']: self.win = win = self._log_window(win)
-        if self.writers is not None: self.writers.flush()
-        if self.out_dir is not None:
-            last = latest_checkpoint(self.out_dir / 'checkpoints')
-            if last is None or last.name != f'step-{self.step:08d}': self.save_checkpoint()
-        self.model.eval()
-        return {'steps': self.step, 'epochs_done': self.epoch, 'total_steps': self.total_steps, 'stopped': stopped,
-                'seconds': round(time.time() - t0, 2), 'compiles': compile_count() - self.compiles0,
-                'buckets': {'seq': self.seq_buckets, 'anchors': self.anchor_buckets} if self.bucketing else None,
-                'last': self.history[-1] if self.history else None}
+# %% ../nbs/80_train.ipynb #b534e4e7
+@patch
+def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> dict:
+    """Train until `epochs` or `max_steps` or `max_minutes`; resumes from the latest checkpoint when `resume`.
+    `stop_after` (tests) ends the loop after that many optimizer steps *without* a final checkpoint, like a kill."""
+    cfg = self.cfg
+    if resume and self.out_dir is not None:
+        ck = latest_checkpoint(self.out_dir / 'checkpoints')
+        if ck is not None: self.load_checkpoint(ck)
+    net = self.ddp or self.model
+    self.model.train()
+    B = self.model.config.block_size
+    t0, step0 = time.time(), self.step
+    win = self.win if self.win is not None else self._new_window()
+    win['t'] = time.time()
+    stopped = 'done'
+    from dflash_nb.core import progress; pbar = progress(total=self.total_steps - self.step, desc='train', unit='step') if self.rank == 0 else None
+    while self.epoch < cfg.epochs and self.step < self.total_steps:
+        ep, batches = self.epoch, self.epoch_batches(self.epoch)
+        while self.epoch == ep and self.step < self.total_steps:   # a new epoch: its own order (the outer loop)
+            group = batches[self.step_in_epoch * cfg.grad_accum:(self.step_in_epoch + 1) * cfg.grad_accum]
+            for j, idx in enumerate(group):
+                b = self._batch(idx, self.epoch)
+                sync = j == len(group) - 1 or self.ddp is None
+                if self.fsdp: self.model.set_requires_gradient_sync(j == len(group) - 1)
+                ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
+                with ctx, torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+                    out = dflash_loss(net if self.ddp is None else _DDPView(net, self.model.config), self.embed, self.lm_head,
+                                      b['input_ids'], b['loss_mask'], b['features'], b['anchors'], b['valid'],
+                                      self.gamma, b['lengths'], backend=self.backend, loss_slots=cfg.loss_slots,
+                                      target_labels=self.target_labels(b), crop=not self.bucketing)
+                    (out['loss'] / len(group)).backward()
+                win['loss'] += out['loss'].detach().double().cpu() / len(group)
+                win['correct'] += out['correct'].cpu(); win['count'] += out['count'].cpu()
+                win['tokens'] += int(b['lengths'].sum()); win['block_tokens'] += int(b['valid'].sum()) * B
+            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            self.opt.step(); self.sched.step(); self.opt.zero_grad(set_to_none=True)
+            self.step += 1; self.step_in_epoch += 1; win['steps'] += 1
+            win['grad_norm'] = float(gn.full_tensor() if hasattr(gn, 'full_tensor') else gn)
+            if pbar is not None: pbar.update()
+            if self.step_in_epoch >= self.steps_per_epoch: self.epoch, self.step_in_epoch = self.epoch + 1, 0
+            if self.step % cfg.log_every == 0 or self.step == self.total_steps: win = self._log_window(win)
+            self.win = win
+            if cfg.ckpt_every and self.step % cfg.ckpt_every == 0: self.save_checkpoint()
+            if stop_after is not None and self.step - step0 >= stop_after:
+                return {'steps': self.step, 'stopped': 'stop_after'}
+            if cfg.max_minutes is not None and self._stop_for_time(t0):
+                stopped = 'max_minutes'; break
+        if stopped != 'done': break
+    if pbar is not None: pbar.close()
+    if win['steps']: self.win = win = self._log_window(win)
+    if self.writers is not None: self.writers.flush()
+    if self.out_dir is not None:
+        last = latest_checkpoint(self.out_dir / 'checkpoints')
+        if last is None or last.name != f'step-{self.step:08d}': self.save_checkpoint()
+    self.model.eval()
+    return {'steps': self.step, 'epochs_done': self.epoch, 'total_steps': self.total_steps, 'stopped': stopped,
+            'seconds': round(time.time() - t0, 2), 'compiles': compile_count() - self.compiles0,
+            'buckets': {'seq': self.seq_buckets, 'anchors': self.anchor_buckets} if self.bucketing else None,
+            'last': self.history[-1] if self.history else None}
 
-    def _stop_for_time(self, t0) -> bool:
-        flag = torch.tensor([float(time.time() - t0 > self.cfg.max_minutes * 60)])
-        return bool(self._all_sum(flag).item() > 0)
+# %% ../nbs/80_train.ipynb #96776667
+@patch
+def _stop_for_time(self: Trainer, t0) -> bool:
+    flag = torch.tensor([float(time.time() - t0 > self.cfg.max_minutes * 60)])
+    return bool(self._all_sum(flag).item() > 0)
 
-    def _new_window(self):
-        n = self.model.config.block_size - 1
-        return {'loss': torch.zeros((), dtype=torch.float64), 'correct': torch.zeros(n, dtype=torch.float64),
-                'count': torch.zeros(n, dtype=torch.float64), 'tokens': 0, 'block_tokens': 0, 'steps': 0,
-                't': time.time(), 'grad_norm': 0.0}
+@patch
+def _new_window(self: Trainer):
+    n = self.model.config.block_size - 1
+    return {'loss': torch.zeros((), dtype=torch.float64), 'correct': torch.zeros(n, dtype=torch.float64),
+            'count': torch.zeros(n, dtype=torch.float64), 'tokens': 0, 'block_tokens': 0, 'steps': 0,
+            't': time.time(), 'grad_norm': 0.0}
 
-    def _log_window(self, w):
-        red = self._all_sum(torch.cat([w['loss'][None], w['correct'], w['count'],
-                                       torch.tensor([w['tokens'], w['block_tokens']], dtype=torch.float64)]))
-        n = self.model.config.block_size - 1
-        loss = float(red[0]) / self.world / max(w['steps'], 1)
-        correct, count = red[1:1 + n], red[1 + n:1 + 2 * n]
-        acc = [round(float(c / k), 5) if k > 0 else None for c, k in zip(correct, count)]   # None: no supervised slot
-        dt = max(time.time() - w['t'], 1e-9)
-        e = {'step': self.step, 'epoch': self.epoch, 'lr': self.sched.get_last_lr()[0], 'loss': round(loss, 6),
-             'acc': acc, 'tau': round(acceptance_length(acc), 4),
-             'supervised': int(count.sum()), 'grad_norm': round(w['grad_norm'], 4),
-             'tokens_per_s': round(float(red[-2]) / dt, 1), 'block_tokens_per_s': round(float(red[-1]) / dt, 1)}
-        self.history.append(e)
-        if self.rank == 0:
-            self.log(f"step {e['step']}/{self.total_steps} epoch {e['epoch']} loss {e['loss']:.4f} acc@1 {acc[0]} "
-                     f"tau {e['tau']:.2f} lr {e['lr']:.2e} {e['tokens_per_s']:.0f} tok/s")
-            if self.out_dir is not None: write_jsonl(self.out_dir / 'metrics.jsonl', self.history)
-            if self.writers is not None: self.writers.write(e)
-        return self._new_window()
+@patch
+def _log_window(self: Trainer, w):
+    red = self._all_sum(torch.cat([w['loss'][None], w['correct'], w['count'],
+                                   torch.tensor([w['tokens'], w['block_tokens']], dtype=torch.float64)]))
+    n = self.model.config.block_size - 1
+    loss = float(red[0]) / self.world / max(w['steps'], 1)
+    correct, count = red[1:1 + n], red[1 + n:1 + 2 * n]
+    acc = [round(float(c / k), 5) if k > 0 else None for c, k in zip(correct, count)]   # None: no supervised slot
+    dt = max(time.time() - w['t'], 1e-9)
+    e = {'step': self.step, 'epoch': self.epoch, 'lr': self.sched.get_last_lr()[0], 'loss': round(loss, 6),
+         'acc': acc, 'tau': round(acceptance_length(acc), 4),
+         'supervised': int(count.sum()), 'grad_norm': round(w['grad_norm'], 4),
+         'tokens_per_s': round(float(red[-2]) / dt, 1), 'block_tokens_per_s': round(float(red[-1]) / dt, 1)}
+    self.history.append(e)
+    if self.rank == 0:
+        self.log(f"step {e['step']}/{self.total_steps} epoch {e['epoch']} loss {e['loss']:.4f} acc@1 {acc[0]} "
+                 f"tau {e['tau']:.2f} lr {e['lr']:.2e} {e['tokens_per_s']:.0f} tok/s")
+        if self.out_dir is not None: write_jsonl(self.out_dir / 'metrics.jsonl', self.history)
+        if self.writers is not None: self.writers.write(e)
+    return self._new_window()
 
-    def export(self, path, dtype: str = 'bfloat16', extra_files=None) -> Path:
-        "Export the drafter in the DFlash checkpoint format (rank 0 writes; every rank calls it: a collective under FSDP)."
-        sd = self.model_state()
-        if self.rank != 0: return Path(path)
-        m = self.model
-        if self.fsdp: m = DFlashDrafter(self.model.config); m.load_state_dict(sd)
-        return export_drafter(m, path, dtype, extra_files)
+# %% ../nbs/80_train.ipynb #9db26ecf
+@patch
+def export(self: Trainer, path, dtype: str = 'bfloat16', extra_files=None) -> Path:
+    "Export the drafter in the DFlash checkpoint format (rank 0 writes; every rank calls it: a collective under FSDP)."
+    sd = self.model_state()
+    if self.rank != 0: return Path(path)
+    m = self.model
+    if self.fsdp: m = DFlashDrafter(self.model.config); m.load_state_dict(sd)
+    return export_drafter(m, path, dtype, extra_files)
 
 class _DDPView(nn.Module):
     "Expose the DDP-wrapped drafter's forward with the drafter's `config` (what `dflash_loss` reads)."
@@ -524,7 +542,7 @@ class _DDPView(nn.Module):
     def fc(self): return self.ddp.module.fc
     def forward(self, *a, **kw): return self.ddp(*a, **kw)
 
-# %% ../nbs/80_train.ipynb #d1d90f08
+# %% ../nbs/80_train.ipynb #883436db
 @patch
 def target_labels(self: Trainer, b: dict):
     "The `target_labels` argument of `dflash_loss` for batch `b` under this trainer's `labels` and `loss`."
@@ -541,7 +559,7 @@ def target_labels(self: Trainer, b: dict):
                          'labels (raise hidden_states.label_topk)')
     return b['target_ids'][..., :cfg.kl_topk], b['target_logp'][..., :cfg.kl_topk]
 
-# %% ../nbs/80_train.ipynb #e89e28bd
+# %% ../nbs/80_train.ipynb #d49a0e3d
 _LAYER_PARTS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
                 'self_attn.k_norm', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm',
                 'post_attention_layernorm')
@@ -596,7 +614,7 @@ def init_drafter_from_target(drafter: DFlashDrafter, target, layers=None, featur
     if log: log(f'drafter initialized from target layers {layers} (context = feature of layer {ids[f]}); kept: {info["kept"]}')
     return info
 
-# %% ../nbs/80_train.ipynb #2e2a0155
+# %% ../nbs/80_train.ipynb #07216665
 def placement_roles(cfg: TrainConfig) -> dict:
     """This rank's role: `{'role': 'trainer' | 'features', 'group', 'server', 'clients'}`. With
     `placement='separate'` every rank must call it (it creates the trainers' process group)."""
@@ -658,7 +676,7 @@ def serve_features(feature_fn, clients, n_features: int, hidden_size: int, dtype
                 dist.send(lab[0].to(comm, torch.long).contiguous(), c); dist.send(lab[1].to(comm, torch.float32).contiguous(), c)
     return served
 
-# %% ../nbs/80_train.ipynb #ed0df17e
+# %% ../nbs/80_train.ipynb #0f9a6b8e
 def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_attention_heads: int = 24,
                    num_key_value_heads: int = 4, head_dim: int = 256, vocab_size: int = 248_320, num_hidden_layers: int = 5,
                    n_features: int = 5, seq_len: int = 3072, num_anchors: int = 512, block_size: int = 16,
@@ -706,7 +724,7 @@ def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_
             'compiles': compile_count() - tr.compiles0, 'loss': round(loss if times else float('nan'), 5),
             'drafter_params': sum(p.numel() for p in tr.model.parameters())}
 
-# %% ../nbs/80_train.ipynb #dff63731
+# %% ../nbs/80_train.ipynb #1de0aecd
 def plot_curves(history, path=None):
     "Loss, implied acceptance length and per-slot accuracy (first and last logged window) as one PNG figure."
     import matplotlib; matplotlib.use('Agg')
@@ -725,7 +743,7 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #fca6df9a
+# %% ../nbs/80_train.ipynb #77a84502
 def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder holds the upstream outputs)
                  P: dict,       # the checked stage parameters
                 ) -> tuple:     # `(data, layer_ids)`: the rows and the DFlash layer ids they carry or need
@@ -743,7 +761,7 @@ def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder hold
         raise ValueError(f"target_layer_ids {P['target_layer_ids']} differ from the stored features {data.layer_ids}")
     return data, data.layer_ids
 
-# %% ../nbs/80_train.ipynb #d43cbdb8
+# %% ../nbs/80_train.ipynb #2e3460be
 def target_side(P: dict,              # the checked stage parameters
                 tconf: TrainConfig,   # the trainer's settings
                 layer_ids,            # the feature layer ids (None: the DFlash rule)
@@ -776,7 +794,7 @@ def check_label_source(P: dict, tconf: TrainConfig, data) -> int:
         raise ValueError("placement 'separate' serves online features: it needs source='online'")
     return label_topk
 
-# %% ../nbs/80_train.ipynb #20ae2ec8
+# %% ../nbs/80_train.ipynb #0d4d8cc6
 def quarantine_rows(stage: Stage, data, P: dict, tconf: TrainConfig, rank: int, world: int) -> tuple[list, Quarantine]:
     "`(keep, quarantine)`: the trainable rows, and the others with their reasons (written by rank 0)."
     keep, rejected = eligible_rows(data, P['block_size'], tconf.full_block_anchors)
@@ -792,7 +810,7 @@ def quarantine_rows(stage: Stage, data, P: dict, tconf: TrainConfig, rank: int, 
     if world > 1: torch.distributed.barrier()
     return keep, q
 
-# %% ../nbs/80_train.ipynb #377066a5
+# %% ../nbs/80_train.ipynb #46781b36
 def train_summary(res: dict, trainer, data, keep, q, P: dict, world: int, mask_id: int) -> dict:
     "The stage's summary of a finished `fit` (`metrics.json`)."
     last = trainer.history[-1]
@@ -819,7 +837,7 @@ def finish_train_stage(stage: Stage, trainer, summary: dict, log):
     last = summary['final']
     log(f"trained {summary['steps']} steps ({summary['stopped']}): loss {last['loss']:.4f}, acc@1 {last['acc'][0]}, tau {last['tau']:.2f}")
 
-# %% ../nbs/80_train.ipynb #792b8d4a
+# %% ../nbs/80_train.ipynb #b8661641
 def train_stage(run_dir,                     # the run folder (stage 60's features or stage 50's dataset in it)
                 params: dict | None = None,  # a `train:` config section; missing parameters take their declared defaults
                 log=None,                    # `str -> None` (default: the stage's log)
@@ -854,7 +872,7 @@ def train_stage(run_dir,                     # the run folder (stage 60's featur
     if world > 1: torch.distributed.barrier()
     return summary
 
-# %% ../nbs/80_train.ipynb #23877ebb
+# %% ../nbs/80_train.ipynb #dca7811d
 def register_cli(sub):
     "Add `dflash-nb train RUN_DIR [CONFIG] [--set train.k=v]` (works under torchrun) to the CLI."
     p = sub.add_parser('train', help='run the 80_train stage on a run folder (e.g. under torchrun for several GPUs)')
