@@ -220,23 +220,38 @@ def test_loss_weights_and_normalization():
     assert out['count'].tolist() == [3.0, 4.0, 4.0, 3.0]    # lm[0, 7] = 0 removes slot 4 of anchor 3 and slot 1 of anchor 6
 
 
+def _naive_kl(logits, target):
+    "The bucketed forward KL from the full softmax, written out: sum_i p_i log(p_i / q_i) + r log(r / (1 - sum_i q_i))."
+    ids, logp = target
+    q = logits.double().softmax(-1)
+    p, qk = logp.double().exp(), q.gather(1, ids)
+    r, qr = (1 - p.sum(-1)).clamp(min=0), 1 - qk.sum(-1)
+    return ((p * (p.log() - qk.log())).sum(-1) + torch.xlogy(r, r) - r * qr.log()).float()
+
+@pytest.mark.parametrize('labels', ['text', 'kl'])
 @pytest.mark.parametrize('head_trainable', [False, True])
 @pytest.mark.parametrize('max_elems', [None, 64 * 60, 40])   # default; whole vocabulary in row chunks of 64; vocab chunks of 1 x 40
-def test_chunked_loss_equals_full_logits(monkeypatch, head_trainable, max_elems):
-    "The chunked CE gives the full computation's loss, per-slot stats and gradients (drafter and, if trainable, LM head)."
+def test_chunked_loss_equals_full_logits(monkeypatch, head_trainable, max_elems, labels):
+    """The chunked loss gives the full computation's loss, per-slot stats and gradients (drafter and, if trainable, LM
+    head): the CE of the text's tokens, and the KL against the target's top-k distribution plus the rest of its mass
+    (the reference: the KL written out from the full softmax, in float64)."""
     import dflash_nb.drafter as D
     if max_elems: monkeypatch.setattr(D, 'CE_CHUNK_ELEMS', max_elems)
+    if labels == 'kl': monkeypatch.setattr(D, 'full_soft_loss', _naive_kl)
     cfg = tiny_cfg(block_size=5)
     torch.manual_seed(2)
     emb, head0 = nn.Embedding(60, 32).requires_grad_(False), torch.randn(60, 32) * 0.3
     ids = torch.randint(0, 58, (2, 40)); lm = torch.ones(2, 40); lm[1, :6] = 0
     anchors, valid = pad_anchors([sample_anchors(lm[i], 30, 5, seed=i) for i in range(2)])
     feats = torch.randn(2, 40, 3, 32)
+    top = torch.randn(2, 40, 60).mul(2).log_softmax(-1).topk(4)        # the target's top-4: ~30% of its mass in the bucket
+    tl = (top.indices, top.values) if labels == 'kl' else None
     res = {}
     for mode in ('full', 'chunked'):
         m = DFlashDrafter(cfg).init_weights(3)
         head = nn.Linear(32, 60, bias=False); head.weight = nn.Parameter(head0.clone(), requires_grad=head_trainable)
-        out = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, lengths=torch.tensor([40, 37]), ce=mode)
+        out = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, lengths=torch.tensor([40, 37]), ce=mode,
+                          target_labels=tl)
         out['loss'].backward()
         res[mode] = out, {k: p.grad.clone() for k, p in m.named_parameters()}, head.weight.grad
     (of, gf, hf), (oc, gc, hc) = res['full'], res['chunked']
@@ -366,3 +381,24 @@ def test_loss_slots_supervises_only_the_first_slots():
     assert torch.allclose(full['loss'], same['loss'])
     assert one['count'][0] == full['count'][0] and one['count'][1:].sum() == 0
     assert not torch.allclose(one['loss'], full['loss'])
+
+
+def test_cropped_context_changes_nothing():
+    "Feeding only the context before the last anchor (crop) gives the same loss, stats and gradients, packed rows too."
+    cfg = tiny_cfg()
+    torch.manual_seed(4)
+    emb, head = nn.Embedding(60, 32).requires_grad_(False), nn.Linear(32, 60, bias=False).requires_grad_(False)
+    ids = torch.randint(0, 58, (2, 50)); lm = torch.ones(2, 50); lm[1, 30:] = 0
+    anchors, valid = pad_anchors([torch.tensor([3, 20, 31]), torch.tensor([5, 12])])
+    docs = torch.tensor([[0] * 25 + [1] * 25, [0] * 50])
+    feats = torch.randn(2, 50, 3, 32)
+    res = {}
+    for crop in (False, True):
+        m = DFlashDrafter(cfg).init_weights(3)
+        out = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, document_ids=docs, crop=crop)
+        out['loss'].backward()
+        res[crop] = out, {k: p.grad for k, p in m.named_parameters()}
+    (a, ga), (b, gb) = res[False], res[True]
+    torch.testing.assert_close(b['loss'], a['loss'], rtol=1e-6, atol=1e-6)
+    assert torch.equal(a['count'], b['count']) and torch.equal(a['correct'], b['correct'])
+    for k in ga: torch.testing.assert_close(gb[k], ga[k], rtol=1e-5, atol=1e-7, msg=k)

@@ -175,7 +175,8 @@ class Crash(Exception): pass
 def test_resume_after_crash_equals_uninterrupted(tiny, tmp_path):
     model, _ = tiny
     ds = _synth(tiny, n=14)
-    kw = dict(layer_ids=[0, 2], include_last=True, shard_mb=0.04, model=model, rank=0, world_size=1, progress=False)
+    kw = dict(layer_ids=[0, 2], include_last=True, shard_mb=0.04, model=model, rank=0, world_size=1, progress=False,
+              label_topk=3)
     ref = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'a', **kw)['index']
     n_shards = len(ref['shards']); assert n_shards >= 4
     out = tmp_path / 'b'
@@ -197,7 +198,8 @@ def test_resume_after_crash_equals_uninterrupted(tiny, tmp_path):
     a, b = _store_tensors(tmp_path / 'a'), _store_tensors(out)
     assert a.keys() == b.keys()
     for sid in a:
-        for k in ('hidden_states', 'last_hidden', 'input_ids', 'loss_mask'): assert torch.equal(a[sid][k], b[sid][k]), (sid, k)
+        for k in ('hidden_states', 'last_hidden', 'input_ids', 'loss_mask', 'target_ids', 'target_logp'):
+            assert torch.equal(a[sid][k], b[sid][k]), (sid, k)
     # other settings: stale shards are replaced, not mixed
     res2 = H.extract_to_disk(ds, 'tiny-qwen3', out, **{**kw, 'layer_ids': [1, 2]})
     assert res2['index']['target_layer_ids'] == [1, 2] and res2['summary']['shards_skipped'] == 0
@@ -224,3 +226,56 @@ def test_two_process_sharding_with_torchrun(tiny, tmp_path):
     assert dist_idx['samples'] == single['samples'] and dist_idx['n_samples'] == len(ds)
     a, b = _store_tensors(tmp_path / 'one'), _store_tensors(tmp_path / 'dist')
     for sid in a: assert torch.equal(a[sid]['hidden_states'], b[sid]['hidden_states']), sid
+
+
+def _greedy_rows(model, tok, prompts, new_tokens):
+    "Rows whose answers the model wrote itself: greedy, one prompt at a time (no padding), in the model's dtype."
+    from datasets import Dataset
+    rows = []
+    for i, q in enumerate(prompts):
+        p = tok.apply_chat_template([{'role': 'user', 'content': q}], add_generation_prompt=True, return_dict=True)['input_ids']
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([p]), max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                                 pad_token_id=tok.pad_token_id or 0)[0].tolist()
+        rows.append({'id': f'g{i}', 'input_ids': out, 'loss_mask': [0] * len(p) + [1] * (len(out) - len(p)), 'seq_len': len(out)})
+    return Dataset.from_list(rows)
+
+@pytest.mark.parametrize('spec,dtype', [('tiny-qwen3', torch.float32), ('smollm2', torch.bfloat16)])
+def test_target_labels_equal_the_targets_greedy_text(spec, dtype, tmp_path):
+    """On answers the target generated greedily in the same dtype, the stored argmax label at position p is the text's
+    token at p + 1 (wherever the cached decode and the batched features pass agree on a near-tie: all but a few)."""
+    model, tok = load_target(spec, dtype=dtype)
+    prompts = ['What is the capital of France?', 'Write a Python function that reverses a string.',
+               'Name three colours.', 'Explain recursion in one sentence.']
+    ds = _greedy_rows(model, tok, prompts, 24)
+    res = H.extract_to_disk(ds, spec, tmp_path / 'f', layer_ids=[0, 1], model=model, rank=0, world_size=1,
+                            progress=False, label_topk=4, storage_dtype='float32')
+    s = H.FeatureStore(tmp_path / 'f')
+    agree = total = 0
+    for sid in s.ids:
+        r = s[sid]
+        sup = r['loss_mask'][1:].bool()
+        hit = r['target_ids'][:-1, 0] == r['input_ids'][1:]
+        agree += int((hit & sup).sum()); total += int(sup.sum())
+        assert (r['target_logp'][:, 0] >= r['target_logp'][:, 1]).all()
+    assert total == 4 * 24
+    assert agree / total >= (1.0 if dtype == torch.float32 else 0.95), (agree, total)
+    ag = json.loads((tmp_path / 'f' / 'stats.json').read_text())['label_agreement']
+    assert (ag['agree'], ag['supervised']) == (agree, total)
+    assert res['index']['label_topk'] == 4 and s.label_topk == 4
+
+def test_label_validation_quarantines(tiny, tmp_path, monkeypatch):
+    "A sample whose target logits hold a NaN is quarantined with a reason; the others keep their labels."
+    model, _ = tiny
+    ds = _synth(tiny, n=6)
+    real = H.head_topk
+    def bad(m, last, k, **kw):
+        ids, lp = real(m, last, k, **kw)
+        lp[0, 1, 0] = float('nan')                # the first sample of each batch
+        return ids, lp
+    monkeypatch.setattr(H, 'head_topk', bad)
+    res = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'f', layer_ids=[0], model=model, rank=0, world_size=1,
+                            progress=False, label_topk=2, max_batch_size=3)
+    q = [json.loads(l) for l in (tmp_path / 'f' / 'quarantine.jsonl').read_text().splitlines()]
+    assert len(q) == 2 and all(r['reason'].startswith('label_nonfinite') for r in q)
+    assert res['index']['n_samples'] == 4 and res['index']['n_samples'] + res['index']['n_quarantined'] == len(ds)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dflash_nb.drafter import DFlashConfig, DFlashDrafter, build_config, load_drafter
+from dflash_nb.drafter import DFlashConfig, DFlashDrafter, build_config, dflash_loss, load_drafter
 from dflash_nb.train import Trainer, TrainConfig, latest_checkpoint, load_target_head, target_features, plot_curves
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,6 +155,26 @@ def test_target_features_use_layer_outputs_not_the_final_norm():
     assert not torch.allclose(f[:, :, 1], hs[-1], atol=1e-3)       # layer 3's raw output, not the post-norm last entry
 
 
+def test_online_features_bring_the_targets_labels():
+    "Online, the feature function returns the target's labels with the features; the trainer reads them (labels: target)."
+    from dflash_nb.targets import ensure_tiny, load_target
+    from dflash_nb.train import online_features
+    model, _ = load_target('tiny-qwen3')
+    ids = torch.randint(10, 600, (2, 12), generator=torch.Generator().manual_seed(0))
+    out = online_features(model, [0, 2], label_topk=3)(ids, torch.ones_like(ids))
+    with torch.no_grad(): logits = model(ids).logits
+    assert out['features'].shape == (2, 12, 2, 64) and torch.equal(out['target_ids'][..., 0], logits.argmax(-1))
+    assert torch.is_tensor(online_features(model, [0, 2])(ids, torch.ones_like(ids)))       # no labels: the features alone
+    rows = [{'input_ids': ids[i], 'loss_mask': torch.ones(12, dtype=torch.long)} for i in range(2)]
+    embed, head = load_target_head(ensure_tiny('tiny-qwen3'))
+    cfg = build_config(model.config, mask_token_id=639, num_hidden_layers=1, block_size=4, target_layer_ids=[0, 2])
+    tr = Trainer(DFlashDrafter(cfg).init_weights(0), embed, head, rows,
+                 TrainConfig(epochs=1, num_anchors=2, labels='target', loss='kl', kl_topk=3, ckpt_every=0, log_every=1),
+                 feature_fn=online_features(model, [0, 2], label_topk=3), log=lambda m: None)
+    tr.fit()
+    assert tr.step == 2 and tr.history[-1]['supervised'] > 0
+
+
 def _varied_rows(n=30, seed=3, dim=16):
     g = torch.Generator().manual_seed(seed)
     out = []
@@ -289,3 +309,63 @@ def test_separate_feature_rank_equals_colocated(tmp_path, one_thread):
     assert all(torch.equal(a[k], b[k]) for k in a)
     strip = lambda h: [{k: v for k, v in e.items() if 'per_s' not in k} for e in h]
     assert strip(ha) == strip(t.history)
+
+
+def test_tensorboard_events_hold_the_logged_scalars(tmp_path):
+    "Rank 0 writes every logged window to `out_dir/tensorboard`: the event file holds the loss, tau and lr of metrics.jsonl."
+    pytest.importorskip('tensorboard')
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    emb, head = tiny_head()
+    tr = Trainer(tiny_drafter(), emb, head, Rows(6), TrainConfig(epochs=2, num_anchors=3, log_every=2, ckpt_every=0),
+                 out_dir=tmp_path, log=lambda m: None)
+    tr.fit()
+    ea = EventAccumulator(str(tmp_path / 'tensorboard')); ea.Reload()
+    assert {'train/loss', 'train/tau', 'train/lr', 'acc/slot1'} <= set(ea.Tags()['scalars'])
+    got = [(e.step, e.value) for e in ea.Scalars('train/loss')]
+    want = [(h['step'], h['loss']) for h in tr.history]
+    assert [s for s, _ in got] == [s for s, _ in want] and len(got) == 6
+    assert all(abs(a - b) < 1e-5 for (_, a), (_, b) in zip(got, want))
+
+
+def test_target_labels_train_on_what_the_target_predicts(tmp_path):
+    """With labels from the target the drafter learns the target's predictions, not the text: on counting sequences
+    (text: x_{t+1} = x_t + 1) whose stored target labels say x_t + 2 (mod 12), every slot learns the target's rule
+    (slot k of anchor a: x_a + k + 1), under `loss: ce` and under `loss: kl` (a top-2 distribution)."""
+    from dflash_nb.targets import ensure_tiny
+    from transformers import AutoModelForCausalLM
+    path = ensure_tiny('tiny-qwen3')
+    target = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.stack([100 + (torch.randint(0, 12, (1,), generator=g) + torch.arange(32)) % 12 for _ in range(24)])
+    feats = target_features(target, ids, [0, 2])
+    lab = torch.stack([100 + (ids - 100 + 2) % 12, 100 + (ids - 100 + 5) % 12], -1)      # the target's top-2
+    logp = torch.tensor([-0.05, -3.0]).expand(*ids.shape, 2).contiguous()
+    rows = [{'input_ids': ids[i], 'loss_mask': torch.tensor([0] * 4 + [1] * 28), 'hidden_states': feats[i],
+             'target_ids': lab[i], 'target_logp': logp[i]} for i in range(24)]
+    cfg = build_config(target.config, mask_token_id=target.config.vocab_size - 1, num_hidden_layers=2, block_size=4,
+                       target_layer_ids=[0, 2])
+    embed, head = load_target_head(path)
+    for loss in ('ce', 'kl'):
+        tc = TrainConfig(epochs=10, batch_size=4, num_anchors=8, lr=3e-3, warmup_ratio=0.05, log_every=6, ckpt_every=0,
+                         labels='target', loss=loss, kl_topk=2)
+        tr = Trainer(DFlashDrafter(cfg).init_weights(0), embed, head, rows, tc, log=lambda m: None)
+        tr.fit()
+        assert min(tr.history[-1]['acc']) > 0.95, (loss, tr.history[-1]['acc'])     # agreement with the target's argmax
+        an = torch.arange(4, 28, 3).expand(4, -1); val = torch.ones_like(an, dtype=torch.bool)
+        with torch.no_grad():
+            on = lambda t: dflash_loss(tr.model, embed, head, ids[:4], torch.ones(4, 32, dtype=torch.long), feats[:4], an, val,
+                                       target_labels=t)
+            st_target, st_text = on(lab[:4, :, 0]), on(None)
+        assert st_target['correct'].sum() / st_target['count'].sum() > 0.95       # it drafts what the target predicts ...
+        assert st_text['correct'].sum() / st_text['count'].sum() < 0.05           # ... not the text's next tokens
+
+
+def test_trained_drafter_names_its_target(demo_run):
+    "The drafter the chain trains carries `dflash_nb_target: {spec, fingerprint}` in config.json (evaluate needs no --target)."
+    from dflash_nb.core import read_json
+    from dflash_nb.targets import resolve_target
+    from dflash_nb.train import target_fingerprint
+    run_dir, _ = demo_run
+    cj = read_json(run_dir / '80_train' / 'drafter' / 'config.json')
+    assert cj['dflash_nb_target'] == {'spec': 'smollm2', 'fingerprint': target_fingerprint(resolve_target('smollm2'))}
+    assert load_drafter(run_dir / '80_train' / 'drafter').config.target == 'smollm2'
