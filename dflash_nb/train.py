@@ -120,7 +120,7 @@ def target_features(model, input_ids, layer_ids, attention_mask=None):
     except ImportError: return _hf_features(model, input_ids, layer_ids, attention_mask)
     return extract_features(model, input_ids, layer_ids, attention_mask=attention_mask)
 
-# %% ../nbs/80_train.ipynb #7f1d1d1c
+# %% ../nbs/80_train.ipynb #27af2429
 def labels_needed(cfg: TrainConfig) -> int:
     "How many of the target's top labels per position training with `cfg` reads (0: the text's own tokens)."
     if cfg.labels not in ('text', 'target'): raise ValueError(f"labels must be 'text' or 'target', got {cfg.labels!r}")
@@ -136,7 +136,7 @@ def online_features(model, layer_ids, label_topk: int = 0):
     from dflash_nb.hidden_states import target_outputs
     return lambda ids, am: target_outputs(model, ids, layer_ids, am, label_topk=label_topk)
 
-# %% ../nbs/80_train.ipynb #f668dbf7
+# %% ../nbs/80_train.ipynb #89a25ee9
 def target_fingerprint(path) -> str:
     "A short fingerprint of a local model folder: its config.json and the names and sizes of its files."
     # TODO(core): use targets.target_fingerprint (being added to 01_targets) once it is on main
@@ -146,7 +146,7 @@ def target_fingerprint(path) -> str:
     cfg = (p / 'config.json').read_text() if (p / 'config.json').exists() else ''
     return obj_hash([cfg, files])[:16]
 
-# %% ../nbs/80_train.ipynb #b70b3645
+# %% ../nbs/80_train.ipynb #1afda063
 class TokenRows:
     "Rows `{id, input_ids, loss_mask}` (tensors) of a tokenized `datasets` dataset (stage 50) — for online training."
     def __init__(self, ds): self.ds = ds
@@ -189,7 +189,7 @@ def collate(rows, max_len=None):
         for i, (r, x) in enumerate(zip(rows, ids)): out[name][i, :len(x)] = r[key][:len(x)]
     return out
 
-# %% ../nbs/80_train.ipynb #2f113cf8
+# %% ../nbs/80_train.ipynb #31c57b81
 def pad_batch(b: dict, T: int | None = None, rows: int | None = None) -> dict:
     "Pad a collated batch (with `anchors`, `valid`) to `T` positions and `rows` rows: zeros, length 0, invalid anchors."
     out = {}
@@ -209,7 +209,7 @@ def max_row_length(data, rows=None) -> int:
         return max(int(meta['samples'][i]['length']) for i in sel)
     return max(len(data[i]['input_ids']) for i in (range(len(data)) if rows is None else rows))
 
-# %% ../nbs/80_train.ipynb #d0d49388
+# %% ../nbs/80_train.ipynb #127b9c47
 class ScalarWriters:
     "TensorBoard (`out_dir/tensorboard`) and optionally W&B: each logged window's scalars, written by rank 0."
     def __init__(self, out_dir, cfg: TrainConfig, log=print):
@@ -234,7 +234,7 @@ class ScalarWriters:
     def flush(self):
         if self.tb is not None: self.tb.flush()
 
-# %% ../nbs/80_train.ipynb #1e1ad6bb
+# %% ../nbs/80_train.ipynb #3a8aa506
 def _dist():
     "`(rank, world)`; joins the torchrun process group (gloo on CPU, nccl on CUDA) when `WORLD_SIZE` > 1."
     import torch.distributed as dist
@@ -270,7 +270,7 @@ def shard_drafter(model, group=None, device='cpu'):
     fully_shard(model, mesh=mesh)
     return model
 
-# %% ../nbs/80_train.ipynb #616e72af
+# %% ../nbs/80_train.ipynb #d455e528
 CKPT_RE = re.compile(r'^step-(\d{8})$')
 def latest_checkpoint(ckpt_dir):
     "The newest complete checkpoint folder in `ckpt_dir`, or None."
@@ -284,7 +284,7 @@ def _frozen_linear(W):
     head.weight = nn.Parameter(W, requires_grad=False)
     return head
 
-# %% ../nbs/80_train.ipynb #d45ed6a0
+# %% ../nbs/80_train.ipynb #29bea04c
 class Trainer:
     "Train `drafter` on `data` (rows with features, or with `feature_fn` computing them from the target)."
     def __init__(self, drafter: DFlashDrafter, embed, lm_head, data, cfg: TrainConfig, out_dir=None, feature_fn=None,
@@ -332,7 +332,7 @@ class Trainer:
         self.compiles0 = compile_count()
         self.writers = ScalarWriters(self.out_dir, cfg, self.log) if self.rank == 0 and self.out_dir else None
 
-# %% ../nbs/80_train.ipynb #e20c757c
+# %% ../nbs/80_train.ipynb #4e246e31
 @patch
 def epoch_batches(self: Trainer, epoch: int) -> list[list[int]]:
     "This rank's micro-batches (lists of data indices) for `epoch`: a seeded permutation, rank-strided."
@@ -362,7 +362,7 @@ def _batch(self: Trainer, idx, epoch):
     if self.bucketing: b = pad_batch(b, bucket_size(b['input_ids'].shape[1], self.seq_buckets), self.cfg.batch_size)
     return b
 
-# %% ../nbs/80_train.ipynb #320ea0f4
+# %% ../nbs/80_train.ipynb #1b67d469
 @patch
 def model_state(self: Trainer) -> dict:
     "The full (unsharded) drafter weights; under FSDP a collective (every rank calls it; rank 0 gets the tensors)."
@@ -384,7 +384,7 @@ def state_dict(self: Trainer) -> dict:
             'history': self.history, 'window': {k: v for k, v in (self.win or {}).items() if k != 't'}, 'rng': _rng_state(), 'train_config': asdict(self.cfg),
             'drafter_config': self.model.config.to_json_dict('float32'), 'world_size': self.world}
 
-# %% ../nbs/80_train.ipynb #9c53e639
+# %% ../nbs/80_train.ipynb #49d7789a
 @patch
 def save_checkpoint(self: Trainer) -> Path | None:
     "Write `checkpoints/step-NNNNNNNN/state.pt` (rank 0) and prune old ones."
@@ -415,7 +415,7 @@ def load_checkpoint(self: Trainer, path):
     _set_rng_state(st['rng'])
     self.log(f'resumed from {path} (step {self.step}, epoch {self.epoch}, step {self.step_in_epoch} of the epoch)')
 
-# %% ../nbs/80_train.ipynb #20476e12
+# %% ../nbs/80_train.ipynb #3548d9de
 @patch
 def _barrier(self: Trainer):
     if self.world > 1: torch.distributed.barrier(group=self.group)
@@ -429,7 +429,7 @@ def _all_sum(self: Trainer, t):
     torch.distributed.all_reduce(t, group=self.group)
     return t
 
-# %% ../nbs/80_train.ipynb #b534e4e7
+# %% ../nbs/80_train.ipynb #fe19b2cf
 @patch
 def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> dict:
     """Train until `epochs` or `max_steps` or `max_minutes`; resumes from the latest checkpoint when `resume`.
@@ -490,7 +490,7 @@ def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> di
             'buckets': {'seq': self.seq_buckets, 'anchors': self.anchor_buckets} if self.bucketing else None,
             'last': self.history[-1] if self.history else None}
 
-# %% ../nbs/80_train.ipynb #96776667
+# %% ../nbs/80_train.ipynb #48f42e3c
 @patch
 def _stop_for_time(self: Trainer, t0) -> bool:
     flag = torch.tensor([float(time.time() - t0 > self.cfg.max_minutes * 60)])
@@ -524,7 +524,7 @@ def _log_window(self: Trainer, w):
         if self.writers is not None: self.writers.write(e)
     return self._new_window()
 
-# %% ../nbs/80_train.ipynb #9db26ecf
+# %% ../nbs/80_train.ipynb #1df57062
 @patch
 def export(self: Trainer, path, dtype: str = 'bfloat16', extra_files=None) -> Path:
     "Export the drafter in the DFlash checkpoint format (rank 0 writes; every rank calls it: a collective under FSDP)."
@@ -542,7 +542,7 @@ class _DDPView(nn.Module):
     def fc(self): return self.ddp.module.fc
     def forward(self, *a, **kw): return self.ddp(*a, **kw)
 
-# %% ../nbs/80_train.ipynb #883436db
+# %% ../nbs/80_train.ipynb #1417b5e1
 @patch
 def target_labels(self: Trainer, b: dict):
     "The `target_labels` argument of `dflash_loss` for batch `b` under this trainer's `labels` and `loss`."
@@ -559,7 +559,7 @@ def target_labels(self: Trainer, b: dict):
                          'labels (raise hidden_states.label_topk)')
     return b['target_ids'][..., :cfg.kl_topk], b['target_logp'][..., :cfg.kl_topk]
 
-# %% ../nbs/80_train.ipynb #d49a0e3d
+# %% ../nbs/80_train.ipynb #9aa38504
 _LAYER_PARTS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
                 'self_attn.k_norm', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm',
                 'post_attention_layernorm')
@@ -614,7 +614,7 @@ def init_drafter_from_target(drafter: DFlashDrafter, target, layers=None, featur
     if log: log(f'drafter initialized from target layers {layers} (context = feature of layer {ids[f]}); kept: {info["kept"]}')
     return info
 
-# %% ../nbs/80_train.ipynb #07216665
+# %% ../nbs/80_train.ipynb #4547a639
 def placement_roles(cfg: TrainConfig) -> dict:
     """This rank's role: `{'role': 'trainer' | 'features', 'group', 'server', 'clients'}`. With
     `placement='separate'` every rank must call it (it creates the trainers' process group)."""
@@ -676,7 +676,7 @@ def serve_features(feature_fn, clients, n_features: int, hidden_size: int, dtype
                 dist.send(lab[0].to(comm, torch.long).contiguous(), c); dist.send(lab[1].to(comm, torch.float32).contiguous(), c)
     return served
 
-# %% ../nbs/80_train.ipynb #0f9a6b8e
+# %% ../nbs/80_train.ipynb #93528c96
 def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_attention_heads: int = 24,
                    num_key_value_heads: int = 4, head_dim: int = 256, vocab_size: int = 248_320, num_hidden_layers: int = 5,
                    n_features: int = 5, seq_len: int = 3072, num_anchors: int = 512, block_size: int = 16,
@@ -724,7 +724,7 @@ def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_
             'compiles': compile_count() - tr.compiles0, 'loss': round(loss if times else float('nan'), 5),
             'drafter_params': sum(p.numel() for p in tr.model.parameters())}
 
-# %% ../nbs/80_train.ipynb #1de0aecd
+# %% ../nbs/80_train.ipynb #16bda0ba
 def plot_curves(history, path=None):
     "Loss, implied acceptance length and per-slot accuracy (first and last logged window) as one PNG figure."
     import matplotlib; matplotlib.use('Agg')
@@ -743,7 +743,7 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #77a84502
+# %% ../nbs/80_train.ipynb #c7da5e20
 def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder holds the upstream outputs)
                  P: dict,       # the checked stage parameters
                 ) -> tuple:     # `(data, layer_ids)`: the rows and the DFlash layer ids they carry or need
@@ -761,7 +761,7 @@ def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder hold
         raise ValueError(f"target_layer_ids {P['target_layer_ids']} differ from the stored features {data.layer_ids}")
     return data, data.layer_ids
 
-# %% ../nbs/80_train.ipynb #2e3460be
+# %% ../nbs/80_train.ipynb #d5bb243c
 def target_side(P: dict,              # the checked stage parameters
                 tconf: TrainConfig,   # the trainer's settings
                 layer_ids,            # the feature layer ids (None: the DFlash rule)
@@ -794,7 +794,7 @@ def check_label_source(P: dict, tconf: TrainConfig, data) -> int:
         raise ValueError("placement 'separate' serves online features: it needs source='online'")
     return label_topk
 
-# %% ../nbs/80_train.ipynb #0d4d8cc6
+# %% ../nbs/80_train.ipynb #4f1e1ad2
 def quarantine_rows(stage: Stage, data, P: dict, tconf: TrainConfig, rank: int, world: int) -> tuple[list, Quarantine]:
     "`(keep, quarantine)`: the trainable rows, and the others with their reasons (written by rank 0)."
     keep, rejected = eligible_rows(data, P['block_size'], tconf.full_block_anchors)
@@ -810,7 +810,7 @@ def quarantine_rows(stage: Stage, data, P: dict, tconf: TrainConfig, rank: int, 
     if world > 1: torch.distributed.barrier()
     return keep, q
 
-# %% ../nbs/80_train.ipynb #46781b36
+# %% ../nbs/80_train.ipynb #05b32c3e
 def train_summary(res: dict, trainer, data, keep, q, P: dict, world: int, mask_id: int) -> dict:
     "The stage's summary of a finished `fit` (`metrics.json`)."
     last = trainer.history[-1]
@@ -819,7 +819,7 @@ def train_summary(res: dict, trainer, data, keep, q, P: dict, world: int, mask_i
             'rows_in': len(data), 'rows_used': len(keep), 'rows_quarantined': len(q), 'mask_token_id': mask_id,
             'target_layer_ids': trainer.model.config.target_layer_ids,
             'drafter_params': sum(p.numel() for p in trainer.model.parameters()),
-            'attn_backend': trainer.backend, 'device': trainer.device, 'world_size': world, 'trainer_ranks': trainer.world,
+            'attn_backend': trainer.backend, 'device': str(trainer.device), 'world_size': world, 'trainer_ranks': trainer.world,
             'parallel': P['parallel'] if trainer.world > 1 else 'single', 'placement': P['placement'],
             'grad_checkpointing': P['grad_checkpointing']}
 
@@ -837,7 +837,7 @@ def finish_train_stage(stage: Stage, trainer, summary: dict, log):
     last = summary['final']
     log(f"trained {summary['steps']} steps ({summary['stopped']}): loss {last['loss']:.4f}, acc@1 {last['acc'][0]}, tau {last['tau']:.2f}")
 
-# %% ../nbs/80_train.ipynb #b8661641
+# %% ../nbs/80_train.ipynb #762d27ea
 def train_stage(run_dir,                     # the run folder (stage 60's features or stage 50's dataset in it)
                 params: dict | None = None,  # a `train:` config section; missing parameters take their declared defaults
                 log=None,                    # `str -> None` (default: the stage's log)
@@ -872,7 +872,7 @@ def train_stage(run_dir,                     # the run folder (stage 60's featur
     if world > 1: torch.distributed.barrier()
     return summary
 
-# %% ../nbs/80_train.ipynb #dca7811d
+# %% ../nbs/80_train.ipynb #06350701
 def register_cli(sub):
     "Add `dflash-nb train RUN_DIR [CONFIG] [--set train.k=v]` (works under torchrun) to the CLI."
     p = sub.add_parser('train', help='run the 80_train stage on a run folder (e.g. under torchrun for several GPUs)')
