@@ -137,6 +137,10 @@ def main():
     p.add_argument('--rows', type=int, default=360); p.add_argument('--heldout', type=int, default=40)
     p.add_argument('--steps', type=int, default=600); p.add_argument('--lr', type=float, default=1e-3)
     p.add_argument('--skip_spec', action='store_true', help='reuse the speculators checkpoint and timing of an earlier run')
+    p.add_argument('--amp', default='bf16', help="ours: 'bf16' autocast on the CPU or 'none' (fp32, as speculators runs here)")
+    p.add_argument('--max_grad_norm', type=float, default=1.0, help='ours: gradient clipping norm (1e9: none)')
+    p.add_argument('--ours_steps', type=int, default=None, help="ours: optimizer steps (default: speculators' steps)")
+    p.add_argument('--tag', default='', help='results go to bench/results/vs_speculators[_TAG].json')
     a = p.parse_args()
     torch.set_num_threads(1)
     from transformers import AutoConfig
@@ -170,8 +174,9 @@ def main():
     seed_everything(0)
     data = Rows([store], [(0, i) for i in train_ids])
     dcfg = build_config(tcfg, mask_id, num_hidden_layers=3, block_size=16, target_layer_ids=store.layer_ids)
-    cfg = TrainConfig(epochs=1000, max_steps=st['steps'], lr=a.lr, warmup_ratio=0.04, num_anchors=4, batch_size=4, gamma=2.0,
-                      amp='bf16', labels='target', loss='ce', log_every=50, ckpt_every=0, seed=0, tensorboard=False)
+    cfg = TrainConfig(epochs=1000, max_steps=a.ours_steps or st['steps'], lr=a.lr, warmup_ratio=0.04, num_anchors=4,
+                      batch_size=4, gamma=2.0, amp=a.amp, max_grad_norm=a.max_grad_norm,
+                      labels='target', loss='ce', log_every=50, ckpt_every=0, seed=0, tensorboard=False)
     tr = Trainer(DFlashDrafter(dcfg).init_weights(0), emb, head, data, cfg, log=lambda m: None)
     c0 = time.process_time(); tr.fit(); ours_cpu = time.process_time() - c0
     # 3. both measured by the same code
@@ -183,7 +188,9 @@ def main():
                      'heldout_tau': round(tau, 4), 'heldout_acc': [round(x, 4) for x in acc[:6]]}
     res.update(out, speculators_timing=st, ratio_cpu_per_step=round(out['speculators']['cpu_s_per_step'] / out['ours']['cpu_s_per_step'], 2),
                machine=f'{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end (a shared machine inflates CPU-seconds)')
-    write_json(ROOT / 'bench' / 'results' / 'vs_speculators.json', res)
+    res['ours_settings'] = {'amp': a.amp, 'max_grad_norm': a.max_grad_norm, 'steps': a.ours_steps or st['steps'],
+                            'batch_size': 4, 'num_anchors': 4}
+    write_json(ROOT / 'bench' / 'results' / f"vs_speculators{'_' + a.tag if a.tag else ''}.json", res)
     print(f"{'trainer':<14}{'steps':>7}{'CPU s/step':>12}{'held-out tau':>14}{'slot 1':>8}{'slot 2':>8}")
     for k, v in out.items():
         print(f"{k:<14}{v['steps']:>7}{v['cpu_s_per_step']:>12.3f}{v['heldout_tau']:>14.3f}{v['heldout_acc'][0]:>8.3f}{v['heldout_acc'][1]:>8.3f}")
