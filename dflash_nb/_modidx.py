@@ -1360,7 +1360,6 @@ d = { 'settings': { 'branch': 'main',
                                  'dflash_nb.train.shard_drafter': ('train.html#shard_drafter', 'dflash_nb/train.py'),
                                  'dflash_nb.train.stage_inputs': ('train.html#stage_inputs', 'dflash_nb/train.py'),
                                  'dflash_nb.train.target_features': ('train.html#target_features', 'dflash_nb/train.py'),
-                                 'dflash_nb.train.target_fingerprint': ('train.html#target_fingerprint', 'dflash_nb/train.py'),
                                  'dflash_nb.train.target_side': ('train.html#target_side', 'dflash_nb/train.py'),
                                  'dflash_nb.train.train_stage': ('train.html#train_stage', 'dflash_nb/train.py'),
                                  'dflash_nb.train.train_summary': ('train.html#train_summary', 'dflash_nb/train.py')}}}

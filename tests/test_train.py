@@ -364,7 +364,7 @@ def test_trained_drafter_names_its_target(demo_run):
     "The drafter the chain trains carries `dflash_nb_target: {spec, fingerprint}` in config.json (evaluate needs no --target)."
     from dflash_nb.core import read_json
     from dflash_nb.targets import resolve_target
-    from dflash_nb.train import target_fingerprint
+    from dflash_nb.targets import target_fingerprint   # the one evaluate checks against
     run_dir, _ = demo_run
     cj = read_json(run_dir / '80_train' / 'drafter' / 'config.json')
     assert cj['dflash_nb_target'] == {'spec': 'smollm2', 'fingerprint': target_fingerprint(resolve_target('smollm2'))}
