@@ -46,7 +46,8 @@ def main():
     torch.set_num_threads(a.threads)
     from datasets import load_from_disk
     from dflash_nb.regenerate import GenConfig, make_backend, regenerate_file
-    from dflash_nb.hidden_states import FeatureStore, extract_to_disk
+    from dflash_nb.features import FeatureStore
+    from dflash_nb.hidden_states import extract_to_disk
     from dflash_nb.targets import load_target
     res = {'threads': a.threads}
     with tempfile.TemporaryDirectory() as d:

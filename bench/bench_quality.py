@@ -38,7 +38,7 @@ def checkpoint_drafters(run: Path):
 def train_tokens_per_step(run: Path) -> float:
     "Mean sequence tokens per optimizer step of 80_train (rows used x mean length / steps per epoch)."
     from dflash_nb.core import read_json
-    from dflash_nb.hidden_states import FeatureStore
+    from dflash_nb.features import FeatureStore
     P = read_json(run / '80_train' / 'manifest.json')['params']
     fs = FeatureStore(run / '60_hidden_states' / 'features')
     lengths = [len(fs[i]['input_ids']) for i in range(len(fs))]

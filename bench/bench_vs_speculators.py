@@ -77,7 +77,7 @@ def prepare(run: Path, work: Path, n_rows: int, n_held: int):
     "A run folder with the first `n_rows` rows' features (speculators export) and the held-out rows' features apart."
     from datasets import load_from_disk
     from dflash_nb.export import export_speculators
-    from dflash_nb.hidden_states import FeatureStore
+    from dflash_nb.features import FeatureStore
     from dflash_nb.core import write_json
     src = FeatureStore(run / '60_hidden_states' / 'features')
     if not src.include_last or src.label_topk < 1:

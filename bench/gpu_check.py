@@ -259,7 +259,7 @@ def sec_regenerate(a, dev):
 
 
 def sec_extract(a, dev):
-    from dflash_nb.hidden_states import extract_features
+    from dflash_nb.features import extract_features
     from dflash_nb.core import default_target_layer_ids
     dt = torch.bfloat16 if dev.type == 'cuda' else torch.float32
     model, how = load_llama(a, dev, dt)

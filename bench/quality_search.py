@@ -22,7 +22,7 @@ def cmd_train(a):
     from transformers import AutoConfig
     from dflash_nb.core import seed_everything
     from dflash_nb.drafter import DFlashDrafter, build_config, export_drafter, resolve_mask_token_id
-    from dflash_nb.hidden_states import FeatureStore
+    from dflash_nb.features import FeatureStore
     from dflash_nb.targets import load_tokenizer, resolve_target
     from dflash_nb.train import Trainer, TrainConfig, load_target_head, init_drafter_from_target
     torch.set_num_threads(a.threads)

@@ -227,7 +227,7 @@ def regen(model, tok, dims, reqs, gen, setting) -> dict:
 # --- features and training ------------------------------------------------------------------------------------
 
 def features(model, rows: int, seq: int, layer_ids) -> dict:
-    from dflash_nb.hidden_states import extract_features
+    from dflash_nb.features import extract_features
     ids = torch.randint(100, model.config.vocab_size - 100, (rows, seq), generator=torch.Generator().manual_seed(0))
     extract_features(model, ids, layer_ids)
     with Census() as c: extract_features(model, ids, layer_ids)

@@ -28,7 +28,7 @@ __all__ = ['FIXTURE_TEMPLATE_TOKENIZER', 'PROBE_TOOLS', 'PROBES', 'THINKING_PROB
            'ExplorerWidget', 'explore_file', 'template_report', 'format_report', 'format_probe_report', 'masks_file',
            'format_row_debug', 'show_rows', 'load_tokenizer_spec', 'register_cli', 'format_mask_check']
 
-# %% ../nbs/20_templates.ipynb #f3993197
+# %% ../nbs/20_templates.ipynb #2273933d
 class TemplateSourceError(ValueError):
     "A template or tokenizer that cannot be used for rendering (no chat template, unreadable file)."
 
@@ -52,7 +52,7 @@ class Renderer:
         self._features = {}
     def __repr__(self): return f'Renderer({self.name!r}, tokenizer={type(self.tokenizer).__name__ if self.tokenizer else None})'
 
-# %% ../nbs/20_templates.ipynb #a83e6a5b
+# %% ../nbs/20_templates.ipynb #1caec90c
 @patch
 def render(self: Renderer,
            messages,  # a list of message dicts
@@ -77,7 +77,7 @@ def variables(self: Renderer) -> set:
 @patch(as_prop=True)
 def has_generation_tags(self: Renderer) -> bool: return bool(re.search(r'\{%-?\s*generation\s*-?%\}', self.template))
 
-# %% ../nbs/20_templates.ipynb #1da9aaa4
+# %% ../nbs/20_templates.ipynb #b6dbae17
 _RENDERERS = weakref.WeakKeyDictionary()   # tokenizer -> {template text: Renderer}, so features are computed once
 
 def _tokenizer_renderer(tok, chat_template=None) -> Renderer:
@@ -110,7 +110,7 @@ def as_renderer(
     from dflash_nb.targets import load_tokenizer   # loads transformers: only for a spec
     return as_renderer(load_tokenizer(s), chat_template)
 
-# %% ../nbs/20_templates.ipynb #9deed2d9
+# %% ../nbs/20_templates.ipynb #913f3a70
 FIXTURE_TEMPLATE_TOKENIZER = {'qwen3_6': 'qwen3_6', 'qwen3_6_training': 'qwen3_6', 'qwen3': 'qwen3',
                               'qwen3_training': 'qwen3', 'qwen2_5': 'qwen3', 'qwen2_5_training': 'qwen3'}
 _FIXTURE_TOKS = {}
@@ -134,7 +134,7 @@ def fixture_template(
     p = fx / 'templates' / f'{name}.jinja' if fx else None
     return p if p is not None and p.is_file() else None
 
-# %% ../nbs/20_templates.ipynb #f67f481a
+# %% ../nbs/20_templates.ipynb #715512c1
 PROBE_TOOLS = [{'type': 'function', 'function': {
     'name': 'get_weather', 'description': 'Current weather for a city.',
     'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}, 'days': {'type': 'integer'}},
@@ -153,7 +153,7 @@ _TOOL = {'role': 'tool', 'tool_call_id': 'call_1', 'name': 'get_weather',
 _USR2 = {'role': 'user', 'content': 'And tomorrow? USR2MARK'}
 _THINK = {**_ASST, 'reasoning_content': 'Check the forecast. THINKMARK'}
 
-# %% ../nbs/20_templates.ipynb #5220dda5
+# %% ../nbs/20_templates.ipynb #0f917f68
 _TOOLS = {'tools': PROBE_TOOLS}
 PROBES = [
     ('assistant_only', 'a single assistant message (speculators 0.4/0.5 mask-support probe)',
@@ -198,7 +198,7 @@ THINKING_PROBES = [
      {'add_generation_prompt': True, 'enable_thinking': False}),
 ]
 
-# %% ../nbs/20_templates.ipynb #ab22b816
+# %% ../nbs/20_templates.ipynb #97228774
 _MARK_RE = re.compile(r'\b[A-Z0-9]+MARK\b')
 
 def _markers(messages) -> list[str]:
@@ -228,7 +228,7 @@ def run_probe(
     missing = [m for m in _markers(messages) if m not in text]
     return {'ok': True, 'rendered': text, **({'missing': missing} if missing else {})}
 
-# %% ../nbs/20_templates.ipynb #47cc2afe
+# %% ../nbs/20_templates.ipynb #41c3722b
 def _common_prefix_len(a: str, b: str) -> int:
     n = min(len(a), len(b)); i = 0
     while i < n and a[i] == b[i]: i += 1
@@ -249,7 +249,7 @@ def _end_marker(r: Renderer, tail: str) -> str | None:
     m = re.match(r'\s*(<[^<>\s]{1,40}>)', tail)
     return tail[:m.end()] if m else (tail.rstrip() or None)
 
-# %% ../nbs/20_templates.ipynb #eb0ab437
+# %% ../nbs/20_templates.ipynb #1d7b38bc
 _Q = [{'role': 'user', 'content': 'Question one QMARK'}]
 _A1 = {'role': 'assistant', 'content': 'Answer one AMARK'}
 _Q2 = {'role': 'user', 'content': 'Question two Q2MARK'}
@@ -270,7 +270,7 @@ def _turn_features(r: Renderer, kw: dict) -> dict:
     f['prefix_stable'] = hist.startswith(last)
     return f
 
-# %% ../nbs/20_templates.ipynb #0146785e
+# %% ../nbs/20_templates.ipynb #a7c55b8b
 def _thinking_features(r: Renderer, kw: dict, reads_switch: bool) -> dict:
     "How the template renders reasoning (last and history turns, empty think blocks, the `enable_thinking` switch)."
     th = {}
@@ -291,7 +291,7 @@ def _thinking_features(r: Renderer, kw: dict, reads_switch: bool) -> dict:
     except Exception as e: th['enable_thinking_error'] = f'{type(e).__name__}: {e}'
     return th
 
-# %% ../nbs/20_templates.ipynb #eeeff5d8
+# %% ../nbs/20_templates.ipynb #14e0a590
 def _tool_features(r: Renderer, kw: dict) -> dict:
     "How tool calls, tool responses and the tool list render."
     try:
@@ -316,7 +316,7 @@ def _generation_mask_works(r: Renderer) -> bool | None:
         return bool(any(out['assistant_masks']))
     except Exception: return False
 
-# %% ../nbs/20_templates.ipynb #0f55f34b
+# %% ../nbs/20_templates.ipynb #f429c8d4
 def template_features(
     r: Renderer,  # the template
     enable_thinking: bool | None = None,  # the thinking mode to measure (None: the template's default)
@@ -335,7 +335,7 @@ def template_features(
     r._features[enable_thinking] = f
     return f
 
-# %% ../nbs/20_templates.ipynb #2f831f47
+# %% ../nbs/20_templates.ipynb #ce8d1506
 _EXPLAIN = [
     (r'No user query found',
      'The template searches backwards for the last *real* user turn (one that is not only a '
@@ -361,7 +361,7 @@ def explain_error(
         if re.search(pat, message or ''): return text
     return 'Template error (no known explanation: read the template rule below).'
 
-# %% ../nbs/20_templates.ipynb #81014c6f
+# %% ../nbs/20_templates.ipynb #004388c3
 def _unsupported(f: dict) -> set:
     "Markers of what the template never renders (tool calls, tool responses, last-turn reasoning)."
     return (({'CALLMARK'} if f.get('tool_call_style') == 'none' else set())
@@ -387,7 +387,7 @@ def _working_repairs(r: Renderer, messages, tools, good, kw) -> list[tuple[str, 
     rr = run_probe(r, apply_repairs(row, applicable)[0]['messages'], tools, **kw)
     return [('+'.join(applicable), rr['rendered'])] if good(rr) else []
 
-# %% ../nbs/20_templates.ipynb #b4293a91
+# %% ../nbs/20_templates.ipynb #02d68ad6
 def diagnose_probe(
     r: Renderer,  # the template
     messages,  # the probe's messages
@@ -407,7 +407,7 @@ def diagnose_probe(
     if works: res['repaired_render'] = works[0][1]
     return res
 
-# %% ../nbs/20_templates.ipynb #6640147a
+# %% ../nbs/20_templates.ipynb #7d25a76b
 def _probe_rows(r: Renderer, name, desc, messages, kw, include_renders) -> tuple[dict, dict | None]:
     "One probe's table row and, when it fails or drops something, its diagnosis."
     kw = dict(kw); tools = kw.pop('tools', None)
@@ -431,7 +431,7 @@ def _drops(f: dict) -> list[str]:
     return (['tool calls'] if f.get('tool_call_style') == 'none' else []) + \
            (['reasoning'] if f.get('thinking', {}).get('last_turn_reasoning') == 'dropped' else [])
 
-# %% ../nbs/20_templates.ipynb #60e71069
+# %% ../nbs/20_templates.ipynb #f72fa35a
 def probe_template(
     tokenizer_or_template,  # a tokenizer, target spec, `.jinja` file, template string or Renderer
     chat_template=None,  # a template replacing the tokenizer's own
@@ -454,7 +454,7 @@ def probe_template(
             'tokenizer': getattr(r.tokenizer, 'name_or_path', None), 'enable_thinking': enable_thinking,
             'probes': probes, 'diagnosis': diagnosis, 'features': feats, 'summary': summary}
 
-# %% ../nbs/20_templates.ipynb #4c47a1d6
+# %% ../nbs/20_templates.ipynb #a2033c84
 def probe_table(
     report: dict,  # a `probe_template` report
 ) -> list[dict]:  # {'probe', 'result', 'line', 'rule', 'repair', 'class'} per probe
@@ -484,7 +484,7 @@ def _fmt_table(rows: list[dict], width: int = 60, full=()) -> str:
     lines = ['  '.join(c.ljust(w[c]) for c in cols).rstrip(), '  '.join('-' * w[c] for c in cols)]
     return '\n'.join(lines + ['  '.join(just(r[c], c) for c in cols).rstrip() for r in rows])
 
-# %% ../nbs/20_templates.ipynb #e6b381e9
+# %% ../nbs/20_templates.ipynb #0f67286b
 class MaskError(ValueError):
     "A conversation whose assistant mask cannot be derived exactly; `reason` is a short stable kind, the message names the turn."
     def __init__(self,
@@ -504,7 +504,7 @@ class Turn:
     end: int
     method: str
 
-# %% ../nbs/20_templates.ipynb #dba1a27e
+# %% ../nbs/20_templates.ipynb #cc1bcce9
 def _msg_strings(m) -> Iterable[str]:
     yield _text(m.get('content'))
     if isinstance(m.get('reasoning_content'), str): yield m['reasoning_content']
@@ -525,7 +525,7 @@ def _check_control_text(messages, markers):
                 if marker in s: raise MaskError('control text in message',
                                                 f'{m.get("role")} text contains {marker!r}', i)
 
-# %% ../nbs/20_templates.ipynb #96bf7a8b
+# %% ../nbs/20_templates.ipynb #2e1a7f7a
 def _prefix_method(r: Renderer, messages, j: int, text: str, start: int, f: dict, tools, kw) -> str:
     "How turn `j`'s start was confirmed (`prefix`, `common-prefix`, `locate`); raises when a prefix render disagrees."
     if j == 0: return 'locate (first message)'
@@ -543,7 +543,7 @@ def _prefix_method(r: Renderer, messages, j: int, text: str, start: int, f: dict
                                    f'common prefix ends at {b}, located turn starts at {start}', j)
     return 'common-prefix'
 
-# %% ../nbs/20_templates.ipynb #1f593247
+# %% ../nbs/20_templates.ipynb #eab1e31e
 _EMPTY_THINK = re.compile(r'^\s*(<think>)?\s*</think>')
 
 def _leaves(x) -> Iterable:
@@ -571,7 +571,7 @@ def _call_lost(tc, span: str) -> str | None:
     lost = next((x for x in [name, *_leaves(args)] if x is not None and not _shown(x, span)), None)
     return None if lost is None else f'{lost!r:.60} of call {name!r} is not in the rendered turn'
 
-# %% ../nbs/20_templates.ipynb #e2d9ee93
+# %% ../nbs/20_templates.ipynb #5cfc6d4a
 def _lost(m: dict, span: str, eot: str, reasoning_shown: bool) -> tuple[str, str] | None:
     "(reason, detail) when assistant message `m` holds something its rendered `span` lacks, else None."
     for tc in m.get('tool_calls') or []:
@@ -594,7 +594,7 @@ def _check_kept(messages, text: str, turns, f: dict):
         shown = th.get('last_turn_reasoning' if t.index > last_user else 'history_reasoning') == 'kept'
         if lost := _lost(messages[t.index], text[t.start:t.end], f['end_of_turn'], shown): raise MaskError(*lost, t.index)
 
-# %% ../nbs/20_templates.ipynb #69b8af07
+# %% ../nbs/20_templates.ipynb #38adb43e
 def _features_for_masks(r: Renderer, enable_thinking) -> dict:
     "The template features masks need; raises MaskError when the template cannot give exact masks at all."
     f = template_features(r, enable_thinking)
@@ -632,7 +632,7 @@ def locate_turns(
     _check_kept(messages, text, turns, f)
     return text, turns
 
-# %% ../nbs/20_templates.ipynb #6524043a
+# %% ../nbs/20_templates.ipynb #12b5d1c7
 def _spans_to_mask(offsets, turns, n: int, ids=None, eot_id=None) -> list[int]:
     "Mask the tokens whose characters overlap each turn's [start, end); binary searches on the offsets' ends."
     end_of, mask = (lambda o: o[1]), [0] * n
@@ -659,7 +659,7 @@ def _as_messages(x):
     if isinstance(x, dict): return x.get('messages') or x.get('conversations'), x.get('tools')
     return x, None
 
-# %% ../nbs/20_templates.ipynb #5f48aa43
+# %% ../nbs/20_templates.ipynb #c5c54fee
 def _fast_renderer(tokenizer, chat_template) -> Renderer:
     r = as_renderer(tokenizer, chat_template)
     if not getattr(r.tokenizer, 'is_fast', False): raise TypeError('assistant masks need a fast tokenizer (character offsets)')
@@ -681,7 +681,7 @@ def assistant_mask(
     return enc['input_ids'], _spans_to_mask(enc['offset_mapping'], turns, len(enc['input_ids']),
                                             enc['input_ids'], _eot_id(r, eot))
 
-# %% ../nbs/20_templates.ipynb #79b417d8
+# %% ../nbs/20_templates.ipynb #d01eba88
 def _masks_batch(r: Renderer, rows, enable_thinking, method, eot_id) -> list[dict]:
     "One batch: locate every row's turns, tokenize the renders together, map spans to tokens."
     located = []
@@ -712,7 +712,7 @@ def assistant_masks(
     eot_id, rows = _eot_id(r, template_features(r, enable_thinking).get('end_of_turn')), list(rows)
     return [o for b0 in range(0, len(rows), batch_size) for o in _masks_batch(r, rows[b0:b0 + batch_size], enable_thinking, method, eot_id)]
 
-# %% ../nbs/20_templates.ipynb #dd4c1585
+# %% ../nbs/20_templates.ipynb #872905e3
 def supervised_pieces(
     tokenizer,  # the tokenizer that made `ids`
     ids,  # input ids
@@ -725,7 +725,7 @@ def supervised_pieces(
         elif cur: runs.append(cur); cur = []
     return [tokenizer.decode(r) for r in runs + ([cur] if cur else [])]
 
-# %% ../nbs/20_templates.ipynb #fe221e32
+# %% ../nbs/20_templates.ipynb #8df3dd01
 def generation_mask(
     tokenizer,  # the tokenizer
     messages,  # the conversation
@@ -747,7 +747,7 @@ def _diff_class(k, ours, theirs, offs, text, turns) -> str:
     if theirs[k] and not ours[k] and any(t.header <= s and e <= t.start for t in turns): return 'generation_prompt'
     return 'other'
 
-# %% ../nbs/20_templates.ipynb #da5e69ee
+# %% ../nbs/20_templates.ipynb #15155b06
 def compare_with_generation_mask(
     tokenizer,  # the tokenizer
     messages,  # the conversation
@@ -772,7 +772,7 @@ def compare_with_generation_mask(
     return {'comparable': True, 'agree': diff['other'] == 0, 'exact': ours == theirs, 'diff': diff,
             'examples': examples}
 
-# %% ../nbs/20_templates.ipynb #9ed3509d
+# %% ../nbs/20_templates.ipynb #8278f3e6
 def _special_ids(tokenizer) -> set:
     return set(getattr(tokenizer, 'all_special_ids', []) or []) | set(tokenizer.get_added_vocab().values())
 
@@ -810,7 +810,7 @@ def show_mask(
     h = HTML(mask_html(tokenizer, ids, mask, title=title)); display(h)
     return h
 
-# %% ../nbs/20_templates.ipynb #55ce43e1
+# %% ../nbs/20_templates.ipynb #aeaf3235
 PROMPT_ONLY_POLICIES = ('regenerate', 'placeholder')
 
 def is_prompt_only(
@@ -842,7 +842,7 @@ def placeholder_supervision(
     toks = [tokenizer.decode([i]) for i, m in zip(ids, mask) if m]
     return {'text': text, 'enable_thinking': enable_thinking, 'supervised_tokens': len(toks), 'tokens': toks}
 
-# %% ../nbs/20_templates.ipynb #0f31ff1e
+# %% ../nbs/20_templates.ipynb #72d9cc9a
 LOSS_REASONS = ('the template drops tool calls', 'the template drops assistant content',
                 'the template drops reasoning',
                 'empty supervised turn')
@@ -856,7 +856,7 @@ def schema_repair(
     names = repair_names(notes)
     return '+'.join(names), repair_kind(names), {k: v for k, v in fixed.items() if k in row or k in ('messages', 'tools')}
 
-# %% ../nbs/20_templates.ipynb #b612837c
+# %% ../nbs/20_templates.ipynb #aa7fcdfd
 def _row_repair_ok(r: Renderer, row: dict, enable_thinking, method) -> tuple[str | None, str | None]:
     "(repair, class) of a row when the repaired row gets a mask, else (None, None)."
     name, kind, fixed = schema_repair(row)
@@ -879,7 +879,7 @@ def _decode_ok(r: Renderer, out, text, turns, s) -> bool:
     want = [text[t.start:t.end] for t in turns]
     return len(pieces) == len(want) and all(p.endswith(w) and len(p) - len(w) <= 8 for p, w in zip(pieces, want))
 
-# %% ../nbs/20_templates.ipynb #e78cb4ea
+# %% ../nbs/20_templates.ipynb #9e19037a
 def _check_failed(r: Renderer, row, out, s, enable_thinking, method) -> dict:
     "Count one failed row; its failure record with the repair that would save it."
     msgs, tools = _as_messages(row)
@@ -912,7 +912,7 @@ def mask_check(
         if decode_check and not _decode_ok(r, out, text, turns, s): s['decode_mismatches'] += 1
     return s, failures
 
-# %% ../nbs/20_templates.ipynb #b43b82ae
+# %% ../nbs/20_templates.ipynb #cc8e7066
 ID_KEYS = ('id', 'uuid', 'conversation_id', 'conv_id', 'native_id', 'question_id', 'task_id', 'sample_id',
            '_id', 'idx')
 
@@ -940,7 +940,7 @@ def read_numbered(
             except ValueError as e: yield n, {'_error': f'invalid JSON: {e}'}; continue
             yield n, (obj if isinstance(obj, dict) else {'_error': f'expected a JSON object, got {type(obj).__name__}'})
 
-# %% ../nbs/20_templates.ipynb #3f2decb4
+# %% ../nbs/20_templates.ipynb #287ce603
 def _is_canonical(recs) -> bool:
     "Most of the first 8 readable records carry a `messages` list."
     recs = [r for r in recs if isinstance(r, dict) and '_error' not in r][:8]
@@ -959,7 +959,7 @@ def _normalizer(fmt: str, path):
                      + (f'this file reads as {found!r}' if found else 'no normalizer reads this file')
                      + ' (a source name of the registry is not a format: `dflash-nb sources list` shows its normalizer)')
 
-# %% ../nbs/20_templates.ipynb #b6baf2f9
+# %% ../nbs/20_templates.ipynb #8047cd6e
 def _canonical_row(rec: dict, n: int, src: str) -> dict:
     row = {**rec, 'id': row_id(rec, n), 'line': n, 'source': rec.get('source') or src}
     return row if isinstance(rec.get('messages'), list) else {**row, '_error': 'no messages list'}
@@ -985,7 +985,7 @@ def load_rows(
     return rows, {'path': str(p), 'format': fmt, 'detected': detected, 'records': len(recs),
                   'rows': len(rows)}
 
-# %% ../nbs/20_templates.ipynb #6154fae1
+# %% ../nbs/20_templates.ipynb #b725c5dc
 def show_tail(
     text: str,  # the text (a generation prompt, a render)
     tokenizer=None,  # its tokenizer: cut between tokens (else before `<|`, `<` or whitespace)
@@ -999,7 +999,7 @@ def show_tail(
     cut = next((s for s in starts if len(text) - s <= max_chars), len(text))
     return '…' + json.dumps(text[cut:], ensure_ascii=False)
 
-# %% ../nbs/20_templates.ipynb #ffb8924f
+# %% ../nbs/20_templates.ipynb #4b473081
 _EMPTY_THINK = re.compile(r'^\s*(<think>)?\s*</think>')
 
 def thinking_mode(
@@ -1027,7 +1027,7 @@ def supervises_empty_think(
     "Whether a mask supervises an empty think block (`\\n\\n</think>` after the `<think>\\n` prompt)."
     return any(_EMPTY_THINK.match(p) for p in pieces)
 
-# %% ../nbs/20_templates.ipynb #155a0ae8
+# %% ../nbs/20_templates.ipynb #9ca0517d
 def template_context(
     template: str,  # the template source
     line: int,  # the line that raised
@@ -1055,7 +1055,7 @@ def _try_mask(r: Renderer, msgs, tools, et, method) -> dict | MaskError:
     try: return _row_mask(r, msgs, tools, et, method)
     except MaskError as e: return e
 
-# %% ../nbs/20_templates.ipynb #83b9e534
+# %% ../nbs/20_templates.ipynb #24a292d4
 def _why(r: Renderer, msgs, tools, raw, reasons, et) -> dict:
     "Reason, error and (for a template error) the rule, its context and an explanation."
     if isinstance(raw, MaskError) and raw.reason == 'template error':
@@ -1077,7 +1077,7 @@ def _default(v: dict) -> str:
         return 'quarantined; opt in: ' + ', '.join(n for n in v['repair'].split('+') if REPAIRS[n].kind == MEANING_CHANGING)
     return 'quarantined'
 
-# %% ../nbs/20_templates.ipynb #0a667682
+# %% ../nbs/20_templates.ipynb #c3128ccb
 def _with_repair(v: dict, r: Renderer, row: dict, et, method) -> dict:
     "Add the schema repair of a failed row, its class, and the repaired render and mask (or why it still fails)."
     name, kind, fixed = schema_repair(row)
@@ -1095,7 +1095,7 @@ def _subset(row: dict) -> dict:
     "The part of a row the schema and the template see."
     return {'messages': row['messages'], **({'tools': row['tools']} if 'tools' in row else {})}
 
-# %% ../nbs/20_templates.ipynb #8269861f
+# %% ../nbs/20_templates.ipynb #20ae3610
 def explore_row(
     r: Renderer,  # the template
     row: dict,  # a row from `load_rows` (`id`, `line`, `source`, `messages`, maybe `tools`, or `_error`)
@@ -1125,7 +1125,7 @@ def explore_row(
     else: v['repair'] = None
     return {**v, 'default': _default(v)}
 
-# %% ../nbs/20_templates.ipynb #40c1202b
+# %% ../nbs/20_templates.ipynb #4140e132
 def _explore_summary(views) -> dict:
     st = [v['status'] for v in views]
     lost = lambda v: v['reason'] in LOSS_REASONS or any(x in v.get('after_repair', '') for x in LOSS_REASONS)
@@ -1159,7 +1159,7 @@ def explore(
             'counts': dict(sorted(counts.items(), key=order)), 'sources': sources, 'repairs': repairs,
             'rows': views}
 
-# %% ../nbs/20_templates.ipynb #831824d5
+# %% ../nbs/20_templates.ipynb #c29f19cf
 EXPLORER_CSS = """
 .dx{font:13px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;color:#1f2328;border:1px solid #d0d7de;border-radius:8px;padding:10px 14px;margin:8px 0;background:#fff}
 .dx table{border-collapse:collapse;margin:6px 0}.dx td,.dx th{border:1px solid #d0d7de;padding:2px 8px;text-align:left !important}
@@ -1201,7 +1201,7 @@ def spans_html(
     out.append(f'<i>{html.escape(text[pos:])}</i>')
     return '<div class="tok">' + ''.join(out).replace('\n', '↵<br>') + '</div>'
 
-# %% ../nbs/20_templates.ipynb #fdbc718b
+# %% ../nbs/20_templates.ipynb #63ab5143
 def _mask_view(tokenizer, m: dict, max_tokens) -> str:
     body = tokens_html(tokenizer, m['ids'], m['mask'], max_tokens) if 'ids' in m else spans_html(m['text'], m['spans'])
     n = f"{len(m['ids'])} tokens, {sum(m['mask'])} supervised" if 'ids' in m else f"{len(m['text'])} characters"
@@ -1221,7 +1221,7 @@ _KIND_NOTE = {FORMAT_ONLY: 'format-only: what the model sees is unchanged; appli
               MEANING_CHANGING: 'meaning-changing: it moves, inserts or drops what the model sees; off by default, so this row is '
                                 'quarantined unless <code>convert.repairs</code> opts in'}
 
-# %% ../nbs/20_templates.ipynb #f4817dac
+# %% ../nbs/20_templates.ipynb #79b500e8
 def _repair_html(v: dict, tokenizer, max_tokens) -> str:
     "The repair of a failed row: its name and class, then the repaired render and mask (or why none works)."
     e = html.escape
@@ -1251,7 +1251,7 @@ def row_html(
     if v['status'] == 'ok': out.append(_mask_view(tokenizer, v, max_tokens))
     return ''.join(out)
 
-# %% ../nbs/20_templates.ipynb #8e160c3f
+# %% ../nbs/20_templates.ipynb #0cb0b0d1
 def _repairs_by_reason(ex: dict) -> dict:
     out = {}
     for v in ex['rows']:
@@ -1266,7 +1266,7 @@ def _thinking_html(th: dict, n_ok: int) -> str:
                 f" of {n_ok} rows with a mask — switch thinking off to leave it in the prompt")
     return out + '</div>'
 
-# %% ../nbs/20_templates.ipynb #02790950
+# %% ../nbs/20_templates.ipynb #0bf87256
 def summary_html(
     ex: dict,  # an exploration (`explore`)
 ) -> str:  # the header HTML
@@ -1284,7 +1284,7 @@ def summary_html(
             f"{s['content_lost']} whose render loses assistant content</div>"
             f"<table><tr><th>reason</th><th>rows</th><th>repairs found (class)</th></tr>{rows}</table>")
 
-# %% ../nbs/20_templates.ipynb #dea11312
+# %% ../nbs/20_templates.ipynb #c2d13cff
 _EXPLORER_JS = """(function(){var root=document.getElementById('%s');if(!root)return;
 var modes=[].slice.call(root.querySelectorAll('.mode')),tabs=[].slice.call(root.querySelectorAll('.tab'));
 function pick(m){modes.forEach(function(x){x.style.display=x.getAttribute('data-mode')===m?'':'none'});
@@ -1309,7 +1309,7 @@ def _options(counts: dict, first='*', everything='all') -> str:
     return f'<option value="*">{everything}</option>' + ''.join(
         f'<option value="{e(k)}"{" selected" if k == first else ""}>{e(k)} ({n})</option>' for k, n in counts.items())
 
-# %% ../nbs/20_templates.ipynb #189ec2a4
+# %% ../nbs/20_templates.ipynb #efef77f5
 def _mode_html(x: dict, tokenizer, max_rows: int, max_tokens) -> str:
     "One thinking mode: summary, filters, pager and the rows (at most `max_rows` per reason)."
     e, shown, per = html.escape, [], {}
@@ -1353,7 +1353,7 @@ def explorer_page(
             '<style>body{margin:24px auto;max-width:1100px;padding:0 16px;font-family:system-ui,sans-serif}</style></head>'
             f'<body><h1 style="font-size:22px">{html.escape(title)}</h1>{explorer_html(explorations, tokenizer, **kw)}</body></html>\n')
 
-# %% ../nbs/20_templates.ipynb #19f1e6f1
+# %% ../nbs/20_templates.ipynb #934e7d0f
 _MODES = {'default': None, 'on': True, 'off': False}
 
 class ExplorerWidget:
@@ -1385,7 +1385,7 @@ class ExplorerWidget:
                              max_tokens=self.max_tokens, **kw)
     def _repr_mimebundle_(self, **kw): return self.box._repr_mimebundle_(**kw)
 
-# %% ../nbs/20_templates.ipynb #25a51d5c
+# %% ../nbs/20_templates.ipynb #48eea723
 @patch
 def _wire(self: ExplorerWidget):
     "Connect the switch, the filters and the buttons."
@@ -1414,7 +1414,7 @@ def _load(self: ExplorerWidget):
     self.reason.value, self.source.value = first or '*', '*'
     self.go(0)
 
-# %% ../nbs/20_templates.ipynb #16d54e9d
+# %% ../nbs/20_templates.ipynb #40cda1ef
 @patch
 def selected(self: ExplorerWidget) -> list[dict]:
     "The row views matching the reason and source filters."
@@ -1430,7 +1430,7 @@ def go(self: ExplorerWidget,
     self.body.value = (f'<div class="dx"><style>{EXPLORER_CSS}</style>{row_html(sel[self.page], self.r.tokenizer, self.max_tokens)}</div>'
                        if sel else '')
 
-# %% ../nbs/20_templates.ipynb #eb36ef0b
+# %% ../nbs/20_templates.ipynb #c2b08350
 def explore_file(
     path,  # a data file (canonical rows or any normalizer's format)
     target,  # a tokenizer, spec, `.jinja` file or Renderer
@@ -1444,7 +1444,7 @@ def explore_file(
     rows, info = load_rows(path, fmt, limit)
     return ExplorerWidget(target, rows, chat_template, enable_thinking, data_info=info, **kw)
 
-# %% ../nbs/20_templates.ipynb #30dddb3c
+# %% ../nbs/20_templates.ipynb #b418f1ba
 def template_report(
     data,  # a data file
     target,  # a tokenizer, spec, `.jinja` file or Renderer
@@ -1468,7 +1468,7 @@ def template_report(
     if out is not None: write_text(out, page)
     return exs, page
 
-# %% ../nbs/20_templates.ipynb #69f63946
+# %% ../nbs/20_templates.ipynb #d6229570
 def _reason_rows(ex: dict) -> list[dict]:
     "One table row per (reason, repair): how many rows, the class and what happens by default."
     groups = {}
@@ -1489,7 +1489,7 @@ def _row_line(v: dict) -> dict:
     return {'row': str(v['id']), 'result': result, 'repair': _repair_cell(v),
             'by default': v.get('default', '')}
 
-# %% ../nbs/20_templates.ipynb #86606c31
+# %% ../nbs/20_templates.ipynb #1875d380
 def format_report(
     ex: dict,  # an exploration (`explore`)
     max_rows: int = 20,  # rows listed one by one (0: none)
@@ -1509,7 +1509,7 @@ def format_report(
         if len(ex['rows']) > max_rows: out.append(f'… {len(ex["rows"]) - max_rows} more rows (the HTML report has them all)')
     return '\n'.join(out)
 
-# %% ../nbs/20_templates.ipynb #b2f5d198
+# %% ../nbs/20_templates.ipynb #23477128
 def _feature_lines(feats: dict, indent: str = '  ') -> list[str]:
     "Features as `key: value` lines, a nested dict indented under its key."
     out = []
@@ -1533,7 +1533,7 @@ def format_probe_report(
                 f"    repair: {d['repair'] or 'none found'}" + (f" ({d['repair_kind']})" if d.get('repair_kind') else '') + also]
     return '\n'.join(out + ['', 'features:'] + _feature_lines(rep['features']))
 
-# %% ../nbs/20_templates.ipynb #701aeea5
+# %% ../nbs/20_templates.ipynb #aba96728
 def _mask_line(n, r, m) -> dict:
     "The output line of input line `n`: its id and the mask, or the error."
     if '_error' in r: return {'id': row_id(r, n), 'error': f"line {n}: {r['_error']}"}
@@ -1566,7 +1566,7 @@ def masks_file(
         if buf: flush(f)
     return counts
 
-# %% ../nbs/20_templates.ipynb #b1dd807a
+# %% ../nbs/20_templates.ipynb #e86faf7e
 def _size(m: dict) -> str:
     n = f"{len(m['ids'])} tokens, {sum(m['mask'])} supervised" if 'ids' in m else f"{len(m['text'])} characters"
     return f"{n} in {len(m['pieces'])} run(s)"
@@ -1606,7 +1606,7 @@ def show_rows(
         out.append(format_row_debug(explore_row(r, row, enable_thinking, method)))
     return '\n'.join(out)
 
-# %% ../nbs/20_templates.ipynb #b68ac485
+# %% ../nbs/20_templates.ipynb #f1422036
 def _bool_arg(s: str) -> bool:
     v = str(s).strip().lower()
     if v in ('true', '1', 'yes', 'on'): return True
@@ -1626,7 +1626,7 @@ def _target_or_template(a) -> tuple:
     if spec: return load_tokenizer_spec(spec), None
     return (load_tokenizer_spec(a.tokenizer), a.template) if a.tokenizer else (a.template, None)
 
-# %% ../nbs/20_templates.ipynb #3554ad6a
+# %% ../nbs/20_templates.ipynb #0fcb986f
 def _probe_cmd(a) -> int:
     obj, tpl = _target_or_template(a)
     rep = probe_template(obj, tpl, enable_thinking=a.enable_thinking)
@@ -1652,7 +1652,7 @@ def _masks_cmd(a) -> int:
     print(f"{c['rows']} rows: {c['ok']} with a mask, {c['errors']} with an error -> {a.output}")
     return 0
 
-# %% ../nbs/20_templates.ipynb #9d2b217b
+# %% ../nbs/20_templates.ipynb #68e8fa40
 def _add_masks(ts):
     mk = ts.add_parser('masks', help='exact assistant masks for a JSONL file of canonical rows')
     mk.add_argument('--tokenizer', required=True, help='tokenizer folder or target spec')
@@ -1672,7 +1672,7 @@ def _report_cmd(a) -> int:
     for x in exs: print(format_report(x), end='\n\n')
     print(f'wrote {a.out}'); return 0
 
-# %% ../nbs/20_templates.ipynb #69ffd913
+# %% ../nbs/20_templates.ipynb #724a5c9a
 def _add_report(ts):
     rp = ts.add_parser('report',
                        help='a standalone HTML explorer of a data file: failures per reason, rule, repair and its class, masks')
@@ -1702,7 +1702,7 @@ def register_cli(
     ts = p.add_subparsers(dest='templates_cmd', required=True)
     _add_probe(ts); _add_masks(ts); _add_report(ts)
 
-# %% ../nbs/20_templates.ipynb #792f6cdd
+# %% ../nbs/20_templates.ipynb #8f9ebe3b
 def format_mask_check(
     s: dict,  # a `mask_check` summary
     width: int = 60,  # the widest cell

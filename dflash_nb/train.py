@@ -81,7 +81,7 @@ def from_params(cls: TrainConfig, params: dict) -> TrainConfig:
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in params.items() if k in names})
 
-# %% ../nbs/80_train.ipynb #75232c74
+# %% ../nbs/80_train.ipynb #41487219
 def load_target_head(path, device='cpu', dtype=torch.float32):
     "The target's frozen `(embed: nn.Embedding, lm_head: nn.Linear)` read from its safetensors folder (tied heads share the embedding)."
     from safetensors import safe_open
@@ -115,11 +115,11 @@ def _hf_features(model, input_ids, layer_ids, attention_mask=None):
 
 def target_features(model, input_ids, layer_ids, attention_mask=None):
     "Target features `[b, T, n, D]` at DFlash `layer_ids` (the output of decoder layer L = HF `hidden_states[L+1]`)."
-    try: from dflash_nb.hidden_states import extract_features
+    try: from dflash_nb.features import extract_features
     except ImportError: return _hf_features(model, input_ids, layer_ids, attention_mask)
     return extract_features(model, input_ids, layer_ids, attention_mask=attention_mask)
 
-# %% ../nbs/80_train.ipynb #27af2429
+# %% ../nbs/80_train.ipynb #89906e73
 def labels_needed(cfg: TrainConfig) -> int:
     "How many of the target's top labels per position training with `cfg` reads (0: the text's own tokens)."
     if cfg.labels not in ('text', 'target'): raise ValueError(f"labels must be 'text' or 'target', got {cfg.labels!r}")
@@ -132,7 +132,7 @@ def labels_needed(cfg: TrainConfig) -> int:
 def online_features(model, layer_ids, label_topk: int = 0):
     "A `feature_fn(input_ids, attention_mask)` for online training: the features, and the target's labels when `label_topk`."
     if not label_topk: return lambda ids, am: target_features(model, ids, layer_ids, am)
-    from dflash_nb.hidden_states import target_outputs
+    from dflash_nb.features import target_outputs
     return lambda ids, am: target_outputs(model, ids, layer_ids, am, label_topk=label_topk)
 
 # %% ../nbs/80_train.ipynb #92dc2c42
@@ -732,7 +732,7 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #56ccb296
+# %% ../nbs/80_train.ipynb #242f6259
 def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder holds the upstream outputs)
                  P: dict,       # the checked stage parameters
                 ) -> tuple:     # `(data, layer_ids)`: the rows and the DFlash layer ids they carry or need
@@ -744,7 +744,7 @@ def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder hold
     if not offline:
         from datasets import load_from_disk   # only online training reads a datasets folder
         return TokenRows(load_from_disk(str(stage.input(need)))), P['target_layer_ids']
-    from dflash_nb.hidden_states import FeatureStore   # TODO(formats): the features reader belongs in a shared module
+    from dflash_nb.features import FeatureStore
     data = FeatureStore(stage.input(need))
     if P['target_layer_ids'] is not None and list(P['target_layer_ids']) != list(data.layer_ids):
         raise ValueError(f"target_layer_ids {P['target_layer_ids']} differ from the stored features {data.layer_ids}")

@@ -64,7 +64,7 @@ def _json(stdout): return json.loads(stdout.split('JSON', 1)[1])
 def test_speculators_reads_export(run, tmp_path, version, venv):
     import numpy as np
     from datasets import load_from_disk
-    from dflash_nb.hidden_states import FeatureStore
+    from dflash_nb.features import FeatureStore
     _venv(venv)
     out = tmp_path / f'spec{version}'
     s = export_speculators(run, out, version=version)
@@ -117,7 +117,7 @@ print("JSON" + json.dumps(out))
 '''
 
 def test_specforge_reads_export(run, tmp_path):
-    from dflash_nb.hidden_states import FeatureStore
+    from dflash_nb.features import FeatureStore
     from dflash_nb.targets import resolve_target
     _venv('spec09')
     out = tmp_path / 'sf'

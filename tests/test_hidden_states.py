@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dflash_nb import hidden_states as H
+from dflash_nb import hidden_states as H, features as F
 from dflash_nb.core import from_aux_layer_ids, to_aux_layer_ids
 from dflash_nb.targets import load_target
 
@@ -40,13 +40,13 @@ def test_layer_convention(spec):
         assert torch.equal(hs[L + 1], outs[L]), L
     assert torch.equal(hs[N], outs['norm']) and not torch.allclose(hs[N], outs[N - 1])   # last entry is post-norm
     layer_ids = list(range(N))
-    feats, last = H.extract_features(model, ids, layer_ids, include_last=True)
+    feats, last = F.extract_features(model, ids, layer_ids, include_last=True)
     assert feats.shape == (2, 11, N, model.config.hidden_size)
     for j, L in enumerate(layer_ids): assert torch.equal(feats[:, :, j], outs[L]), L
     assert torch.equal(last, outs[N - 1])
     # the default ids, and the aux convention round trip
     d = H.resolve_layer_ids(N)
-    f = H.extract_features(model, ids, d)
+    f = F.extract_features(model, ids, d)
     for j, L in enumerate(d): assert torch.equal(f[:, :, j], hs[L + 1])
     assert from_aux_layer_ids(to_aux_layer_ids(d)) == d and to_aux_layer_ids(d) == [L + 1 for L in d]
 
@@ -56,7 +56,7 @@ def test_early_stop_skips_upper_layers(tiny):
     ran = []
     hs = [l.register_forward_pre_hook(lambda m, a, i=i: ran.append(i)) for i, l in enumerate(layers)]
     hs.append(dec.norm.register_forward_pre_hook(lambda m, a: ran.append('norm')))
-    try: H.extract_features(model, torch.tensor([[5, 6, 7]]), [0, 1])
+    try: F.extract_features(model, torch.tensor([[5, 6, 7]]), [0, 1])
     finally:
         for h in hs: h.remove()
     assert ran == [0, 1]
@@ -68,9 +68,9 @@ def test_right_padded_batch_equals_unbatched(spec):
     rows = [{'input_ids': torch.randint(5, model.config.vocab_size, (n,), generator=g).tolist()} for n in (70, 3, 33, 129)]
     x, am, lens = H.collate(rows)
     assert am.sum(1).tolist() == lens and (x[1, 3:] == 0).all()
-    fb, lb = H.extract_features(model, x, [0, 2], attention_mask=am, include_last=True)
+    fb, lb = F.extract_features(model, x, [0, 2], attention_mask=am, include_last=True)
     for j, r in enumerate(rows):
-        f1, l1 = H.extract_features(model, torch.tensor([r['input_ids']]), [0, 2], include_last=True)
+        f1, l1 = F.extract_features(model, torch.tensor([r['input_ids']]), [0, 2], include_last=True)
         scale = f1.abs().max()
         assert ((fb[j, :lens[j]] - f1[0]).abs().max() / scale) < 1e-5, (spec, j)
         assert ((lb[j, :lens[j]] - l1[0]).abs().max() / l1.abs().max()) < 1e-5, (spec, j)
@@ -78,7 +78,7 @@ def test_right_padded_batch_equals_unbatched(spec):
 def test_online_features_train(tiny):
     "The online path: features feed a trainable layer (not inference tensors) and gradients flow."
     model, _ = tiny
-    f = H.extract_features(model, torch.tensor([[5, 6, 7, 8]]), [0, 1, 2])
+    f = F.extract_features(model, torch.tensor([[5, 6, 7, 8]]), [0, 1, 2])
     assert not f.is_inference() and not f.requires_grad
     fc = torch.nn.Linear(3 * model.config.hidden_size, 8)
     fc(f.flatten(2)).sum().backward()
@@ -88,7 +88,7 @@ def _synth(tiny, n=12, seed=0):
     return H.synthetic_dataset(tiny[1], n=n, seed=seed)
 
 def _store_tensors(path):
-    s = H.FeatureStore(path)
+    s = F.FeatureStore(path)
     return {sid: s[sid] for sid in s.ids}
 
 def test_store_roundtrip_and_values(tiny, tmp_path):
@@ -99,12 +99,12 @@ def test_store_roundtrip_and_values(tiny, tmp_path):
     idx = res['index']
     assert idx['n_samples'] == len(ds) and idx['n_quarantined'] == 0 and len(idx['shards']) > 1
     assert idx['target_layer_ids'] == [0, 1, 3] and idx['aux_layer_ids'] == [1, 2, 4] and idx['include_last']
-    s = H.FeatureStore(tmp_path)          # accepts the stage folder's parent layout too
+    s = F.FeatureStore(tmp_path)          # accepts the stage folder's parent layout too
     assert len(s) == len(ds) and s.ids == list(ds['id'])
     for row in ds:
         got = s[row['id']]
         assert got['input_ids'].tolist() == row['input_ids'] and got['loss_mask'].tolist() == row['loss_mask']
-        f, l = H.extract_features(model, torch.tensor([row['input_ids']]), [0, 1, 3], include_last=True)
+        f, l = F.extract_features(model, torch.tensor([row['input_ids']]), [0, 1, 3], include_last=True)
         assert torch.allclose(got['hidden_states'], f[0], atol=1e-5) and torch.allclose(got['last_hidden'], l[0], atol=1e-5)
     assert [d['id'] for d in s] == s.ids and s[0]['id'] == s.ids[0]
     with pytest.raises(KeyError): s['nope']
@@ -113,7 +113,7 @@ def test_store_roundtrip_and_values(tiny, tmp_path):
     H.plot_layer_norms(stats, tmp_path / 'norms.png'); assert (tmp_path / 'norms.png').stat().st_size > 1000
     # a missing shard is noticed when the store opens
     (tmp_path / 'features' / idx['shards'][0]['name']).unlink()
-    with pytest.raises(FileNotFoundError, match='missing'): H.FeatureStore(tmp_path / 'features')
+    with pytest.raises(FileNotFoundError, match='missing'): F.FeatureStore(tmp_path / 'features')
 
 def test_validation_quarantines_bad_rows(tiny, tmp_path, monkeypatch):
     from datasets import Dataset
@@ -161,7 +161,7 @@ def test_validation_quarantines_bad_rows(tiny, tmp_path, monkeypatch):
     assert kinds[8].startswith('ids_mismatch')
     assert sorted(kinds) == [1, 2, 3, 4, 5, 6, 7, 8]
     assert idx['n_samples'] == 2 and idx['n_samples'] + idx['n_quarantined'] == len(rows)
-    assert set(H.FeatureStore(tmp_path / 'f').ids) == {rows[0]['id'], rows[9]['id']}
+    assert set(F.FeatureStore(tmp_path / 'f').ids) == {rows[0]['id'], rows[9]['id']}
 
 def test_refuses_when_disk_is_full(tiny, tmp_path, monkeypatch):
     model, _ = tiny
@@ -250,7 +250,7 @@ def test_target_labels_equal_the_targets_greedy_text(spec, dtype, tmp_path):
     ds = _greedy_rows(model, tok, prompts, 24)
     res = H.extract_to_disk(ds, spec, tmp_path / 'f', layer_ids=[0, 1], model=model, rank=0, world_size=1,
                             progress=False, label_topk=4, storage_dtype='float32')
-    s = H.FeatureStore(tmp_path / 'f')
+    s = F.FeatureStore(tmp_path / 'f')
     agree = total = 0
     for sid in s.ids:
         r = s[sid]
@@ -268,12 +268,12 @@ def test_label_validation_quarantines(tiny, tmp_path, monkeypatch):
     "A sample whose target logits hold a NaN is quarantined with a reason; the others keep their labels."
     model, _ = tiny
     ds = _synth(tiny, n=6)
-    real = H.head_topk
+    real = F.head_topk
     def bad(m, last, k, **kw):
         ids, lp = real(m, last, k, **kw)
         lp[0, 1, 0] = float('nan')                # the first sample of each batch
         return ids, lp
-    monkeypatch.setattr(H, 'head_topk', bad)
+    monkeypatch.setattr(F, 'head_topk', bad)
     res = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'f', layer_ids=[0], model=model, rank=0, world_size=1,
                             progress=False, label_topk=2, max_batch_size=3)
     q = [json.loads(l) for l in (tmp_path / 'f' / 'quarantine.jsonl').read_text().splitlines()]
