@@ -14,20 +14,22 @@ from .schema import (DEFAULT_REPAIRS, FIXES, ROLES, check_row, fix_row, from_sha
                               split_think, validate_row)
 
 # %% auto #0
-__all__ = ['NORMALIZERS', 'TEXT_PARTS', 'REASONING_PARTS', 'SCHEMA_TYPES', 'CONTAINER_KEYS', 'GROUP_BY', 'SIGNATURES',
-           'NormalizeError', 'normalizer', 'norm_openorca', 'norm_evol_codealpaca', 'norm_magicoder_oss', 'norm_alpaca',
-           'norm_oasst_tree', 'norm_oasst_messages', 'norm_lima', 'norm_sharegpt', 'content_parts', 'norm_messages',
-           'norm_nemotron_v2', 'norm_coderforge', 'norm_agentic_trajectories', 'norm_swe_agent', 'parse_functioncall',
-           'json_objects', 'norm_glaive_v2', 'norm_qwen35_toolcalling', 'norm_hermes_fc', 'norm_llamafactory_tools',
-           'norm_xlam', 'json_schema', 'norm_bfcl', 'norm_mt_bench', 'norm_humaneval', 'norm_openai_messages',
-           'norm_sharegpt_preference', 'norm_hh_rlhf', 'norm_openai_preference', 'SourceUnavailable', 'resolve_path',
-           'read_file', 'group_records', 'normalize_record', 'Signature', 'detect_format', 'norm_text']
+__all__ = ['NORMALIZERS', 'TEXT_PARTS', 'REASONING_PARTS', 'CALL_PARTS', 'RESULT_PARTS', 'SCHEMA_TYPES', 'RESPONSE_ITEMS',
+           'CONTAINER_KEYS', 'GROUP_BY', 'SIGNATURES', 'NormalizeError', 'normalizer', 'norm_openorca',
+           'norm_evol_codealpaca', 'norm_magicoder_oss', 'norm_alpaca', 'norm_oasst_tree', 'norm_oasst_messages',
+           'norm_lima', 'norm_sharegpt', 'Parts', 'read_parts', 'content_parts', 'norm_messages', 'norm_nemotron_v2',
+           'norm_coderforge', 'norm_agentic_trajectories', 'norm_swe_agent', 'parse_functioncall', 'json_objects',
+           'norm_glaive_v2', 'norm_qwen35_toolcalling', 'norm_hermes_fc', 'norm_llamafactory_tools', 'norm_xlam',
+           'json_schema', 'norm_bfcl', 'norm_mt_bench', 'norm_humaneval', 'norm_openai_messages', 'norm_anthropic',
+           'norm_openai_responses', 'norm_sharegpt_preference', 'norm_hh_rlhf', 'norm_openai_preference',
+           'SourceUnavailable', 'resolve_path', 'read_file', 'group_records', 'normalize_record', 'Signature',
+           'detect_format', 'norm_text']
 
 # %% ../nbs/07_formats.ipynb #63f77c25
 class NormalizeError(ValueError):
     "A native record that a normalizer cannot map; the message is `kind: detail`."
 
-# %% ../nbs/07_formats.ipynb #4db5484c
+# %% ../nbs/07_formats.ipynb #59099f09
 NORMALIZERS: dict[str, Callable[[dict], list[dict]]] = {}   # name -> normalizer, filled by @normalizer
 
 def normalizer(name: str, # the key in `NORMALIZERS`, the name users give as `--source`
@@ -36,7 +38,7 @@ def normalizer(name: str, # the key in `NORMALIZERS`, the name users give as `--
     def deco(f): NORMALIZERS[name] = f; f.normalizer_name = name; return f
     return deco
 
-# %% ../nbs/07_formats.ipynb #b871cb58
+# %% ../nbs/07_formats.ipynb #63ef0b1b
 def _need(raw, *keys) -> list:
     "The values of the required `keys` of `raw`, or a NormalizeError naming the first one missing."
     if not isinstance(raw, dict): raise NormalizeError(f'not an object: record is {type(raw).__name__}')
@@ -57,7 +59,7 @@ def _loads(s, what):
     try: return json.loads(s)
     except ValueError as e: raise NormalizeError(f'invalid JSON: {what}: {e}') from None
 
-# %% ../nbs/07_formats.ipynb #d9435aef
+# %% ../nbs/07_formats.ipynb #d731e913
 @normalizer('openorca')
 def norm_openorca(raw: dict, # `{id?, system_prompt, question, response}`
                  ) -> list[dict]: # one partial row
@@ -67,7 +69,7 @@ def norm_openorca(raw: dict, # `{id?, system_prompt, question, response}`
     msgs += [_msg('user', _text(q, 'question')), _msg('assistant', _text(a, 'response'))]
     return [{'messages': msgs, 'native_id': raw.get('id')}]
 
-# %% ../nbs/07_formats.ipynb #20c48724
+# %% ../nbs/07_formats.ipynb #8b41c6b9
 @normalizer('evol_codealpaca')
 def norm_evol_codealpaca(raw: dict, # `{instruction, output}`
                         ) -> list[dict]: # one partial row
@@ -75,7 +77,7 @@ def norm_evol_codealpaca(raw: dict, # `{instruction, output}`
     q, a = _need(raw, 'instruction', 'output')
     return [{'messages': [_msg('user', _text(q, 'instruction')), _msg('assistant', _text(a, 'output'))]}]
 
-# %% ../nbs/07_formats.ipynb #3a116ef2
+# %% ../nbs/07_formats.ipynb #4a797b06
 @normalizer('magicoder_oss')
 def norm_magicoder_oss(raw: dict, # `{index?, lang?, problem, solution, seed?}`
                       ) -> list[dict]: # one partial row, the language in `meta`
@@ -85,7 +87,7 @@ def norm_magicoder_oss(raw: dict, # `{index?, lang?, problem, solution, seed?}`
     msgs = [_msg('user', _text(q, 'problem')), _msg('assistant', _text(a, 'solution'))]
     return [{'messages': msgs, 'meta': meta, 'native_id': raw.get('index')}]
 
-# %% ../nbs/07_formats.ipynb #31692b4a
+# %% ../nbs/07_formats.ipynb #044103a9
 @normalizer('alpaca')
 def norm_alpaca(raw: dict, # `{instruction, input?, output}`
                ) -> list[dict]: # one partial row
@@ -96,7 +98,7 @@ def norm_alpaca(raw: dict, # `{instruction, input?, output}`
     a = _text(a, 'output')
     return [{'messages': [_msg('user', prompt)] + ([_msg('assistant', a)] if a.strip() else [])}]
 
-# %% ../nbs/07_formats.ipynb #991edee1
+# %% ../nbs/07_formats.ipynb #c359ebed
 _OASST_ROLE = {'prompter': 'user', 'assistant': 'assistant'}
 
 def _oasst_ok(m) -> bool:
@@ -116,7 +118,7 @@ def _oasst_walk(root, children) -> list[dict]:
         node = kids[0] if kids else None
     return msgs
 
-# %% ../nbs/07_formats.ipynb #d2ece771
+# %% ../nbs/07_formats.ipynb #6a8a2231
 @normalizer('oasst_tree')
 def norm_oasst_tree(raw: dict, # `{message_tree_id, prompt: {text, role, lang, replies: [...]}}`
                    ) -> list[dict]: # the best-ranked thread of the tree
@@ -127,7 +129,7 @@ def norm_oasst_tree(raw: dict, # `{message_tree_id, prompt: {text, role, lang, r
     msgs = _oasst_walk(root, lambda n: n.get('replies') or [])
     return [{'messages': msgs, 'meta': {'lang': root.get('lang')}, 'native_id': raw.get('message_tree_id')}]
 
-# %% ../nbs/07_formats.ipynb #1079bca9
+# %% ../nbs/07_formats.ipynb #0af8dade
 @normalizer('oasst_messages')
 def norm_oasst_messages(raw: dict, # `{message_tree_id, rows: [flat messages]}`, as grouped by the reader
                        ) -> list[dict]: # the best-ranked thread of the tree
@@ -142,7 +144,7 @@ def norm_oasst_messages(raw: dict, # `{message_tree_id, rows: [flat messages]}`,
     msgs = _oasst_walk(roots[0], lambda n: kids.get(n.get('message_id'), []))
     return [{'messages': msgs, 'meta': {'lang': roots[0].get('lang')}, 'native_id': tid}]
 
-# %% ../nbs/07_formats.ipynb #4401ca0d
+# %% ../nbs/07_formats.ipynb #1db5d3b3
 @normalizer('lima')
 def norm_lima(raw: dict, # `{conversations: [str, ...], source?}`
              ) -> list[dict]: # one partial row, the LIMA source in `meta`
@@ -153,7 +155,7 @@ def norm_lima(raw: dict, # `{conversations: [str, ...], source?}`
     return [{'messages': [_msg('user' if i % 2 == 0 else 'assistant', t) for i, t in enumerate(conv)],
              'meta': {k: raw[k] for k in ('source',) if k in raw}}]
 
-# %% ../nbs/07_formats.ipynb #4730bb0c
+# %% ../nbs/07_formats.ipynb #d35d6868
 @normalizer('sharegpt')
 def norm_sharegpt(raw: dict, # `{id?, conversations: [{from, value}], tools?}`
                  ) -> list[dict]: # one partial row
@@ -165,84 +167,142 @@ def norm_sharegpt(raw: dict, # `{id?, conversations: [{from, value}], tools?}`
     if 'tools' in raw: out['tools'] = _loads(raw['tools'], 'tools')
     return [out]
 
-# %% ../nbs/07_formats.ipynb #45bb7f99
-TEXT_PARTS = ('text', 'input_text', 'output_text')   # content part types read as text
-REASONING_PARTS = ('reasoning', 'thinking')           # ... and as the turn's reasoning
+# %% ../nbs/07_formats.ipynb #16668bcb
+TEXT_PARTS = ('text', 'input_text', 'output_text', 'refusal')   # content part types read as text (a refusal: the answer)
+REASONING_PARTS = ('reasoning', 'thinking', 'reasoning_text')     # ... as the turn's reasoning
+CALL_PARTS = ('tool_call', 'function_call', 'tool_use')           # ... as the turn's tool calls
+RESULT_PARTS = ('tool_result', 'tool_response', 'function_call_output', 'function_response')   # ... as tool messages
 
-def _part(p, where) -> tuple[str, str]:
-    "(type, text) of one content part; a part that carries no text is a NormalizeError naming its type."
+class Parts(NamedTuple):
+    "What a message's content holds: its text, its reasoning (None: none), its tool calls and its tool results."
+    text: str
+    reasoning: str | None
+    calls: list
+    results: list
+
+def _texts(x, sep: str = '') -> str | None:
+    "The text of a string or of a list of strings and `{text}` parts (summaries, result blocks); None for anything else."
+    if isinstance(x, str): return x
+    if isinstance(x, list) and all(isinstance(p, str) or isinstance(p, dict) and isinstance(p.get('text'), str) for p in x):
+        return sep.join(p if isinstance(p, str) else p['text'] for p in x)
+    return None
+
+# %% ../nbs/07_formats.ipynb #4eabbec9
+def _call_id(c: dict) -> str | None:
+    return next((c[k] for k in ('call_id', 'tool_call_id', 'id') if isinstance(c.get(k), str) and c[k]), None)
+
+def _call(c, where: str) -> dict:
+    "One tool call in any of the layouts above -> the canonical call; a NormalizeError naming `where` otherwise."
+    if isinstance(c, str): c = _loads(c, f'{where} call')
+    if not isinstance(c, dict): raise NormalizeError(f'bad tool call: {where} is {type(c).__name__}, not a call')
+    if not isinstance(c.get('name'), str):
+        inner = next((c[k] for k in ('function', c.get('type'), 'text', 'value')
+                      if isinstance(k, str) and k != 'type' and isinstance(c.get(k), (dict, str))), None)
+        if inner is None: raise NormalizeError(f'bad tool call: {where} has a call without function name')
+        got = _call(inner, where)
+        return make_tool_call(got['function']['name'], got['function']['arguments'], _call_id(c) or got.get('id'))
+    name, args = c['name'], next((c[k] for k in ('arguments', 'input', 'parameters') if k in c), {})
+    if isinstance(args, str):
+        try: args = json.loads(args) if args.strip() else {}
+        except ValueError: raise NormalizeError(f'arguments not JSON: {where} call {name}') from None
+    if not isinstance(args, dict): raise NormalizeError(f'arguments not an object: {where} call {name}')
+    return make_tool_call(name, args, _call_id(c))
+
+# %% ../nbs/07_formats.ipynb #9fc94f9e
+def _result(p: dict, where: str) -> dict:
+    "A tool-result part -> the tool message it stands for."
+    body = next((p[k] for k in ('content', 'output', 'result', 'text', 'value') if k in p), None)
+    text = _texts(body)
+    if text is None and isinstance(body, list): text = content_parts(body, f'{where} result')[0]   # an image: rejected
+    if text is None: text = '' if body is None else json.dumps(body, ensure_ascii=False)
+    m = {'role': 'tool', 'content': text}
+    if tid := next((p[k] for k in ('tool_use_id', 'tool_call_id', 'call_id', 'id') if isinstance(p.get(k), str) and p[k]), None):
+        m['tool_call_id'] = tid
+    if isinstance(p.get('name'), str): m['name'] = p['name']
+    return m
+
+def _part(p, where) -> tuple[str, object]:
+    "(`text` | `reasoning` | `call` | `result`, its value) of one content part; a part carrying none is a NormalizeError."
     if isinstance(p, str): return 'text', p
     if not isinstance(p, dict): raise NormalizeError(f'wrong type: {where} is {type(p).__name__}, not a part')
     kind = p.get('type', 'text')
-    body = next((p[k] for k in ('text', 'value', kind) if isinstance(p.get(k), str)), None)
-    if kind in TEXT_PARTS + REASONING_PARTS and body is not None: return kind, body
-    raise NormalizeError(f'non-text content: {where} has type {kind!r}; only text and reasoning are read')
+    if kind in CALL_PARTS: return 'call', _call(p, where)
+    if kind in RESULT_PARTS: return 'result', _result(p, where)
+    body = next((b for k in ('text', 'value', kind, 'summary', 'content') if (b := _texts(p.get(k), '\n\n')) is not None), None)
+    if kind in TEXT_PARTS and body is not None: return 'text', body
+    if kind in REASONING_PARTS and body is not None: return 'reasoning', body
+    raise NormalizeError(f'non-text content: {where} has type {kind!r}; only text, reasoning, tool calls and tool results are read')
+
+# %% ../nbs/07_formats.ipynb #cecf20aa
+def read_parts(c, # a message's `content`: None, a string, or a list of parts
+               what: str, # where it is, for the error message: `message 2`
+              ) -> Parts: # its text, reasoning, tool calls and tool results
+    "Everything a message's content holds, each part where the canonical row keeps it."
+    if c is None or isinstance(c, str): return Parts(c if c is not None else '', None, [], [])
+    if not isinstance(c, list): raise NormalizeError(f'wrong type: {what} content is {type(c).__name__}')
+    got = {'text': [], 'reasoning': [], 'call': [], 'result': []}
+    for j, p in enumerate(c):
+        kind, v = _part(p, f'{what} part {j}'); got[kind].append(v)
+    r = [x for x in got['reasoning'] if x.strip()]
+    return Parts(''.join(got['text']), '\n\n'.join(r) if r else None, got['call'], got['result'])
 
 def content_parts(c, # a message's `content`: None, a string, or a list of parts
                   what: str, # where it is, for the error message: `message 2`
                  ) -> tuple: # (text, reasoning or None)
-    "The text of a message's content and the reasoning its parts carry."
-    if c is None or isinstance(c, str): return (c if c is not None else ''), None
-    if not isinstance(c, list): raise NormalizeError(f'wrong type: {what} content is {type(c).__name__}')
-    text, reasoning = [], []
-    for j, p in enumerate(c):
-        kind, body = _part(p, f'{what} part {j}')
-        (reasoning if kind in REASONING_PARTS else text).append(body)
-    return ''.join(text), (''.join(reasoning) if reasoning else None)
+    "The text of a message's content and the reasoning its parts carry (tool parts are an error here)."
+    p = read_parts(c, what)
+    if p.calls or p.results: raise NormalizeError(f'tool parts not read: {what} has tool-call or tool-result parts')
+    return p.text, p.reasoning
 
-# %% ../nbs/07_formats.ipynb #d14c667b
+# %% ../nbs/07_formats.ipynb #cd0adf01
 _ROLE_ALIASES = {'human': 'user', 'prompter': 'user', 'gpt': 'assistant', 'model': 'assistant',
                  'function': 'tool', 'observation': 'tool', 'ipython': 'tool'}
 
-def _tool_call(tc, i) -> dict:
-    "One OpenAI tool call of message `i`, its arguments parsed into an object."
-    fn = tc.get('function') if isinstance(tc, dict) else None
-    if not isinstance(fn, dict) or not isinstance(fn.get('name'), str):
-        raise NormalizeError(f'bad tool call: message {i} has a call without function name')
-    args = fn.get('arguments', {})
-    if isinstance(args, str):
-        try: args = json.loads(args if args.strip() else '{}')
-        except ValueError:
-            raise NormalizeError(f'arguments not JSON: message {i} call {fn["name"]}') from None
-    return make_tool_call(fn['name'], args, tc.get('id'))
+def _message_calls(m, i) -> list[dict]:
+    "The calls a native assistant message holds outside its content: `tool_calls`, or a legacy `function_call`."
+    tcs = m.get('tool_calls')
+    if tcs and not isinstance(tcs, list): raise NormalizeError(f'bad tool call: message {i} tool_calls is not a list')
+    calls = [_call(tc, f'message {i}') for tc in tcs or []]
+    return calls + ([_call(m['function_call'], f'message {i}')] if m.get('function_call') else [])
 
-# %% ../nbs/07_formats.ipynb #df902767
-def _assistant(m, nm, reasoning, i, split_reasoning) -> dict:
-    "The canonical assistant message `nm` of native message `m`, with reasoning and tool calls."
+# %% ../nbs/07_formats.ipynb #5b06e729
+def _assistant(m, p: Parts, i, split_reasoning) -> dict:
+    "The canonical assistant message of native message `m` whose content holds `p`."
+    nm, reasoning = {'role': 'assistant', 'content': p.text}, p.reasoning
+    if not p.text.strip() and isinstance(m.get('refusal'), str): nm['content'] = m['refusal']
     if split_reasoning and reasoning is None:
         c, reasoning = split_think(nm['content'])
         if reasoning is not None: nm['content'] = c
     for k in ('reasoning_content', 'reasoning', 'thinking'):
         if reasoning is None and isinstance(m.get(k), str) and m[k].strip(): reasoning = m[k]
     if reasoning is not None: nm['reasoning_content'] = reasoning
-    tcs = m.get('tool_calls')
-    if tcs:
-        if not isinstance(tcs, list):
-            raise NormalizeError(f'bad tool call: message {i} tool_calls is not a list')
-        nm['tool_calls'] = [_tool_call(tc, i) for tc in tcs]
+    if calls := p.calls + _message_calls(m, i): nm['tool_calls'] = calls
     return nm
 
-# %% ../nbs/07_formats.ipynb #27c06848
-def _message(m, i, split_reasoning, strict_roles) -> dict:
-    "Native message `m` (at position `i`) as a canonical message."
+# %% ../nbs/07_formats.ipynb #b26dc878
+def _message(m, i, split_reasoning, strict_roles) -> list[dict]:
+    "Native message `m` (at position `i`) as canonical messages (a turn of tool results gives one per result)."
     if not isinstance(m, dict): raise NormalizeError(f'wrong type: message {i} is not an object')
     role = _ROLE_ALIASES.get(m.get('role'), m.get('role'))
     if role not in ROLES and (strict_roles or not isinstance(role, str)):
         raise NormalizeError(f'unknown role: {m.get("role")!r} at message {i}')
-    text, reasoning = content_parts(m.get('content'), f'message {i}')
-    nm = {'role': role, 'content': text}
-    if role == 'assistant': return _assistant(m, nm, reasoning, i, split_reasoning)
-    if reasoning is not None:
-        raise NormalizeError(f'reasoning outside an answer: message {i} ({role}) has reasoning')
+    p = read_parts(m.get('content'), f'message {i}')
+    if role == 'assistant' and p.results: raise NormalizeError(f'tool result in an answer: message {i} has a tool-result part')
+    if role == 'assistant': return [_assistant(m, p, i, split_reasoning)]
+    if p.reasoning is not None: raise NormalizeError(f'reasoning outside an answer: message {i} ({role}) has reasoning')
+    if p.calls: raise NormalizeError(f'tool call outside an answer: message {i} ({role}) has a tool-call part')
+    if p.results:
+        tid = {'tool_call_id': str(m['tool_call_id'])} if m.get('tool_call_id') is not None else {}
+        return [{**tid, **r} for r in p.results] + ([_msg(role, p.text)] if p.text.strip() else [])
+    nm = {'role': role, 'content': p.text}
     if role == 'tool':
-        tid = m.get('tool_call_id')
-        ids = m.get('tool_call_ids')
+        tid, ids = m.get('tool_call_id'), m.get('tool_call_ids')
         if tid is None and isinstance(ids, list) and ids: tid = ids[0]
         if tid is not None: nm['tool_call_id'] = str(tid)
         if isinstance(m.get('name'), str): nm['name'] = m['name']
-    return nm
+    return [nm]
 
-# %% ../nbs/07_formats.ipynb #c405754a
+# %% ../nbs/07_formats.ipynb #e52a48c7
 def _flat(msgs) -> list:
     "A message list, with one level of nesting (a list of turns, each a list of messages) flattened."
     if not isinstance(msgs, list):
@@ -254,9 +314,9 @@ def norm_messages(msgs: list, # OpenAI-like messages (or a list of turns, each a
                   strict_roles: bool = True, # reject an unknown role; False keeps it for the repairs to map
                  ) -> list[dict]: # canonical messages
     "Map an OpenAI-like message list to canonical messages (roles, content parts, tool calls, reasoning)."
-    return [_message(m, i, split_reasoning, strict_roles) for i, m in enumerate(_flat(msgs))]
+    return [x for i, m in enumerate(_flat(msgs)) for x in _message(m, i, split_reasoning, strict_roles)]
 
-# %% ../nbs/07_formats.ipynb #c4648f99
+# %% ../nbs/07_formats.ipynb #ce704b9c
 @normalizer('nemotron_v2')
 def norm_nemotron_v2(raw: dict, # `{uuid, messages, category?, reasoning?, license?, generator?}`
                     ) -> list[dict]: # one partial row
@@ -265,7 +325,7 @@ def norm_nemotron_v2(raw: dict, # `{uuid, messages, category?, reasoning?, licen
     meta = {k: raw[k] for k in ('category', 'reasoning', 'license', 'generator') if k in raw}
     return [{'messages': norm_messages(msgs), 'meta': meta, 'native_id': raw.get('uuid')}]
 
-# %% ../nbs/07_formats.ipynb #64ef0008
+# %% ../nbs/07_formats.ipynb #df205017
 @normalizer('coderforge')
 def norm_coderforge(raw: dict, # `{trajectory_id, messages: JSON text, tools?: JSON text, reward?, ...}`
                    ) -> list[dict]: # one partial row
@@ -276,7 +336,7 @@ def norm_coderforge(raw: dict, # `{trajectory_id, messages: JSON text, tools?: J
     if raw.get('tools'): out['tools'] = _loads(raw['tools'], 'tools')
     return [out]
 
-# %% ../nbs/07_formats.ipynb #f0333af1
+# %% ../nbs/07_formats.ipynb #76897cb1
 @normalizer('agentic_trajectories')
 def norm_agentic_trajectories(raw: dict, # `{session_id, messages_json: JSON text, agent_framework?, ...}`
                              ) -> list[dict]: # one partial row
@@ -294,7 +354,7 @@ def norm_swe_agent(raw: dict, # a `.traj` document `{trajectory, history: [...]}
     if isinstance(hist, list): hist = [h for h in hist if not (isinstance(h, dict) and h.get('is_demo'))]
     return [{'messages': norm_messages(hist, split_reasoning=False), 'native_id': raw.get('trajectory')}]
 
-# %% ../nbs/07_formats.ipynb #49a498b8
+# %% ../nbs/07_formats.ipynb #ee58856d
 _GLAIVE_CALL = re.compile(r'^\s*\{\s*"name"\s*:\s*"([^"]+)"\s*,\s*"arguments"\s*:\s*\'(.*)\'\s*\}\s*$', re.S)
 
 def _literal(s: str):
@@ -322,7 +382,7 @@ def parse_functioncall(payload: str, # the text after `<functioncall>`
     if not isinstance(args, dict): raise NormalizeError(f'arguments not an object: call {name}')
     return name, args
 
-# %% ../nbs/07_formats.ipynb #3d86bda8
+# %% ../nbs/07_formats.ipynb #85e3a36b
 def json_objects(text: str, # prose with JSON objects in it
                 ) -> list: # every top-level JSON object, in order
     "Every top-level JSON object embedded in `text`."
@@ -349,7 +409,7 @@ def _assistant_with_call(text: str, calls_seen: list) -> dict:
     calls_seen.append(name)
     return {'role': 'assistant', 'content': pre.strip(), 'tool_calls': [make_tool_call(name, args)]}
 
-# %% ../nbs/07_formats.ipynb #30d30b0f
+# %% ../nbs/07_formats.ipynb #2faee687
 _GLAIVE_MARK = re.compile(r'(?:^|\n)\s*(USER|ASSISTANT|FUNCTION RESPONSE):[ \t]?')
 
 @normalizer('glaive_v2')
@@ -372,7 +432,7 @@ def norm_glaive_v2(raw: dict, # `{system, chat}`
         else: msgs.append(_msg('assistant', body))
     return [{'messages': msgs, **({'tools': tools} if tools else {})}]
 
-# %% ../nbs/07_formats.ipynb #f1087d0f
+# %% ../nbs/07_formats.ipynb #f20d197e
 def _json_call(body: str) -> str | None:
     "`body` as a `<functioncall>` text when it is a call (marked, or a bare `{name, arguments}`), else None."
     if '<functioncall>' in body: return body
@@ -381,7 +441,7 @@ def _json_call(body: str) -> str | None:
     except ValueError: return None
     return '<functioncall>' + body if isinstance(obj, dict) and 'name' in obj and 'arguments' in obj else None
 
-# %% ../nbs/07_formats.ipynb #c5a8a8bf
+# %% ../nbs/07_formats.ipynb #c912a084
 @normalizer('qwen35_toolcalling')
 def norm_qwen35_toolcalling(raw: dict, # `{messages}` with Glaive-style calls and results in the text
                            ) -> list[dict]: # one partial row
@@ -408,7 +468,7 @@ def norm_qwen35_toolcalling(raw: dict, # `{messages}` with Glaive-style calls an
         prev_call = call is not None
     return [{'messages': out, **({'tools': tools} if tools else {})}]
 
-# %% ../nbs/07_formats.ipynb #05c924ee
+# %% ../nbs/07_formats.ipynb #96dea0c7
 _TAG = lambda t: re.compile(rf'<{t}>\s*(.*?)\s*</{t}>', re.S)
 _TOOL_CALL, _TOOL_RESP, _TOOLS = _TAG('tool_call'), _TAG('tool_response'), _TAG('tools')
 
@@ -418,17 +478,19 @@ def _lenient_obj(s: str, what: str):
     except ValueError: raise NormalizeError(f'invalid JSON: {what}: {s[:80]!r}') from None
 
 def _as_tools(obj) -> list:
-    "Tools in the canonical layout: `{type: function, function: spec}` (bare specs are wrapped)."
+    """Tools in the canonical layout: `{type: function, function: spec}`. Bare specs are wrapped: flat Responses specs
+    (`{type: function, name, parameters}`) lose the wrapper's `type`, Anthropic's `input_schema` is the `parameters`."""
     out = []
     for t in (obj if isinstance(obj, list) else [obj]):
         if isinstance(t, dict) and t.get('type') == 'function' and isinstance(t.get('function'), dict):
             out.append(t)
         elif isinstance(t, dict) and isinstance(t.get('name'), str):
-            out.append({'type': 'function', 'function': t})
+            fn = {k: v for k, v in t.items() if not (k == 'type' and v == 'function') and k not in ('input_schema', 'cache_control')}
+            out.append({'type': 'function', 'function': {**fn, **({'parameters': t['input_schema']} if 'input_schema' in t else {})}})
         else: raise NormalizeError('bad tools: a tool is not a function spec')
     return out
 
-# %% ../nbs/07_formats.ipynb #a41f6162
+# %% ../nbs/07_formats.ipynb #86103acf
 def _hermes_system(v: str, tools):
     "(system text without its tools listing, tools): the listing is read unless `tools` came from the record."
     listing = next((m for m in _TOOLS.finditer(v) if m.group(1).strip()), None)   # a non-empty one
@@ -440,7 +502,7 @@ def _hermes_system(v: str, tools):
         tools = _as_tools(objs)
     return (v[:listing.start()] + v[listing.end():]).strip(), tools
 
-# %% ../nbs/07_formats.ipynb #39208486
+# %% ../nbs/07_formats.ipynb #1775aefd
 def _hermes_calls(v: str, calls: list) -> dict:
     "An assistant turn with `<tool_call>` blocks; the names are appended to `calls`."
     tcs = []
@@ -468,7 +530,7 @@ def _hermes_results(v: str) -> list[dict]:
         out.append({'role': 'tool', 'content': c, **name})
     return out
 
-# %% ../nbs/07_formats.ipynb #71d9d1bd
+# %% ../nbs/07_formats.ipynb #1245a19e
 @normalizer('hermes_fc')
 def norm_hermes_fc(raw: dict, # `{id?, conversations: [{from, value}], tools?, category?, ...}`
                   ) -> list[dict]: # one partial row
@@ -492,7 +554,7 @@ def norm_hermes_fc(raw: dict, # `{id?, conversations: [{from, value}], tools?, c
     out = {'messages': msgs, 'native_id': raw.get('id'), 'meta': meta}
     return [{**out, 'tools': tools} if tools else out]
 
-# %% ../nbs/07_formats.ipynb #cb33aada
+# %% ../nbs/07_formats.ipynb #796918f3
 def _lf_calls(v: str, i: int) -> dict:
     "The assistant turn of a LLaMA-Factory `function_call` turn."
     obj = _loads(v, f'function_call at turn {i}')
@@ -506,7 +568,7 @@ def _lf_calls(v: str, i: int) -> dict:
         tcs.append(make_tool_call(c['name'], args))
     return {'role': 'assistant', 'content': '', 'tool_calls': tcs}
 
-# %% ../nbs/07_formats.ipynb #17a5dc7c
+# %% ../nbs/07_formats.ipynb #fc0cd078
 _LF_ROLES = {'observation': 'tool', 'human': 'user', 'user': 'user', 'gpt': 'assistant',
              'assistant': 'assistant', 'system': 'system'}
 
@@ -527,7 +589,7 @@ def norm_llamafactory_tools(raw: dict, # `{conversations: [{from, value}], syste
     tools = _loads(raw.get('tools'), 'tools') if raw.get('tools') else None
     return [{'messages': msgs, **({'tools': _as_tools(tools)} if tools else {})}]
 
-# %% ../nbs/07_formats.ipynb #88c047b8
+# %% ../nbs/07_formats.ipynb #515dad06
 def _xlam_params(p) -> dict:
     if isinstance(p, dict) and p.get('type') == 'object': return p
     if not isinstance(p, dict): raise NormalizeError('bad tools: xLAM parameters is not an object')
@@ -542,7 +604,7 @@ def _xlam_call(a, j) -> dict:
     if not isinstance(args, dict): raise NormalizeError(f'arguments not an object: answer {j}')
     return make_tool_call(a['name'], args, f'call_{j}')
 
-# %% ../nbs/07_formats.ipynb #41ba2dc2
+# %% ../nbs/07_formats.ipynb #cc8323e6
 @normalizer('xlam')
 def norm_xlam(raw: dict, # `{id?, query, tools: JSON text, answers: JSON text}`
              ) -> list[dict]: # one partial row: the query and one assistant turn of calls
@@ -560,7 +622,7 @@ def norm_xlam(raw: dict, # `{id?, query, tools: JSON text, answers: JSON text}`
     if calls: msgs.append({'role': 'assistant', 'content': '', 'tool_calls': calls})
     return [{'messages': msgs, 'tools': specs, 'native_id': raw.get('id')}]
 
-# %% ../nbs/07_formats.ipynb #84fb9b3a
+# %% ../nbs/07_formats.ipynb #e5c125cb
 SCHEMA_TYPES = {'dict': 'object', 'float': 'number', 'tuple': 'array', 'list': 'array',   # Python-style name
                 'int': 'integer', 'str': 'string', 'bool': 'boolean', 'any': None}      # -> JSON-schema type
 
@@ -578,7 +640,7 @@ def json_schema(p, # a parameter schema, possibly with Python-style type names
         else: out[k] = v
     return out
 
-# %% ../nbs/07_formats.ipynb #9873baaa
+# %% ../nbs/07_formats.ipynb #cd7dd2cc
 def _schema_typed(t: dict) -> dict:
     "Tool `t` with its parameters in JSON-schema types."
     fn = t['function']
@@ -594,7 +656,7 @@ def norm_bfcl(raw: dict, # `{id?, question: [[{role, content}], ...], function?:
     if fns: out['tools'] = [_schema_typed(t) for t in _as_tools(fns)]
     return [out]
 
-# %% ../nbs/07_formats.ipynb #eca7b3d8
+# %% ../nbs/07_formats.ipynb #6c23d0f8
 @normalizer('mt_bench')
 def norm_mt_bench(raw: dict, # `{question_id, category?, turns: [str, ...]}`
                  ) -> list[dict]: # one prompt-only row
@@ -616,7 +678,7 @@ def norm_humaneval(raw: dict, # `{task_id, prompt, ...}`
          '\n\n```python\n' + p.rstrip() + '\n```')
     return [{'messages': [_msg('user', q)], 'native_id': raw.get('task_id')}]
 
-# %% ../nbs/07_formats.ipynb #ca71b5f5
+# %% ../nbs/07_formats.ipynb #dc852fbd
 @normalizer('messages')
 def norm_openai_messages(raw: dict, # `{id?, messages, tools?}`
                         ) -> list[dict]: # one partial row
@@ -627,7 +689,68 @@ def norm_openai_messages(raw: dict, # `{id?, messages, tools?}`
     if raw.get('tools'): out['tools'] = _as_tools(_loads(raw['tools'], 'tools'))
     return [out]
 
-# %% ../nbs/07_formats.ipynb #a98ad1ee
+# %% ../nbs/07_formats.ipynb #8954dec7
+@normalizer('anthropic')
+def norm_anthropic(raw: dict, # `{id?, system?, messages: [{role, content: str | blocks}], tools?: [{name, input_schema}]}`
+                  ) -> list[dict]: # one partial row
+    "Anthropic Messages rows: the top-level system prompt, thinking, text, tool_use and tool_result blocks, tools."
+    (msgs,) = _need(raw, 'messages')
+    system = content_parts(raw.get('system'), 'system')[0]
+    out = {'messages': ([_msg('system', system)] if system.strip() else []) + norm_messages(_loads(msgs, 'messages')),
+           'native_id': raw.get('id'), 'meta': {k: raw[k] for k in ('model', 'stop_reason') if isinstance(raw.get(k), str)}}
+    if raw.get('tools'): out['tools'] = _as_tools(_loads(raw['tools'], 'tools'))
+    return [out]
+
+# %% ../nbs/07_formats.ipynb #55f5de0b
+RESPONSE_ITEMS = ('message', 'reasoning', 'function_call', 'function_call_output')
+
+def _response_items(raw) -> list:
+    "The items of a Responses record: `input` (a string: one user message), then `output`."
+    inp, out = _loads(raw.get('input'), 'input'), _loads(raw.get('output'), 'output')
+    inp = [{'type': 'message', 'role': 'user', 'content': inp}] if isinstance(inp, str) else inp
+    for k, v in (('input', inp), ('output', out)):
+        if v is not None and not isinstance(v, list): raise NormalizeError(f'wrong type: {k} is {type(v).__name__}, not a list')
+    return (inp or []) + (out or [])
+
+def _item_parts(it: dict, k: int) -> list:
+    "The content parts an assistant-side item adds to the answer it belongs to."
+    kind = it.get('type', 'message')
+    if kind == 'message': c = it.get('content'); return [c] if isinstance(c, str) else list(c or [])
+    if kind == 'reasoning': return [{'type': 'reasoning', 'summary': it.get('summary') or [], 'content': it.get('content') or []}]
+    if kind == 'function_call': return [it]
+    raise NormalizeError(f'unknown item: item {k} has type {kind!r}; only {", ".join(RESPONSE_ITEMS)} are read')
+
+# %% ../nbs/07_formats.ipynb #2dadffee
+def _response_messages(items: list) -> list[dict]:
+    "OpenAI-like messages of Responses items: an assistant's consecutive items joined into one answer."
+    msgs, cur = [], None
+    for k, it in enumerate(items):
+        if not isinstance(it, dict): raise NormalizeError(f'wrong type: item {k} is not an object')
+        kind, role = it.get('type', 'message'), it.get('role', 'assistant')
+        if kind == 'function_call_output':
+            msgs.append({'type': 'function_call_output', **it}); cur = None
+        elif kind == 'message' and role != 'assistant':
+            msgs.append({'role': 'system' if role == 'developer' else role, 'content': it.get('content')}); cur = None
+        else:
+            parts = _item_parts(it, k)
+            if cur is None or kind == 'reasoning' and any(isinstance(p, str) or p.get('type') != 'reasoning' for p in cur['content']):
+                cur = {'role': 'assistant', 'content': []}; msgs.append(cur)
+            cur['content'] += parts
+    return [{'role': 'tool', 'content': [m]} if m.get('type') == 'function_call_output' else m for m in msgs]
+
+@normalizer('openai_responses')
+def norm_openai_responses(raw: dict, # `{id?, instructions?, input: str | [items], output?: [items], tools?}`
+                         ) -> list[dict]: # one partial row
+    "OpenAI Responses items: messages, reasoning, function calls and their outputs, instructions as the system turn."
+    instr = raw.get('instructions') if isinstance(raw, dict) else None
+    if not (isinstance(raw, dict) and ('input' in raw or 'output' in raw)): raise NormalizeError('missing field: input')
+    head = [_msg('system', _text(instr, 'instructions'))] if isinstance(instr, str) and instr.strip() else []
+    out = {'messages': head + norm_messages(_response_messages(_response_items(raw))), 'native_id': raw.get('id'),
+           'meta': {k: raw[k] for k in ('model',) if isinstance(raw.get(k), str)}}
+    if raw.get('tools'): out['tools'] = _as_tools(_loads(raw['tools'], 'tools'))
+    return [out]
+
+# %% ../nbs/07_formats.ipynb #76d3c698
 def _answer(x, what) -> list[dict]:
     "A chosen answer as assistant messages: a string, a `{from, value}`/`{role, content}` turn, or messages."
     if isinstance(x, str): return [_msg('assistant', x)]
@@ -640,7 +763,7 @@ def _answer(x, what) -> list[dict]:
                               for m in x])
     raise NormalizeError(f'wrong type: {what} is {type(x).__name__}, not a string, turn or message list')
 
-# %% ../nbs/07_formats.ipynb #8e177f67
+# %% ../nbs/07_formats.ipynb #3e979555
 @normalizer('sharegpt_preference')
 def norm_sharegpt_preference(raw: dict, # `{conversations, chosen, rejected, system?}`
                             ) -> list[dict]: # one partial row answered by the chosen turn
@@ -653,7 +776,7 @@ def norm_sharegpt_preference(raw: dict, # `{conversations, chosen, rejected, sys
     msgs += _answer(chosen, 'chosen')
     return [{'messages': msgs, 'native_id': raw.get('id'), 'needs_answer': 'chosen'}]
 
-# %% ../nbs/07_formats.ipynb #e0396e49
+# %% ../nbs/07_formats.ipynb #7465be1f
 _HH = re.compile(r'(?:^|\n\n)(Human|Assistant):[ \t]?')
 
 @normalizer('hh_rlhf')
@@ -668,7 +791,7 @@ def norm_hh_rlhf(raw: dict, # `{chosen: transcript, rejected: transcript}`
             for who, body in zip(parts[1::2], parts[2::2])]
     return [{'messages': msgs, 'needs_answer': 'chosen'}]
 
-# %% ../nbs/07_formats.ipynb #3f0b4dc1
+# %% ../nbs/07_formats.ipynb #136a0c69
 @normalizer('openai_preference')
 def norm_openai_preference(raw: dict, # `{prompt, chosen, rejected}`, or `{input, preferred_output}`
                           ) -> list[dict]: # one partial row answered by the chosen output
@@ -686,7 +809,7 @@ def norm_openai_preference(raw: dict, # `{prompt, chosen, rejected}`, or `{input
     msgs += _answer(chosen, 'chosen')
     return [{'messages': msgs, 'native_id': raw.get('id'), 'needs_answer': 'chosen'}]
 
-# %% ../nbs/07_formats.ipynb #751756e4
+# %% ../nbs/07_formats.ipynb #29455751
 class SourceUnavailable(RuntimeError):
     "A source that cannot be read here (offline, gated, missing file); `status` says which."
     def __init__(self, status: str, msg: str): self.status = status; super().__init__(f'{status}: {msg}')
@@ -702,7 +825,7 @@ def resolve_path(path: str, # `pkg:NAME`, `fixtures:REL`, or a path (`~` and `$V
     if not p.exists(): raise SourceUnavailable('missing', f'{p} does not exist')
     return p
 
-# %% ../nbs/07_formats.ipynb #437f3d71
+# %% ../nbs/07_formats.ipynb #dfe64af8
 def _is_lines(p: Path) -> bool:
     "JSON lines: named so, or more than one line and a first (non-blank) line that is a whole JSON object."
     if p.name.lower().endswith(('.jsonl', '.jsonl.gz')): return True
@@ -713,7 +836,7 @@ def _is_lines(p: Path) -> bool:
     try: return isinstance(json.loads(first), dict)
     except ValueError: return False
 
-# %% ../nbs/07_formats.ipynb #bfee8d90
+# %% ../nbs/07_formats.ipynb #519f8b7a
 CONTAINER_KEYS = ('data', 'train', 'rows', 'records', 'examples', 'instances')   # {"data": [...], "v": 1}
 
 def _container_key(doc: dict) -> str | None:
@@ -739,7 +862,7 @@ def _read_document(p: Path) -> Iterator[dict]:
                                                  '_line': i}
     else: yield {'_error': f'expected a JSON list or object, got {type(doc).__name__}', '_line': 0}
 
-# %% ../nbs/07_formats.ipynb #0eff038c
+# %% ../nbs/07_formats.ipynb #e9dea5e5
 def read_file(path, # JSON lines (`.jsonl`, `.jsonl.gz`, a `.json` written as lines), JSON, `.traj` or Parquet
              ) -> Iterator[dict]: # its native records; unreadable ones as `{'_error', '_line'}` records
     "Stream the native records of a local file."
@@ -750,7 +873,7 @@ def read_file(path, # JSON lines (`.jsonl`, `.jsonl.gz`, a `.json` written as li
     elif not name.endswith('.traj') and _is_lines(p): yield from iter_jsonl(p, errors='yield')
     else: yield from _read_document(p)
 
-# %% ../nbs/07_formats.ipynb #f394349a
+# %% ../nbs/07_formats.ipynb #56ab9653
 GROUP_BY = {'oasst_messages': 'message_tree_id'}   # normalizer -> the key of the rows that form one record
 
 def group_records(records: Iterable, # native records in file order
@@ -764,7 +887,7 @@ def group_records(records: Iterable, # native records in file order
         cur = k; rows.append(r)
     if rows: yield {key: cur, 'rows': rows}
 
-# %% ../nbs/07_formats.ipynb #bebc4219
+# %% ../nbs/07_formats.ipynb #099746d0
 class _Tracked(dict):
     "A native record that remembers which of its fields the normalizer looked at."
     def __init__(self, *a):
@@ -784,7 +907,7 @@ def _apply(norm, raw, unmapped: Counter | None) -> tuple:
         unmapped.update(k for k in raw if k not in raw.seen and not k.startswith('_')); raw = dict(raw)
     return raw, parts, None
 
-# %% ../nbs/07_formats.ipynb #0179aa92
+# %% ../nbs/07_formats.ipynb #51ef84f4
 def _row(src_name: str, p: dict, index: int, k: int, n: int, prompts_only: bool) -> dict:
     "Partial row `p` (the `k`-th of `n` from record `index`) with its id and source."
     nid = p.get('native_id')
@@ -816,7 +939,7 @@ def _checked(row: dict, repairs, needs_answer: str | None) -> tuple[dict, list[s
         return fixed_row, [f'no answer: the preference pair\'s {needs_answer} answer is empty (no assistant turn)']
     return fixed_row, []
 
-# %% ../nbs/07_formats.ipynb #79642fd5
+# %% ../nbs/07_formats.ipynb #2769202a
 def normalize_record(src_name: str, # the source's name: the rows' `source` and the prefix of their ids
                      norm: Callable, # a normalizer (a value of `NORMALIZERS`)
                      raw, # one native record; an `_error` record of `read_file` becomes its rejection
@@ -839,7 +962,7 @@ def normalize_record(src_name: str, # the source's name: the rows' `source` and 
         else: rows.append(row)
     return rows, rej
 
-# %% ../nbs/07_formats.ipynb #e8194407
+# %% ../nbs/07_formats.ipynb #f8a8f1b6
 def _turns(r, key='conversations') -> bool:
     "ShareGPT turns: a non-empty list of `{from, value}`."
     c = r.get(key)
@@ -863,7 +986,7 @@ def _nested(r, key) -> bool:
     t = r.get(key)
     return isinstance(t, list) and bool(t) and all(isinstance(x, list) for x in t) and _roles(r, key)
 
-# %% ../nbs/07_formats.ipynb #e82386f3
+# %% ../nbs/07_formats.ipynb #ca8d83f0
 class Signature(NamedTuple):
     "What a layout's records look like: the fields they must have (or all of `alt`), and a shape check."
     fields: tuple
@@ -871,9 +994,24 @@ class Signature(NamedTuple):
     alt: tuple = ()
 
 def _hh(r) -> bool: return isinstance(r['chosen'], str) and 'Human:' in r['chosen']
+
+_ANTHROPIC_BLOCKS = ('tool_use', 'tool_result', 'thinking', 'redacted_thinking')
+
+def _anthropic(r) -> bool:
+    "Anthropic Messages: a top-level system prompt, tools with `input_schema`, or Anthropic's content blocks."
+    if not _roles(r): return False
+    tools = r.get('tools') if isinstance(r.get('tools'), list) else []
+    if 'system' in r or any(isinstance(t, dict) and 'input_schema' in t for t in tools): return True
+    return any(isinstance(p, dict) and p.get('type') in _ANTHROPIC_BLOCKS for m in r['messages']
+               if isinstance(m, dict) and isinstance(m.get('content'), list) for p in m['content'])
+
+def _responses(r) -> bool:
+    "OpenAI Responses: typed items in `input` or `output`."
+    return any(isinstance(x, dict) and x.get('type') in RESPONSE_ITEMS
+               for k in ('input', 'output') if isinstance(r.get(k), list) for x in r[k])
 def _tool_markup(r, key, marks) -> bool: return any(m in _blob(r[key]) for m in marks)
 
-# %% ../nbs/07_formats.ipynb #cc4183b8
+# %% ../nbs/07_formats.ipynb #da01d215
 SIGNATURES: dict[str, Signature] = {
     'openorca': Signature(('system_prompt', 'question', 'response')),
     'alpaca': Signature(('instruction', 'output'), lambda r: 'input' in r),
@@ -891,6 +1029,8 @@ SIGNATURES: dict[str, Signature] = {
     'llamafactory_tools': Signature(('conversations',), lambda r: _turns(r) and (
         'tools' in r or any(t.get('from') in ('function_call', 'observation') for t in r['conversations']))),
     'messages': Signature(('messages',), lambda r: _roles(r) or isinstance(r['messages'], str)),
+    'anthropic': Signature(('messages',), _anthropic),
+    'openai_responses': Signature(('input',), _responses, alt=('output',)),
     'nemotron_v2': Signature(('messages', 'uuid'), _roles),
     'coderforge': Signature(('messages', 'trajectory_id')),
     'agentic_trajectories': Signature(('messages_json',)),
@@ -906,7 +1046,7 @@ SIGNATURES: dict[str, Signature] = {
     'openai_preference': Signature(('prompt', 'chosen'), lambda r: 'preferred_output' in r or not _hh(r),
                                    alt=('input', 'preferred_output')),
 }
-_SPECIAL = {'llamafactory_tools', 'hermes_fc', 'qwen35_toolcalling', 'nemotron_v2'}   # of sharegpt / messages
+_SPECIAL = {'llamafactory_tools', 'hermes_fc', 'qwen35_toolcalling', 'nemotron_v2', 'anthropic'}   # of sharegpt / messages
 
 def _sig_ok(name: str, r) -> bool:
     "Whether record `r` has the fields and the shape of normalizer `name`'s layout."
@@ -916,7 +1056,7 @@ def _sig_ok(name: str, r) -> bool:
     try: return sig.check is None or bool(sig.check(r))
     except (TypeError, AttributeError, KeyError): return False
 
-# %% ../nbs/07_formats.ipynb #c0cec625
+# %% ../nbs/07_formats.ipynb #c062c8b4
 def _expects(sig: Signature) -> str:
     return '+'.join(sig.fields) + (f' (or {"+".join(sig.alt)})' if sig.alt else '')
 
@@ -937,7 +1077,7 @@ def _evidence(name: str, recs: list[dict], fields: Counter) -> dict:
     return {**ev, 'normalized': f'{ok}/{len(sample)}', 'unmapped': dict(um), 'first_rejection': why,
             'score': (ok / max(1, len(sample)), -len(um), specific)}
 
-# %% ../nbs/07_formats.ipynb #cf8b84ac
+# %% ../nbs/07_formats.ipynb #5fb7d597
 def _why(bad) -> str:
     "Why a record could not be read (with its line, when known)."
     if not (isinstance(bad, dict) and '_error' in bad): return f'not an object: {type(bad).__name__}'
@@ -952,7 +1092,7 @@ def _sample(path_or_records, n: int) -> tuple:
         if len(recs) >= n or len(bad) >= n: break
     return path, recs, bad
 
-# %% ../nbs/07_formats.ipynb #048cb79b
+# %% ../nbs/07_formats.ipynb #fdb48b0d
 def detect_format(path_or_records, # a file (a path, `pkg:NAME`, `fixtures:REL`) or an iterable of records
                   n: int = 50, # records to sample
                  ) -> dict: # {path, sampled, unreadable, fields, canonical, best, matches, expected}
@@ -969,7 +1109,7 @@ def detect_format(path_or_records, # a file (a path, `pkg:NAME`, `fixtures:REL`)
                                          >= len(recs),
             'best': matches[0]['normalizer'] if matches else None, 'matches': matches, 'expected': near}
 
-# %% ../nbs/07_formats.ipynb #2706331b
+# %% ../nbs/07_formats.ipynb #a33c145a
 _PUNCT = re.compile(r'[\W_]+', re.U)
 
 def norm_text(s: str, # any text

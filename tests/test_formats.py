@@ -48,6 +48,8 @@ MALFORMED = {
     'hh_rlhf': [{'rejected': 'x'}, {'chosen': 'no markers at all'}],
     'openai_preference': [{'prompt': 'q'}, {'input': 'q', 'preferred_output': 'a'}],
     'bfcl': [{'question': 'q'}, {'question': [[{'role': 'user', 'content': 'q'}]], 'function': [{'nameless': 1}]}],
+    'anthropic': [{'system': 'x'}, {'messages': [{'role': 'user', 'content': 'q'}, {'role': 'assistant', 'content': [{'type': 'tool_use', 'input': {}}]}]}],
+    'openai_responses': [{'instructions': 'x'}, {'input': [{'type': 'function_call', 'call_id': 'c', 'name': 'f', 'arguments': '{oops'}]}],
 }
 
 @pytest.mark.parametrize('name', sorted(NORMALIZERS))
@@ -97,6 +99,9 @@ GOOD = {
     'hh_rlhf': {'chosen': '\n\nHuman: Hi\n\nAssistant: Hello!', 'rejected': '\n\nHuman: Hi\n\nAssistant: Go away.'},
     'openai_preference': {'prompt': [U], 'chosen': [A], 'rejected': [{'role': 'assistant', 'content': 'No.'}]},
     'bfcl': {'id': 'simple_1', 'question': [[U]], 'function': [{'name': 'sort', 'parameters': {'type': 'dict', 'properties': {}}}]},
+    'anthropic': {'id': 'msg_1', 'system': 'Be brief.', 'messages': [U, {'role': 'assistant', 'content': [{'type': 'text', 'text': 'Use sorted(xs).'}]}]},
+    'openai_responses': {'id': 'resp_1', 'input': [{'type': 'message', 'role': 'user', 'content': 'Sort?'}],
+                         'output': [{'type': 'message', 'role': 'assistant', 'content': [{'type': 'output_text', 'text': 'Use sorted(xs).'}]}]},
 }
 
 @pytest.mark.parametrize('name', sorted(NORMALIZERS))
@@ -138,7 +143,7 @@ def test_non_text_parts_are_a_named_rejection(tmp_path):
     rows, rej = normalize_all(p, 'messages')
     assert len(rows) == 1 and len(rej) == 1
     assert rej[0]['reason'] == ("non-text content: message 0 part 1 has type 'image_url'; "
-                                "only text and reasoning are read") and rej[0]['index'] == 0
+                                "only text, reasoning, tool calls and tool results are read") and rej[0]['index'] == 0
     with pytest.raises(Exception, match='reasoning outside an answer'):
         norm_messages([{'role': 'user', 'content': [{'type': 'reasoning', 'value': 'x'}]}])
 
