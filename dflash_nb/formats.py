@@ -701,12 +701,13 @@ def norm_anthropic(raw: dict, # `{id?, system?, messages: [{role, content: str |
     if raw.get('tools'): out['tools'] = _as_tools(_loads(raw['tools'], 'tools'))
     return [out]
 
-# %% ../nbs/07_formats.ipynb #55f5de0b
+# %% ../nbs/07_formats.ipynb #b586446c
 RESPONSE_ITEMS = ('message', 'reasoning', 'function_call', 'function_call_output')
 
 def _response_items(raw) -> list:
     "The items of a Responses record: `input` (a string: one user message), then `output`."
-    inp, out = _loads(raw.get('input'), 'input'), _loads(raw.get('output'), 'output')
+    inp, out = raw.get('input'), _loads(raw.get('output'), 'output')
+    if isinstance(inp, str) and inp.lstrip().startswith('['): inp = _loads(inp, 'input')   # items as JSON text
     inp = [{'type': 'message', 'role': 'user', 'content': inp}] if isinstance(inp, str) else inp
     for k, v in (('input', inp), ('output', out)):
         if v is not None and not isinstance(v, list): raise NormalizeError(f'wrong type: {k} is {type(v).__name__}, not a list')
