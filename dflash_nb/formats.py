@@ -187,7 +187,7 @@ def _texts(x, sep: str = '') -> str | None:
         return sep.join(p if isinstance(p, str) else p['text'] for p in x)
     return None
 
-# %% ../nbs/07_formats.ipynb #4eabbec9
+# %% ../nbs/07_formats.ipynb #5aaeefb3
 def _call_id(c: dict) -> str | None:
     return next((c[k] for k in ('call_id', 'tool_call_id', 'id') if isinstance(c.get(k), str) and c[k]), None)
 
@@ -208,7 +208,7 @@ def _call(c, where: str) -> dict:
     if not isinstance(args, dict): raise NormalizeError(f'arguments not an object: {where} call {name}')
     return make_tool_call(name, args, _call_id(c))
 
-# %% ../nbs/07_formats.ipynb #9fc94f9e
+# %% ../nbs/07_formats.ipynb #b53114e1
 def _result(p: dict, where: str) -> dict:
     "A tool-result part -> the tool message it stands for."
     body = next((p[k] for k in ('content', 'output', 'result', 'text', 'value') if k in p), None)
@@ -233,7 +233,7 @@ def _part(p, where) -> tuple[str, object]:
     if kind in REASONING_PARTS and body is not None: return 'reasoning', body
     raise NormalizeError(f'non-text content: {where} has type {kind!r}; only text, reasoning, tool calls and tool results are read')
 
-# %% ../nbs/07_formats.ipynb #cecf20aa
+# %% ../nbs/07_formats.ipynb #8680257f
 def read_parts(c, # a message's `content`: None, a string, or a list of parts
                what: str, # where it is, for the error message: `message 2`
               ) -> Parts: # its text, reasoning, tool calls and tool results
@@ -254,7 +254,7 @@ def content_parts(c, # a message's `content`: None, a string, or a list of parts
     if p.calls or p.results: raise NormalizeError(f'tool parts not read: {what} has tool-call or tool-result parts')
     return p.text, p.reasoning
 
-# %% ../nbs/07_formats.ipynb #cd0adf01
+# %% ../nbs/07_formats.ipynb #5b006c1b
 _ROLE_ALIASES = {'human': 'user', 'prompter': 'user', 'gpt': 'assistant', 'model': 'assistant',
                  'function': 'tool', 'observation': 'tool', 'ipython': 'tool'}
 
@@ -265,7 +265,7 @@ def _message_calls(m, i) -> list[dict]:
     calls = [_call(tc, f'message {i}') for tc in tcs or []]
     return calls + ([_call(m['function_call'], f'message {i}')] if m.get('function_call') else [])
 
-# %% ../nbs/07_formats.ipynb #5b06e729
+# %% ../nbs/07_formats.ipynb #b5ebd7cc
 def _assistant(m, p: Parts, i, split_reasoning) -> dict:
     "The canonical assistant message of native message `m` whose content holds `p`."
     nm, reasoning = {'role': 'assistant', 'content': p.text}, p.reasoning
@@ -279,7 +279,7 @@ def _assistant(m, p: Parts, i, split_reasoning) -> dict:
     if calls := p.calls + _message_calls(m, i): nm['tool_calls'] = calls
     return nm
 
-# %% ../nbs/07_formats.ipynb #b26dc878
+# %% ../nbs/07_formats.ipynb #d8798259
 def _message(m, i, split_reasoning, strict_roles) -> list[dict]:
     "Native message `m` (at position `i`) as canonical messages (a turn of tool results gives one per result)."
     if not isinstance(m, dict): raise NormalizeError(f'wrong type: message {i} is not an object')
@@ -302,7 +302,7 @@ def _message(m, i, split_reasoning, strict_roles) -> list[dict]:
         if isinstance(m.get('name'), str): nm['name'] = m['name']
     return [nm]
 
-# %% ../nbs/07_formats.ipynb #e52a48c7
+# %% ../nbs/07_formats.ipynb #0532d888
 def _flat(msgs) -> list:
     "A message list, with one level of nesting (a list of turns, each a list of messages) flattened."
     if not isinstance(msgs, list):
@@ -316,7 +316,7 @@ def norm_messages(msgs: list, # OpenAI-like messages (or a list of turns, each a
     "Map an OpenAI-like message list to canonical messages (roles, content parts, tool calls, reasoning)."
     return [x for i, m in enumerate(_flat(msgs)) for x in _message(m, i, split_reasoning, strict_roles)]
 
-# %% ../nbs/07_formats.ipynb #ce704b9c
+# %% ../nbs/07_formats.ipynb #84199892
 @normalizer('nemotron_v2')
 def norm_nemotron_v2(raw: dict, # `{uuid, messages, category?, reasoning?, license?, generator?}`
                     ) -> list[dict]: # one partial row
@@ -325,7 +325,7 @@ def norm_nemotron_v2(raw: dict, # `{uuid, messages, category?, reasoning?, licen
     meta = {k: raw[k] for k in ('category', 'reasoning', 'license', 'generator') if k in raw}
     return [{'messages': norm_messages(msgs), 'meta': meta, 'native_id': raw.get('uuid')}]
 
-# %% ../nbs/07_formats.ipynb #df205017
+# %% ../nbs/07_formats.ipynb #6823994e
 @normalizer('coderforge')
 def norm_coderforge(raw: dict, # `{trajectory_id, messages: JSON text, tools?: JSON text, reward?, ...}`
                    ) -> list[dict]: # one partial row
@@ -336,7 +336,7 @@ def norm_coderforge(raw: dict, # `{trajectory_id, messages: JSON text, tools?: J
     if raw.get('tools'): out['tools'] = _loads(raw['tools'], 'tools')
     return [out]
 
-# %% ../nbs/07_formats.ipynb #76897cb1
+# %% ../nbs/07_formats.ipynb #05485ca7
 @normalizer('agentic_trajectories')
 def norm_agentic_trajectories(raw: dict, # `{session_id, messages_json: JSON text, agent_framework?, ...}`
                              ) -> list[dict]: # one partial row
@@ -354,7 +354,7 @@ def norm_swe_agent(raw: dict, # a `.traj` document `{trajectory, history: [...]}
     if isinstance(hist, list): hist = [h for h in hist if not (isinstance(h, dict) and h.get('is_demo'))]
     return [{'messages': norm_messages(hist, split_reasoning=False), 'native_id': raw.get('trajectory')}]
 
-# %% ../nbs/07_formats.ipynb #ee58856d
+# %% ../nbs/07_formats.ipynb #122183a9
 _GLAIVE_CALL = re.compile(r'^\s*\{\s*"name"\s*:\s*"([^"]+)"\s*,\s*"arguments"\s*:\s*\'(.*)\'\s*\}\s*$', re.S)
 
 def _literal(s: str):
@@ -382,7 +382,7 @@ def parse_functioncall(payload: str, # the text after `<functioncall>`
     if not isinstance(args, dict): raise NormalizeError(f'arguments not an object: call {name}')
     return name, args
 
-# %% ../nbs/07_formats.ipynb #85e3a36b
+# %% ../nbs/07_formats.ipynb #0f877814
 def json_objects(text: str, # prose with JSON objects in it
                 ) -> list: # every top-level JSON object, in order
     "Every top-level JSON object embedded in `text`."
@@ -409,7 +409,7 @@ def _assistant_with_call(text: str, calls_seen: list) -> dict:
     calls_seen.append(name)
     return {'role': 'assistant', 'content': pre.strip(), 'tool_calls': [make_tool_call(name, args)]}
 
-# %% ../nbs/07_formats.ipynb #2faee687
+# %% ../nbs/07_formats.ipynb #500e5685
 _GLAIVE_MARK = re.compile(r'(?:^|\n)\s*(USER|ASSISTANT|FUNCTION RESPONSE):[ \t]?')
 
 @normalizer('glaive_v2')
@@ -432,7 +432,7 @@ def norm_glaive_v2(raw: dict, # `{system, chat}`
         else: msgs.append(_msg('assistant', body))
     return [{'messages': msgs, **({'tools': tools} if tools else {})}]
 
-# %% ../nbs/07_formats.ipynb #f20d197e
+# %% ../nbs/07_formats.ipynb #4dd68363
 def _json_call(body: str) -> str | None:
     "`body` as a `<functioncall>` text when it is a call (marked, or a bare `{name, arguments}`), else None."
     if '<functioncall>' in body: return body
@@ -441,7 +441,7 @@ def _json_call(body: str) -> str | None:
     except ValueError: return None
     return '<functioncall>' + body if isinstance(obj, dict) and 'name' in obj and 'arguments' in obj else None
 
-# %% ../nbs/07_formats.ipynb #c912a084
+# %% ../nbs/07_formats.ipynb #c2a64318
 @normalizer('qwen35_toolcalling')
 def norm_qwen35_toolcalling(raw: dict, # `{messages}` with Glaive-style calls and results in the text
                            ) -> list[dict]: # one partial row
@@ -468,7 +468,7 @@ def norm_qwen35_toolcalling(raw: dict, # `{messages}` with Glaive-style calls an
         prev_call = call is not None
     return [{'messages': out, **({'tools': tools} if tools else {})}]
 
-# %% ../nbs/07_formats.ipynb #96dea0c7
+# %% ../nbs/07_formats.ipynb #aeeee738
 _TAG = lambda t: re.compile(rf'<{t}>\s*(.*?)\s*</{t}>', re.S)
 _TOOL_CALL, _TOOL_RESP, _TOOLS = _TAG('tool_call'), _TAG('tool_response'), _TAG('tools')
 
@@ -490,7 +490,7 @@ def _as_tools(obj) -> list:
         else: raise NormalizeError('bad tools: a tool is not a function spec')
     return out
 
-# %% ../nbs/07_formats.ipynb #86103acf
+# %% ../nbs/07_formats.ipynb #26aaf348
 def _hermes_system(v: str, tools):
     "(system text without its tools listing, tools): the listing is read unless `tools` came from the record."
     listing = next((m for m in _TOOLS.finditer(v) if m.group(1).strip()), None)   # a non-empty one
@@ -502,7 +502,7 @@ def _hermes_system(v: str, tools):
         tools = _as_tools(objs)
     return (v[:listing.start()] + v[listing.end():]).strip(), tools
 
-# %% ../nbs/07_formats.ipynb #1775aefd
+# %% ../nbs/07_formats.ipynb #476a4840
 def _hermes_calls(v: str, calls: list) -> dict:
     "An assistant turn with `<tool_call>` blocks; the names are appended to `calls`."
     tcs = []
@@ -530,7 +530,7 @@ def _hermes_results(v: str) -> list[dict]:
         out.append({'role': 'tool', 'content': c, **name})
     return out
 
-# %% ../nbs/07_formats.ipynb #1245a19e
+# %% ../nbs/07_formats.ipynb #f9419745
 @normalizer('hermes_fc')
 def norm_hermes_fc(raw: dict, # `{id?, conversations: [{from, value}], tools?, category?, ...}`
                   ) -> list[dict]: # one partial row
@@ -554,7 +554,7 @@ def norm_hermes_fc(raw: dict, # `{id?, conversations: [{from, value}], tools?, c
     out = {'messages': msgs, 'native_id': raw.get('id'), 'meta': meta}
     return [{**out, 'tools': tools} if tools else out]
 
-# %% ../nbs/07_formats.ipynb #796918f3
+# %% ../nbs/07_formats.ipynb #d0d26de0
 def _lf_calls(v: str, i: int) -> dict:
     "The assistant turn of a LLaMA-Factory `function_call` turn."
     obj = _loads(v, f'function_call at turn {i}')
@@ -568,7 +568,7 @@ def _lf_calls(v: str, i: int) -> dict:
         tcs.append(make_tool_call(c['name'], args))
     return {'role': 'assistant', 'content': '', 'tool_calls': tcs}
 
-# %% ../nbs/07_formats.ipynb #fc0cd078
+# %% ../nbs/07_formats.ipynb #fba087cc
 _LF_ROLES = {'observation': 'tool', 'human': 'user', 'user': 'user', 'gpt': 'assistant',
              'assistant': 'assistant', 'system': 'system'}
 
@@ -589,7 +589,7 @@ def norm_llamafactory_tools(raw: dict, # `{conversations: [{from, value}], syste
     tools = _loads(raw.get('tools'), 'tools') if raw.get('tools') else None
     return [{'messages': msgs, **({'tools': _as_tools(tools)} if tools else {})}]
 
-# %% ../nbs/07_formats.ipynb #515dad06
+# %% ../nbs/07_formats.ipynb #65de2c8d
 def _xlam_params(p) -> dict:
     if isinstance(p, dict) and p.get('type') == 'object': return p
     if not isinstance(p, dict): raise NormalizeError('bad tools: xLAM parameters is not an object')
@@ -604,7 +604,7 @@ def _xlam_call(a, j) -> dict:
     if not isinstance(args, dict): raise NormalizeError(f'arguments not an object: answer {j}')
     return make_tool_call(a['name'], args, f'call_{j}')
 
-# %% ../nbs/07_formats.ipynb #cc8323e6
+# %% ../nbs/07_formats.ipynb #be802743
 @normalizer('xlam')
 def norm_xlam(raw: dict, # `{id?, query, tools: JSON text, answers: JSON text}`
              ) -> list[dict]: # one partial row: the query and one assistant turn of calls
@@ -622,7 +622,7 @@ def norm_xlam(raw: dict, # `{id?, query, tools: JSON text, answers: JSON text}`
     if calls: msgs.append({'role': 'assistant', 'content': '', 'tool_calls': calls})
     return [{'messages': msgs, 'tools': specs, 'native_id': raw.get('id')}]
 
-# %% ../nbs/07_formats.ipynb #e5c125cb
+# %% ../nbs/07_formats.ipynb #639cd084
 SCHEMA_TYPES = {'dict': 'object', 'float': 'number', 'tuple': 'array', 'list': 'array',   # Python-style name
                 'int': 'integer', 'str': 'string', 'bool': 'boolean', 'any': None}      # -> JSON-schema type
 
@@ -640,7 +640,7 @@ def json_schema(p, # a parameter schema, possibly with Python-style type names
         else: out[k] = v
     return out
 
-# %% ../nbs/07_formats.ipynb #cd7dd2cc
+# %% ../nbs/07_formats.ipynb #b0e620cc
 def _schema_typed(t: dict) -> dict:
     "Tool `t` with its parameters in JSON-schema types."
     fn = t['function']
@@ -656,7 +656,7 @@ def norm_bfcl(raw: dict, # `{id?, question: [[{role, content}], ...], function?:
     if fns: out['tools'] = [_schema_typed(t) for t in _as_tools(fns)]
     return [out]
 
-# %% ../nbs/07_formats.ipynb #6c23d0f8
+# %% ../nbs/07_formats.ipynb #b511377d
 @normalizer('mt_bench')
 def norm_mt_bench(raw: dict, # `{question_id, category?, turns: [str, ...]}`
                  ) -> list[dict]: # one prompt-only row
@@ -678,7 +678,7 @@ def norm_humaneval(raw: dict, # `{task_id, prompt, ...}`
          '\n\n```python\n' + p.rstrip() + '\n```')
     return [{'messages': [_msg('user', q)], 'native_id': raw.get('task_id')}]
 
-# %% ../nbs/07_formats.ipynb #dc852fbd
+# %% ../nbs/07_formats.ipynb #0d74e770
 @normalizer('messages')
 def norm_openai_messages(raw: dict, # `{id?, messages, tools?}`
                         ) -> list[dict]: # one partial row
@@ -689,7 +689,7 @@ def norm_openai_messages(raw: dict, # `{id?, messages, tools?}`
     if raw.get('tools'): out['tools'] = _as_tools(_loads(raw['tools'], 'tools'))
     return [out]
 
-# %% ../nbs/07_formats.ipynb #8954dec7
+# %% ../nbs/07_formats.ipynb #183a57f7
 @normalizer('anthropic')
 def norm_anthropic(raw: dict, # `{id?, system?, messages: [{role, content: str | blocks}], tools?: [{name, input_schema}]}`
                   ) -> list[dict]: # one partial row
@@ -701,7 +701,7 @@ def norm_anthropic(raw: dict, # `{id?, system?, messages: [{role, content: str |
     if raw.get('tools'): out['tools'] = _as_tools(_loads(raw['tools'], 'tools'))
     return [out]
 
-# %% ../nbs/07_formats.ipynb #b586446c
+# %% ../nbs/07_formats.ipynb #6ee5a8de
 RESPONSE_ITEMS = ('message', 'reasoning', 'function_call', 'function_call_output')
 
 def _response_items(raw) -> list:
@@ -721,7 +721,7 @@ def _item_parts(it: dict, k: int) -> list:
     if kind == 'function_call': return [it]
     raise NormalizeError(f'unknown item: item {k} has type {kind!r}; only {", ".join(RESPONSE_ITEMS)} are read')
 
-# %% ../nbs/07_formats.ipynb #2dadffee
+# %% ../nbs/07_formats.ipynb #85332a42
 def _response_messages(items: list) -> list[dict]:
     "OpenAI-like messages of Responses items: an assistant's consecutive items joined into one answer."
     msgs, cur = [], None
@@ -751,7 +751,7 @@ def norm_openai_responses(raw: dict, # `{id?, instructions?, input: str | [items
     if raw.get('tools'): out['tools'] = _as_tools(_loads(raw['tools'], 'tools'))
     return [out]
 
-# %% ../nbs/07_formats.ipynb #76d3c698
+# %% ../nbs/07_formats.ipynb #962f56d4
 def _answer(x, what) -> list[dict]:
     "A chosen answer as assistant messages: a string, a `{from, value}`/`{role, content}` turn, or messages."
     if isinstance(x, str): return [_msg('assistant', x)]
@@ -764,7 +764,7 @@ def _answer(x, what) -> list[dict]:
                               for m in x])
     raise NormalizeError(f'wrong type: {what} is {type(x).__name__}, not a string, turn or message list')
 
-# %% ../nbs/07_formats.ipynb #3e979555
+# %% ../nbs/07_formats.ipynb #a6521f7e
 @normalizer('sharegpt_preference')
 def norm_sharegpt_preference(raw: dict, # `{conversations, chosen, rejected, system?}`
                             ) -> list[dict]: # one partial row answered by the chosen turn
@@ -777,7 +777,7 @@ def norm_sharegpt_preference(raw: dict, # `{conversations, chosen, rejected, sys
     msgs += _answer(chosen, 'chosen')
     return [{'messages': msgs, 'native_id': raw.get('id'), 'needs_answer': 'chosen'}]
 
-# %% ../nbs/07_formats.ipynb #7465be1f
+# %% ../nbs/07_formats.ipynb #1e40e1f5
 _HH = re.compile(r'(?:^|\n\n)(Human|Assistant):[ \t]?')
 
 @normalizer('hh_rlhf')
@@ -792,7 +792,7 @@ def norm_hh_rlhf(raw: dict, # `{chosen: transcript, rejected: transcript}`
             for who, body in zip(parts[1::2], parts[2::2])]
     return [{'messages': msgs, 'needs_answer': 'chosen'}]
 
-# %% ../nbs/07_formats.ipynb #136a0c69
+# %% ../nbs/07_formats.ipynb #be380dcd
 @normalizer('openai_preference')
 def norm_openai_preference(raw: dict, # `{prompt, chosen, rejected}`, or `{input, preferred_output}`
                           ) -> list[dict]: # one partial row answered by the chosen output
@@ -810,7 +810,7 @@ def norm_openai_preference(raw: dict, # `{prompt, chosen, rejected}`, or `{input
     msgs += _answer(chosen, 'chosen')
     return [{'messages': msgs, 'native_id': raw.get('id'), 'needs_answer': 'chosen'}]
 
-# %% ../nbs/07_formats.ipynb #29455751
+# %% ../nbs/07_formats.ipynb #46dd8b94
 class SourceUnavailable(RuntimeError):
     "A source that cannot be read here (offline, gated, missing file); `status` says which."
     def __init__(self, status: str, msg: str): self.status = status; super().__init__(f'{status}: {msg}')
@@ -826,7 +826,7 @@ def resolve_path(path: str, # `pkg:NAME`, `fixtures:REL`, or a path (`~` and `$V
     if not p.exists(): raise SourceUnavailable('missing', f'{p} does not exist')
     return p
 
-# %% ../nbs/07_formats.ipynb #dfe64af8
+# %% ../nbs/07_formats.ipynb #87e8bfbb
 def _is_lines(p: Path) -> bool:
     "JSON lines: named so, or more than one line and a first (non-blank) line that is a whole JSON object."
     if p.name.lower().endswith(('.jsonl', '.jsonl.gz')): return True
@@ -837,7 +837,7 @@ def _is_lines(p: Path) -> bool:
     try: return isinstance(json.loads(first), dict)
     except ValueError: return False
 
-# %% ../nbs/07_formats.ipynb #519f8b7a
+# %% ../nbs/07_formats.ipynb #0ab56026
 CONTAINER_KEYS = ('data', 'train', 'rows', 'records', 'examples', 'instances')   # {"data": [...], "v": 1}
 
 def _container_key(doc: dict) -> str | None:
@@ -863,7 +863,7 @@ def _read_document(p: Path) -> Iterator[dict]:
                                                  '_line': i}
     else: yield {'_error': f'expected a JSON list or object, got {type(doc).__name__}', '_line': 0}
 
-# %% ../nbs/07_formats.ipynb #e9dea5e5
+# %% ../nbs/07_formats.ipynb #cd8aed2c
 def read_file(path, # JSON lines (`.jsonl`, `.jsonl.gz`, a `.json` written as lines), JSON, `.traj` or Parquet
              ) -> Iterator[dict]: # its native records; unreadable ones as `{'_error', '_line'}` records
     "Stream the native records of a local file."
@@ -874,7 +874,7 @@ def read_file(path, # JSON lines (`.jsonl`, `.jsonl.gz`, a `.json` written as li
     elif not name.endswith('.traj') and _is_lines(p): yield from iter_jsonl(p, errors='yield')
     else: yield from _read_document(p)
 
-# %% ../nbs/07_formats.ipynb #56ab9653
+# %% ../nbs/07_formats.ipynb #42ae2b1a
 GROUP_BY = {'oasst_messages': 'message_tree_id'}   # normalizer -> the key of the rows that form one record
 
 def group_records(records: Iterable, # native records in file order
@@ -888,7 +888,7 @@ def group_records(records: Iterable, # native records in file order
         cur = k; rows.append(r)
     if rows: yield {key: cur, 'rows': rows}
 
-# %% ../nbs/07_formats.ipynb #099746d0
+# %% ../nbs/07_formats.ipynb #7e66e40a
 class _Tracked(dict):
     "A native record that remembers which of its fields the normalizer looked at."
     def __init__(self, *a):
@@ -908,7 +908,7 @@ def _apply(norm, raw, unmapped: Counter | None) -> tuple:
         unmapped.update(k for k in raw if k not in raw.seen and not k.startswith('_')); raw = dict(raw)
     return raw, parts, None
 
-# %% ../nbs/07_formats.ipynb #51ef84f4
+# %% ../nbs/07_formats.ipynb #4b274512
 def _row(src_name: str, p: dict, index: int, k: int, n: int, prompts_only: bool) -> dict:
     "Partial row `p` (the `k`-th of `n` from record `index`) with its id and source."
     nid = p.get('native_id')
@@ -940,7 +940,7 @@ def _checked(row: dict, repairs, needs_answer: str | None) -> tuple[dict, list[s
         return fixed_row, [f'no answer: the preference pair\'s {needs_answer} answer is empty (no assistant turn)']
     return fixed_row, []
 
-# %% ../nbs/07_formats.ipynb #2769202a
+# %% ../nbs/07_formats.ipynb #857439e8
 def normalize_record(src_name: str, # the source's name: the rows' `source` and the prefix of their ids
                      norm: Callable, # a normalizer (a value of `NORMALIZERS`)
                      raw, # one native record; an `_error` record of `read_file` becomes its rejection
@@ -963,7 +963,7 @@ def normalize_record(src_name: str, # the source's name: the rows' `source` and 
         else: rows.append(row)
     return rows, rej
 
-# %% ../nbs/07_formats.ipynb #f8a8f1b6
+# %% ../nbs/07_formats.ipynb #c8a9add9
 def _turns(r, key='conversations') -> bool:
     "ShareGPT turns: a non-empty list of `{from, value}`."
     c = r.get(key)
@@ -987,7 +987,7 @@ def _nested(r, key) -> bool:
     t = r.get(key)
     return isinstance(t, list) and bool(t) and all(isinstance(x, list) for x in t) and _roles(r, key)
 
-# %% ../nbs/07_formats.ipynb #ca8d83f0
+# %% ../nbs/07_formats.ipynb #863d72b9
 class Signature(NamedTuple):
     "What a layout's records look like: the fields they must have (or all of `alt`), and a shape check."
     fields: tuple
@@ -1012,7 +1012,7 @@ def _responses(r) -> bool:
                for k in ('input', 'output') if isinstance(r.get(k), list) for x in r[k])
 def _tool_markup(r, key, marks) -> bool: return any(m in _blob(r[key]) for m in marks)
 
-# %% ../nbs/07_formats.ipynb #da01d215
+# %% ../nbs/07_formats.ipynb #6b3fb189
 SIGNATURES: dict[str, Signature] = {
     'openorca': Signature(('system_prompt', 'question', 'response')),
     'alpaca': Signature(('instruction', 'output'), lambda r: 'input' in r),
@@ -1057,7 +1057,7 @@ def _sig_ok(name: str, r) -> bool:
     try: return sig.check is None or bool(sig.check(r))
     except (TypeError, AttributeError, KeyError): return False
 
-# %% ../nbs/07_formats.ipynb #c062c8b4
+# %% ../nbs/07_formats.ipynb #f0de3231
 def _expects(sig: Signature) -> str:
     return '+'.join(sig.fields) + (f' (or {"+".join(sig.alt)})' if sig.alt else '')
 
@@ -1078,7 +1078,7 @@ def _evidence(name: str, recs: list[dict], fields: Counter) -> dict:
     return {**ev, 'normalized': f'{ok}/{len(sample)}', 'unmapped': dict(um), 'first_rejection': why,
             'score': (ok / max(1, len(sample)), -len(um), specific)}
 
-# %% ../nbs/07_formats.ipynb #5fb7d597
+# %% ../nbs/07_formats.ipynb #5b82064c
 def _why(bad) -> str:
     "Why a record could not be read (with its line, when known)."
     if not (isinstance(bad, dict) and '_error' in bad): return f'not an object: {type(bad).__name__}'
@@ -1093,7 +1093,7 @@ def _sample(path_or_records, n: int) -> tuple:
         if len(recs) >= n or len(bad) >= n: break
     return path, recs, bad
 
-# %% ../nbs/07_formats.ipynb #fdb48b0d
+# %% ../nbs/07_formats.ipynb #c1285b78
 def detect_format(path_or_records, # a file (a path, `pkg:NAME`, `fixtures:REL`) or an iterable of records
                   n: int = 50, # records to sample
                  ) -> dict: # {path, sampled, unreadable, fields, canonical, best, matches, expected}
@@ -1110,7 +1110,7 @@ def detect_format(path_or_records, # a file (a path, `pkg:NAME`, `fixtures:REL`)
                                          >= len(recs),
             'best': matches[0]['normalizer'] if matches else None, 'matches': matches, 'expected': near}
 
-# %% ../nbs/07_formats.ipynb #a33c145a
+# %% ../nbs/07_formats.ipynb #b81cf764
 _PUNCT = re.compile(r'[\W_]+', re.U)
 
 def norm_text(s: str, # any text
