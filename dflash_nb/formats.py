@@ -701,7 +701,7 @@ def norm_anthropic(raw: dict, # `{id?, system?, messages: [{role, content: str |
     if raw.get('tools'): out['tools'] = _as_tools(_loads(raw['tools'], 'tools'))
     return [out]
 
-# %% ../nbs/07_formats.ipynb #6ee5a8de
+# %% ../nbs/07_formats.ipynb #ab36795a
 RESPONSE_ITEMS = ('message', 'reasoning', 'function_call', 'function_call_output')
 
 def _response_items(raw) -> list:
@@ -717,7 +717,9 @@ def _item_parts(it: dict, k: int) -> list:
     "The content parts an assistant-side item adds to the answer it belongs to."
     kind = it.get('type', 'message')
     if kind == 'message': c = it.get('content'); return [c] if isinstance(c, str) else list(c or [])
-    if kind == 'reasoning': return [{'type': 'reasoning', 'summary': it.get('summary') or [], 'content': it.get('content') or []}]
+    if kind == 'reasoning':   # its text (`reasoning_text` parts) when given, else its summary; encrypted only: no text
+        text = next((t for k in ('content', 'summary') if (t := _texts(it.get(k) or [], '\n\n'))), '')
+        return [{'type': 'reasoning', 'text': text}] if text.strip() else []
     if kind == 'function_call': return [it]
     raise NormalizeError(f'unknown item: item {k} has type {kind!r}; only {", ".join(RESPONSE_ITEMS)} are read')
 
