@@ -14,16 +14,16 @@ from .schema import (DEFAULT_REPAIRS, FIXES, ROLES, check_row, fix_row, from_sha
                               split_think, validate_row)
 
 # %% auto #0
-__all__ = ['NORMALIZERS', 'TEXT_PARTS', 'REASONING_PARTS', 'CALL_PARTS', 'RESULT_PARTS', 'SCHEMA_TYPES', 'RESPONSE_ITEMS',
-           'CONTAINER_KEYS', 'GROUP_BY', 'SIGNATURES', 'NormalizeError', 'normalizer', 'norm_openorca',
-           'norm_evol_codealpaca', 'norm_magicoder_oss', 'norm_alpaca', 'norm_oasst_tree', 'norm_oasst_messages',
-           'norm_lima', 'norm_sharegpt', 'Parts', 'read_parts', 'content_parts', 'norm_messages', 'norm_nemotron_v2',
-           'norm_coderforge', 'norm_agentic_trajectories', 'norm_swe_agent', 'parse_functioncall', 'json_objects',
-           'norm_glaive_v2', 'norm_qwen35_toolcalling', 'norm_hermes_fc', 'norm_llamafactory_tools', 'norm_xlam',
-           'json_schema', 'norm_bfcl', 'norm_mt_bench', 'norm_humaneval', 'norm_openai_messages', 'norm_anthropic',
-           'norm_openai_responses', 'norm_sharegpt_preference', 'norm_hh_rlhf', 'norm_openai_preference',
-           'SourceUnavailable', 'resolve_path', 'read_file', 'group_records', 'normalize_record', 'Signature',
-           'detect_format', 'norm_text']
+__all__ = ['NORMALIZERS', 'TEXT_PARTS', 'REASONING_PARTS', 'CALL_PARTS', 'RESULT_PARTS', 'ENCRYPTED_PARTS', 'SCHEMA_TYPES',
+           'RESPONSE_ITEMS', 'CONTAINER_KEYS', 'GROUP_BY', 'SIGNATURES', 'NormalizeError', 'normalizer',
+           'norm_openorca', 'norm_evol_codealpaca', 'norm_magicoder_oss', 'norm_alpaca', 'norm_oasst_tree',
+           'norm_oasst_messages', 'norm_lima', 'norm_sharegpt', 'Parts', 'read_parts', 'content_parts', 'norm_messages',
+           'norm_nemotron_v2', 'norm_coderforge', 'norm_agentic_trajectories', 'norm_swe_agent', 'parse_functioncall',
+           'json_objects', 'norm_glaive_v2', 'norm_qwen35_toolcalling', 'norm_hermes_fc', 'norm_llamafactory_tools',
+           'norm_xlam', 'json_schema', 'norm_bfcl', 'norm_mt_bench', 'norm_humaneval', 'norm_openai_messages',
+           'norm_anthropic', 'norm_openai_responses', 'norm_sharegpt_preference', 'norm_hh_rlhf',
+           'norm_openai_preference', 'SourceUnavailable', 'resolve_path', 'read_file', 'group_records',
+           'normalize_record', 'Signature', 'detect_format', 'norm_text']
 
 # %% ../nbs/07_formats.ipynb #63f77c25
 class NormalizeError(ValueError):
@@ -167,11 +167,12 @@ def norm_sharegpt(raw: dict, # `{id?, conversations: [{from, value}], tools?}`
     if 'tools' in raw: out['tools'] = _loads(raw['tools'], 'tools')
     return [out]
 
-# %% ../nbs/07_formats.ipynb #16668bcb
+# %% ../nbs/07_formats.ipynb #c2e15e90
 TEXT_PARTS = ('text', 'input_text', 'output_text', 'refusal')   # content part types read as text (a refusal: the answer)
 REASONING_PARTS = ('reasoning', 'thinking', 'reasoning_text')     # ... as the turn's reasoning
 CALL_PARTS = ('tool_call', 'function_call', 'tool_use')           # ... as the turn's tool calls
 RESULT_PARTS = ('tool_result', 'tool_response', 'function_call_output', 'function_response')   # ... as tool messages
+ENCRYPTED_PARTS = ('redacted_thinking',)                         # reasoning without text to read: adds nothing
 
 class Parts(NamedTuple):
     "What a message's content holds: its text, its reasoning (None: none), its tool calls and its tool results."
@@ -208,7 +209,7 @@ def _call(c, where: str) -> dict:
     if not isinstance(args, dict): raise NormalizeError(f'arguments not an object: {where} call {name}')
     return make_tool_call(name, args, _call_id(c))
 
-# %% ../nbs/07_formats.ipynb #b53114e1
+# %% ../nbs/07_formats.ipynb #98e262d2
 def _result(p: dict, where: str) -> dict:
     "A tool-result part -> the tool message it stands for."
     body = next((p[k] for k in ('content', 'output', 'result', 'text', 'value') if k in p), None)
@@ -222,25 +223,26 @@ def _result(p: dict, where: str) -> dict:
     return m
 
 def _part(p, where) -> tuple[str, object]:
-    "(`text` | `reasoning` | `call` | `result`, its value) of one content part; a part carrying none is a NormalizeError."
+    "(`text` | `reasoning` | `call` | `result` | `none`, its value) of one content part; a part carrying none is a NormalizeError."
     if isinstance(p, str): return 'text', p
     if not isinstance(p, dict): raise NormalizeError(f'wrong type: {where} is {type(p).__name__}, not a part')
     kind = p.get('type', 'text')
     if kind in CALL_PARTS: return 'call', _call(p, where)
     if kind in RESULT_PARTS: return 'result', _result(p, where)
+    if kind in ENCRYPTED_PARTS: return 'none', None
     body = next((b for k in ('text', 'value', kind, 'summary', 'content') if (b := _texts(p.get(k), '\n\n')) is not None), None)
     if kind in TEXT_PARTS and body is not None: return 'text', body
     if kind in REASONING_PARTS and body is not None: return 'reasoning', body
     raise NormalizeError(f'non-text content: {where} has type {kind!r}; only text, reasoning, tool calls and tool results are read')
 
-# %% ../nbs/07_formats.ipynb #8680257f
+# %% ../nbs/07_formats.ipynb #5dce9781
 def read_parts(c, # a message's `content`: None, a string, or a list of parts
                what: str, # where it is, for the error message: `message 2`
               ) -> Parts: # its text, reasoning, tool calls and tool results
     "Everything a message's content holds, each part where the canonical row keeps it."
     if c is None or isinstance(c, str): return Parts(c if c is not None else '', None, [], [])
     if not isinstance(c, list): raise NormalizeError(f'wrong type: {what} content is {type(c).__name__}')
-    got = {'text': [], 'reasoning': [], 'call': [], 'result': []}
+    got = {'text': [], 'reasoning': [], 'call': [], 'result': [], 'none': []}
     for j, p in enumerate(c):
         kind, v = _part(p, f'{what} part {j}'); got[kind].append(v)
     r = [x for x in got['reasoning'] if x.strip()]
