@@ -85,7 +85,7 @@ def test_opting_in_applies_the_meaning_changing_repair(tmp_path):
 def test_explorer_repair_is_byte_for_byte_what_convert_applies(tmp_path):
     lines = MESSY.read_text().splitlines()
     for label, tok, tpl in _targets():
-        ex = explore_file(MESSY, tok, tpl).exploration()
+        ex = explore_file(MESSY, tok, tpl, fmt='canonical').exploration()
         shown = {v['id']: v for v in ex['rows'] if v.get('repair')}
         assert {'mid-system', 'greeting-first', 'no-prompt', 'gpt-role'} <= set(shown), (label, sorted(shown))
         for k, v in shown.items():
