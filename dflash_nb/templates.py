@@ -1491,7 +1491,7 @@ def outputs(self: ExplorerWidget) -> list[dict]:
     for x in [ex, *self._cache.values()]: exs.setdefault(_mode_label(x), x)   # each mode once, the selected first
     page = explorer_html(list(exs.values()), self.r.tokenizer, self.max_rows, self.max_tokens)
     head = f"explorer of {Path(d['path']).name if d else f'{len(self.rows)} rows'} through {ex['template']} ({_mode_label(ex)})"
-    widget = {**self.box._repr_mimebundle_(), 'text/plain': f'{head}: the interactive explorer (JupyterLab)'}
+    widget = {**self.box._repr_mimebundle_(), 'text/plain': 'the interactive explorer (JupyterLab); its static view:'}
     return [widget, {'text/html': f'<div class="dx-static">{page}<script>{_HIDE_JS}</script></div>',
                      'text/plain': '\n'.join([head, *_headline(ex['summary'])])}]
 
