@@ -1160,7 +1160,7 @@ def explore_row(
                 'default': _default({'status': 'prompt-only'})}
     v = {**v, 'status': 'failed', **_why(r, msgs, tools, raw, reasons, enable_thinking)}
     v = _with_repair(v, r, _subset(row), enable_thinking, method) if reasons else {**v, 'repair': None}
-    return {**v, 'default': _default(v)}
+    return {**v, 'default': _default(v), **({'read': read['reason']} if not read['ok'] else {})}   # the reading stage's own words
 
 # %% ../nbs/20_templates.ipynb #f4e88faf
 def _explore_summary(views) -> dict:
@@ -1291,6 +1291,7 @@ def row_html(
     out = [f"<div><b>{e(str(v['id']))}</b> <small>{e(v['source'])} {where}</small> — {status}"
            + (f" <small>(by default: {e(v['default'])})</small>" if v.get('default') else '') + '</div>']
     if v['status'] != 'ok' and v.get('error'): out.append(f"<div>error: <code>{e(v['error'])}</code></div>")
+    if v.get('read'): out.append(f"<div>a run's <code>sources</code> stage quarantines it when reading the file: <code>{e(v['read'])}</code></div>")
     if v.get('context'): out.append(_context_html(v))
     if v.get('explanation'): out.append(f"<div>why: {e(v['explanation'])}</div>")
     if v['status'] == 'failed': out.append(_repair_html(v, tokenizer, max_tokens))
@@ -1647,6 +1648,7 @@ def format_row_debug(
     out = [f"--- {v['id']} ({v['source']}, line {v['line']}): " + (f'ok, {_size(v)}' if v['status'] == 'ok' else v['reason'])]
     if v['status'] == 'ok': return '\n'.join(out + _pieces(v))
     if v.get('error') and v['error'] not in out[0]: out.append(f"  error: {v['error']}")
+    if v.get('read'): out.append(f"  on reading (the sources stage): {v['read']}")
     if v.get('rule_line'): out.append(f"  template line {v['rule_line']}: {v.get('condition') or ''} {v.get('rule') or ''}".rstrip())
     if v.get('explanation'): out.append(f"  why: {v['explanation']}")
     if v['status'] != 'failed': return '\n'.join(out)

@@ -61,6 +61,7 @@ def test_report_reads_the_file_as_a_run_does(tmp_path):
     assert img['reason'] == 'non-text content' and "'image_url'" in img['error'] and 'concatenate' not in json.dumps(ex['rows'])
     assert views['sharegpt']['error'] == 'missing field: messages'
     assert views['mid-system']['default'] == 'quarantined; opt in: move_system_first'
+    assert views['mid-system']['read'].startswith('system not first') and 'move_system_first would apply' in views['mid-system']['read']
 
 def _report_args(target):
     if target == 'qwen3':
