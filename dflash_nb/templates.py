@@ -941,11 +941,10 @@ def read_numbered(
             yield n, (obj if isinstance(obj, dict) else {'_error': f'expected a JSON object, got {type(obj).__name__}'})
 
 # %% ../nbs/20_templates.ipynb #287ce603
-def _no_format(p: Path, found: str | None, what: str) -> ValueError:
+def _no_format(p: Path, found: str | None, what: str, note: str = '') -> ValueError:
     "The error for a file whose format is unknown: what `sources detect` says of it, and what to pass."
-    return ValueError(f'{what}: use canonical or a normalizer ({", ".join(sorted(NORMALIZERS))}); '
-                      + (f'this file reads as {found!r}' if found else f'no normalizer reads {p.name} (`dflash-nb sources detect {p}` says what each expects)')
-                      + ' (a source name of the registry is not a format: `dflash-nb sources list` shows its normalizer)')
+    said = f'this file reads as {found!r}' if found else f'no normalizer reads {p.name} (`dflash-nb sources detect {p}` says what each expects)'
+    return ValueError(f'{what}: {said}; pass canonical or a normalizer ({", ".join(sorted(NORMALIZERS))}){note}')
 
 def _detect(p: Path) -> str:
     "The normalizer `dflash-nb sources detect` names for a file (the one a run's `sources` stage reads it with)."
@@ -955,7 +954,8 @@ def _detect(p: Path) -> str:
 def _normalizer(fmt: str, path):
     "The normalizer function of a format name; a clear error for anything else."
     if fmt in NORMALIZERS: return NORMALIZERS[fmt]
-    raise _no_format(Path(path), detect_format(path)['best'], f'unknown format {fmt!r}')
+    raise _no_format(Path(path), detect_format(path)['best'], f'unknown format {fmt!r}',
+                     ' (a source name of the registry is not a format: `dflash-nb sources list` shows its normalizer)')
 
 # %% ../nbs/20_templates.ipynb #8047cd6e
 def _canonical_row(rec: dict, n: int, src: str) -> dict:
