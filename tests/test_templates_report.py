@@ -154,3 +154,63 @@ def test_explorer_cell_executed_headless(tmp_path):
     (tmp_path / 'live.html').write_text(f'<html><body><div class="jp-Cell"><div class="jupyter-widgets widget-box widget-vbox">'
                                         f'</div>{static}</div></body></html>')
     assert 'class="dx-static" style="display: none;"' in _browser(tmp_path / 'live.html')
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s: s.bind(('127.0.0.1', 0)); return s.getsockname()[1]
+
+async def _run_in_lab(url: str, debug_port: int, shot: Path) -> dict:
+    "Open `url` (a notebook in JupyterLab) in the headless chromium listening on `debug_port`, run its first cell, read the outputs."
+    import asyncio, base64, urllib.request
+    from tornado.websocket import websocket_connect   # tornado comes with jupyter_server
+    for _ in range(100):
+        try: tabs = json.load(urllib.request.urlopen(f'http://127.0.0.1:{debug_port}/json')); break
+        except OSError: await asyncio.sleep(0.2)
+    ws, n = await websocket_connect(next(t['webSocketDebuggerUrl'] for t in tabs if t['type'] == 'page'), max_message_size=1 << 28), [0]
+    async def call(method, **params):
+        n[0] += 1; await ws.write_message(json.dumps({'id': n[0], 'method': method, 'params': params}))
+        while (m := json.loads(await ws.read_message())).get('id') != n[0]: pass
+        return m.get('result', {})
+    async def js(expr): return (await call('Runtime.evaluate', expression=expr, returnByValue=True))['result'].get('value')
+    panel = '.jp-NotebookPanel:not(.lm-mod-hidden)'
+    await call('Page.navigate', url=url)
+    for _ in range(240):
+        await asyncio.sleep(0.5)
+        if await js(f"!!document.querySelector('{panel} .jp-Cell .jp-InputArea-prompt')"): break
+    await asyncio.sleep(8)   # the kernel starts
+    x, y = await js(f"(function(){{var p=document.querySelector('{panel} .jp-Cell .jp-InputArea-prompt').getBoundingClientRect();return [p.x+5,p.y+5]}})()")
+    for t in ('mousePressed', 'mouseReleased'): await call('Input.dispatchMouseEvent', type=t, x=x, y=y, button='left', clickCount=1)
+    await asyncio.sleep(1)
+    for t in ('rawKeyDown', 'keyUp'):   # shift-enter: run the cell
+        await call('Input.dispatchKeyEvent', type=t, modifiers=8, windowsVirtualKeyCode=13, key='Enter', code='Enter', **({'text': '\r'} if t == 'rawKeyDown' else {}))
+    state = {}
+    for _ in range(180):
+        await asyncio.sleep(1)
+        state = {'widget': await js(f"document.querySelectorAll('{panel} .jp-OutputArea .widget-vbox').length"),
+                 'static': await js(f"(function(){{var s=document.querySelector('{panel} .dx-static');return s?getComputedStyle(s).display:null}})()")}
+        if state['widget'] and state['static'] == 'none': break
+    shot.write_bytes(base64.b64decode((await call('Page.captureScreenshot', format='png'))['data']))
+    return state
+
+@pytest.mark.skipif(not os.environ.get('DFLASH_NB_SLOW') or CHROMIUM is None or shutil.which('jupyter-lab') is None,
+                    reason='slow (DFLASH_NB_SLOW=1), needs chromium and jupyterlab')
+def test_explorer_in_live_jupyterlab(tmp_path):
+    "In a live JupyterLab the widget renders and the static copy hides itself: the rows are shown once."
+    import asyncio, nbformat
+    nb = nbformat.v4.new_notebook(metadata={'kernelspec': {'name': 'python3', 'display_name': 'Python 3', 'language': 'python'}})
+    nb.cells = [nbformat.v4.new_code_cell(f"from dflash_nb.templates import explore_file\nexplore_file({str(MESSY)!r}, 'smollm2', max_tokens=200)")]
+    nbformat.write(nb, tmp_path / 'live.ipynb')
+    port, dport = _free_port(), _free_port()
+    lab = subprocess.Popen(['jupyter-lab', '--allow-root', '--no-browser', f'--port={port}', '--ServerApp.token=', '--ServerApp.password=',
+                            f'--notebook-dir={tmp_path}', f'--LabApp.user_settings_dir={tmp_path / "settings"}',
+                            f'--LabApp.workspaces_dir={tmp_path / "workspaces"}'],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    browser = subprocess.Popen([CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', f'--user-data-dir={tmp_path / "profile"}',
+                                f'--remote-debugging-port={dport}', '--window-size=1400,1800', 'about:blank'],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        state = asyncio.run(_run_in_lab(f'http://127.0.0.1:{port}/lab/tree/live.ipynb', dport, SHOTS / 'explorer_jupyterlab.png'))
+    finally:
+        for p in (browser, lab): p.terminate(); p.wait(timeout=30)
+    assert state == {'widget': 1, 'static': 'none'}, state
