@@ -958,6 +958,9 @@ def _normalizer(fmt: str, path):
                      ' (a source name of the registry is not a format: `dflash-nb sources list` shows its normalizer)')
 
 # %% ../nbs/20_templates.ipynb #8047cd6e
+import copy
+from .formats import GROUP_BY, group_records
+
 def _canonical_row(rec: dict, n: int, src: str) -> dict:
     row = {**rec, 'id': row_id(rec, n), 'line': n, 'source': rec.get('source') or src}
     return row if isinstance(rec.get('messages'), list) else {**row, '_error': 'no messages list'}
@@ -980,9 +983,6 @@ def _normalized_rows(src: str, norm, rec: dict, i: int, n: int) -> list[dict]:
             for k, p in enumerate(parts)]
 
 # %% ../nbs/20_templates.ipynb #9427db48
-import copy
-from .formats import GROUP_BY, group_records
-
 def _numbered(p: Path, fmt: str, limit) -> list[tuple[int, dict]]:
     "(line, record) pairs; a grouped format's records (`formats.GROUP_BY`) grouped as a run groups them, at their first line."
     recs = list(itertools.islice(read_numbered(p), limit))
