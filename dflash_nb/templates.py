@@ -472,49 +472,72 @@ def read_numbered(
             yield n, (obj if isinstance(obj, dict) else {'_error': f'expected a JSON object, got {type(obj).__name__}'})
 
 # %% ../nbs/20_templates.ipynb #287ce603
-def _is_canonical(recs) -> bool:
-    "Most of the first 8 readable records carry a `messages` list."
-    recs = [r for r in recs if isinstance(r, dict) and '_error' not in r][:8]
-    return 2 * sum(isinstance(r.get('messages'), list) for r in recs) >= len(recs)
+def _no_format(p: Path, found: str | None, what: str, note: str = '') -> ValueError:
+    "The error for a file whose format is unknown: what `sources detect` says of it, and what to pass."
+    said = f'this file reads as {found!r}' if found else f'no normalizer reads {p.name} (`dflash-nb sources detect {p}` says what each expects)'
+    return ValueError(f'{what}: {said}; pass canonical or a normalizer ({", ".join(sorted(NORMALIZERS))}){note}')
 
-def _detected(path) -> str | None:
-    "The normalizer the format detector picks for a file, or None."
-    d = detect_format(path)
-    return d['matches'][0]['normalizer'] if d['matches'] else None
+def _detect(p: Path) -> str:
+    "The normalizer `dflash-nb sources detect` names for a file (the one a run's `sources` stage reads it with)."
+    if found := detect_format(p)['best']: return found
+    raise _no_format(p, None, f'cannot tell the format of {p.name}')
 
 def _normalizer(fmt: str, path):
     "The normalizer function of a format name; a clear error for anything else."
     if fmt in NORMALIZERS: return NORMALIZERS[fmt]
-    found = _detected(path)
-    raise ValueError(f'unknown format {fmt!r}: use canonical or a normalizer ({", ".join(sorted(NORMALIZERS))}); '
-                     + (f'this file reads as {found!r}' if found else 'no normalizer reads this file')
-                     + ' (a source name of the registry is not a format: `dflash-nb sources list` shows its normalizer)')
+    raise _no_format(Path(path), detect_format(path)['best'], f'unknown format {fmt!r}',
+                     ' (a source name of the registry is not a format: `dflash-nb sources list` shows its normalizer)')
 
 # %% ../nbs/20_templates.ipynb #8047cd6e
+import copy
+from .formats import GROUP_BY, group_records
+
 def _canonical_row(rec: dict, n: int, src: str) -> dict:
     row = {**rec, 'id': row_id(rec, n), 'line': n, 'source': rec.get('source') or src}
     return row if isinstance(rec.get('messages'), list) else {**row, '_error': 'no messages list'}
 
+def _read_verdict(src: str, rec: dict, i: int, part: dict) -> dict:
+    "What a run's `sources` stage does with one mapped row by default (format-only repairs): `{'ok'}` or the reason."
+    got, rej = normalize_record(src, lambda _: [copy.deepcopy(part)], rec, i)
+    return {'ok': True} if got else {'ok': False, 'reason': rej[0]['reason']}
+
+def _normalized_rows(src: str, norm, rec: dict, i: int, n: int) -> list[dict]:
+    "The rows of record `i` (line `n`) as the normalizer maps them, each with the stage's verdict; a record it rejects as an `_error` row."
+    base = {'id': row_id(rec, n), 'line': n, 'source': rec['source'] if isinstance(rec.get('source'), str) else src}
+    try: parts = norm(rec)
+    except Exception: parts = None   # the stage's own reason, below
+    if not parts:
+        rej = normalize_record(src, norm, rec, i)[1]
+        return [{**base, '_error': rej[0]['reason'] if rej else 'no row: the normalizer gives no row for this record'}]
+    return [{**base, 'id': base['id'] + (f'.{k}' if len(parts) > 1 else ''), 'messages': p['messages'],
+             **({'tools': p['tools']} if p.get('tools') else {}), 'read': _read_verdict(src, rec, i, p)}
+            for k, p in enumerate(parts)]
+
+# %% ../nbs/20_templates.ipynb #9427db48
+def _numbered(p: Path, fmt: str, limit) -> list[tuple[int, dict]]:
+    "(line, record) pairs; a grouped format's records (`formats.GROUP_BY`) grouped as a run groups them, at their first line."
+    recs = list(itertools.islice(read_numbered(p), limit))
+    if fmt not in GROUP_BY: return recs
+    out, j = [], 0
+    for g in group_records((r for _, r in recs), GROUP_BY[fmt]): out.append((recs[j][0], g)); j += len(g['rows'])
+    return out
+
 def load_rows(
     path,  # a data file
-    fmt: str | None = None,  # `canonical`, a normalizer name, or None (detected)
+    fmt: str | None = None,  # `canonical`, a normalizer name, or None (what `dflash-nb sources detect` names)
     limit: int | None = None,  # read at most this many records
-) -> tuple[list[dict], dict]:  # (rows with `id`, `line`, `source`; info {'path', 'format', 'detected', 'records', 'rows'})
-    "The rows of a data file for the explorer: canonical as they are, other formats through their normalizer."
+) -> tuple[list[dict], dict]:  # (rows with `id`, `line`, `source` and `read`; info {'path', 'format', 'detected', 'records', 'rows'})
+    "The rows of a data file as a run reads them: through the normalizer `sources detect` names (or `fmt`); `canonical` as they are."
     p = Path(path)
     if not p.is_file(): raise FileNotFoundError(f'data file not found: {p}')
-    recs, detected = list(itertools.islice(read_numbered(p), limit)), fmt is None
-    fmt = fmt or ('canonical' if _is_canonical([r for _, r in recs]) else _detected(p))
-    if fmt is None: raise ValueError(f'cannot tell the format of {p.name}: no normalizer maps its first records; pass the format (canonical or a normalizer name)')
-    norm, rows, src = None if fmt == 'canonical' else _normalizer(fmt, p), [], p.name.split('.')[0]
-    for n, rec in recs:
-        if '_error' in rec: rows.append({'id': f'line {n}', 'line': n, 'source': src, '_error': rec['_error']}); continue
-        if norm is None: rows.append(_canonical_row(rec, n, src)); continue
-        got, rej = normalize_record(src, norm, rec, n - 1, repairs=FIXES)
-        rows += [{**g, 'line': n} for g in got]
-        rows += [{'id': row_id(rec, n), 'line': n, 'source': src, '_error': f"{fmt}: {j['reason']}"} for j in rej]
-    return rows, {'path': str(p), 'format': fmt, 'detected': detected, 'records': len(recs),
-                  'rows': len(rows)}
+    detected, fmt = fmt is None, fmt or _detect(p)
+    norm, src, rows = None if fmt == 'canonical' else _normalizer(fmt, p), p.name.split('.')[0], []
+    recs = _numbered(p, fmt, limit)
+    for i, (n, rec) in enumerate(recs):
+        if '_error' in rec: rows.append({'id': f'line {n}', 'line': n, 'source': src, '_error': rec['_error']})
+        elif norm is None: rows.append(_canonical_row(rec, n, src))
+        else: rows += _normalized_rows(src, norm, rec, i, n)
+    return rows, {'path': str(p), 'format': fmt, 'detected': detected, 'records': len(recs), 'rows': len(rows)}
 
 # %% ../nbs/20_templates.ipynb #b725c5dc
 def show_tail(
@@ -587,6 +610,8 @@ def _try_mask(r: Renderer, msgs, tools, et, method) -> dict | MaskError:
     except MaskError as e: return e
 
 # %% ../nbs/20_templates.ipynb #24a292d4
+def _kind(reason: str) -> str: return reason.split(':', 1)[0].strip()   # the short, stable kind (as `core.Quarantine` counts it)
+
 def _why(r: Renderer, msgs, tools, raw, reasons, et) -> dict:
     "Reason, error and (for a template error) the rule, its context and an explanation."
     if isinstance(raw, MaskError) and raw.reason == 'template error':
@@ -597,7 +622,7 @@ def _why(r: Renderer, msgs, tools, raw, reasons, et) -> dict:
                    'rule': pr.get('source'),
                    'condition': pr.get('condition')}
             return {**out, 'context': template_context(r.template, pr['line'], pr.get('condition_line'))} if pr.get('line') else out
-    if reasons: return {'reason': reasons[0].split(':', 1)[0], 'error': reasons[0], 'schema': reasons}
+    if reasons: return {'reason': _kind(reasons[0]), 'error': reasons[0], 'schema': reasons}
     return {'reason': raw.reason, 'error': str(raw)}
 
 def _default(v: dict) -> str:
@@ -609,9 +634,15 @@ def _default(v: dict) -> str:
     return 'quarantined'
 
 # %% ../nbs/20_templates.ipynb #c3128ccb
+def _row_repair(row: dict) -> tuple:
+    "(names, class, repaired row) for a row the schema rejects: the format-only repairs when they suffice (what a run applies by default), else every repair that applies (`schema_repair`)."
+    fixed, notes = fix_row({'id': 'x', 'source': 'x', **row})
+    if not notes: return schema_repair(row)
+    return '+'.join(repair_names(notes)), FORMAT_ONLY, {k: v for k, v in fixed.items() if k in ('messages', 'tools')}
+
 def _with_repair(v: dict, r: Renderer, row: dict, et, method) -> dict:
     "Add the schema repair of a failed row, its class, and the repaired render and mask (or why it still fails)."
-    name, kind, fixed = schema_repair(row)
+    name, kind, fixed = _row_repair(row)
     if not fixed: return {**v, 'repair': None}
     res = _try_mask(r, fixed['messages'], fixed.get('tools'), et, method)
     if isinstance(res, MaskError) and res.reason != 'prompt-only':
@@ -627,45 +658,60 @@ def _subset(row: dict) -> dict:
     return {'messages': row['messages'], **({'tools': row['tools']} if 'tools' in row else {})}
 
 # %% ../nbs/20_templates.ipynb #20ae3610
+def _error_view(v: dict, reason: str) -> dict:
+    "A row quarantined on reading with no repair to try: unreadable, or rejected by its normalizer or by the reading stage."
+    return {**v, 'status': 'failed', 'reason': _kind(reason), 'error': reason, 'repair': None, 'default': 'quarantined'}
+
+def _repaired_on_reading(v: dict, r: Renderer, row: dict, raw: dict, made: list, et) -> dict:
+    "A valid row that a stage made with a meaning-changing repair (a run's canonical rows record it in `meta.repairs`)."
+    msgs, tools = row['messages'], row.get('tools')
+    v = {**v, 'status': 'failed', 'reason': f"repaired on reading: {'+'.join(made)}", 'error': '; '.join(row['meta']['repairs']),
+         'repair': '+'.join(made), 'repair_kind': MEANING_CHANGING, 'repaired': raw, 'repaired_messages': msgs,
+         'repaired_render': r.render(msgs, tools=tools, enable_thinking=et)}
+    return {**v, 'default': _default(v)}
+
 def explore_row(
     r: Renderer,  # the template
-    row: dict,  # a row from `load_rows` (`id`, `line`, `source`, `messages`, maybe `tools`, or `_error`)
+    row: dict,  # a row from `load_rows` (`id`, `line`, `source`, `messages`, maybe `tools` and `read`, or `_error`)
     enable_thinking: bool | None = None,  # the thinking mode
     method: str = 'prefix',  # `prefix` or `locate`
 ) -> dict:  # the view: status, reason, error, rule and context, repair, repair_kind, default, mask or repaired mask
     "The explorer's view of one row: what the pipeline does with it, why, and what a repair would give."
     v = {'id': row.get('id'), 'source': row.get('source') or '', 'line': row.get('line')}
-    if '_error' in row: return {**v, 'status': 'failed', 'reason': 'invalid input', 'error': row['_error'],
-                                'repair': None, 'default': 'quarantined'}
-    msgs, tools = row['messages'], row.get('tools')
+    if '_error' in row: return _error_view(v, row['_error'])
+    msgs, tools, read = row['messages'], row.get('tools'), row.get('read') or {'ok': True}
     raw, reasons = _try_mask(r, msgs, tools, enable_thinking, method), validate_row({'id': 'x', 'source': 'x', **_subset(row)})
-    read = repair_names((row.get('meta') or {}).get('repairs') or [])   # repairs made when the file was normalized
-    if not reasons and not isinstance(raw, MaskError) and repair_kind(read) != MEANING_CHANGING:
-        return {**v, 'status': 'ok', 'reason': 'ok', 'default': 'trained', **raw,
-                **({'read_repairs': read} if read else {})}
-    if not reasons and isinstance(raw, MaskError) and raw.reason == 'prompt-only':
+    if not reasons and not read['ok']: return _error_view(v, read['reason'])   # valid, yet the reading stage rejects it
+    made = repair_names((row.get('meta') or {}).get('repairs') or [])
+    if not reasons and not isinstance(raw, MaskError):
+        if repair_kind(made) == MEANING_CHANGING: return _repaired_on_reading(v, r, row, raw, made, enable_thinking)
+        return {**v, 'status': 'ok', 'reason': 'ok', 'default': 'trained', **raw}
+    if not reasons and raw.reason == 'prompt-only':
         return {**v, 'status': 'prompt-only', 'reason': 'prompt-only', 'error': str(raw), 'repair': None,
                 'default': _default({'status': 'prompt-only'})}
     v = {**v, 'status': 'failed', **_why(r, msgs, tools, raw, reasons, enable_thinking)}
-    if reasons: v = _with_repair(v, r, _subset(row), enable_thinking, method)
-    elif not isinstance(raw, MaskError):   # valid, but a meaning-changing repair was made when the file was read
-        v.update(reason=f"repaired on reading: {'+'.join(read)}", repair='+'.join(read),
-                 repair_kind=MEANING_CHANGING,
-                 repaired=raw, repaired_messages=msgs,
-                 repaired_render=r.render(msgs, tools=tools, enable_thinking=enable_thinking))
-    else: v['repair'] = None
-    return {**v, 'default': _default(v)}
+    v = _with_repair(v, r, _subset(row), enable_thinking, method) if reasons else {**v, 'repair': None}
+    return {**v, 'default': _default(v), **({'read': read['reason']} if not read['ok'] else {})}   # the reading stage's own words
+
+# %% ../nbs/20_templates.ipynb #f4e88faf
+def _explore_summary(views) -> dict:
+    "Rows by what a run does with them by default: rows = ok + prompt_only + repaired_by_default + quarantined, and the quarantined ones are need_opt_in (a meaning-changing repair saves them) + failed (no repair found)."
+    st, dflt = [v['status'] for v in views], [v.get('default') or '' for v in views]
+    lost = lambda v: v['reason'] in LOSS_REASONS or any(x in v.get('after_repair', '') for x in LOSS_REASONS)
+    quarantined = [v for v, d in zip(views, dflt) if d.startswith('quarantined')]
+    opt_in = sum(v.get('repair_kind') == MEANING_CHANGING for v in quarantined)
+    return {'rows': len(views), 'ok': st.count('ok'), 'prompt_only': st.count('prompt-only'),
+            'repaired_by_default': dflt.count('repaired'), 'quarantined': len(quarantined),
+            'need_opt_in': opt_in, 'failed': len(quarantined) - opt_in, 'content_lost': sum(map(lost, views))}
+
+def _headline(s: dict) -> list[str]:
+    "The summary's two lines of text: every row in one outcome, then the quarantined ones split."
+    return [f"{s['rows']} rows: {s['ok']} with a mask as they are, {s['repaired_by_default']} repaired by default (format-only), "
+            f"{s['prompt_only']} prompt-only, {s['quarantined']} quarantined by default",
+            f"  quarantined: {s['need_opt_in']} saved by opting in to a meaning-changing repair, {s['failed']} failed (no repair); "
+            f"{s['content_lost']} lose assistant content"]
 
 # %% ../nbs/20_templates.ipynb #4140e132
-def _explore_summary(views) -> dict:
-    st = [v['status'] for v in views]
-    lost = lambda v: v['reason'] in LOSS_REASONS or any(x in v.get('after_repair', '') for x in LOSS_REASONS)
-    return {'rows': len(views), 'ok': st.count('ok'), 'prompt_only': st.count('prompt-only'),
-            'failed': st.count('failed'),
-            'repaired_by_default': sum(v.get('repair_kind') == FORMAT_ONLY for v in views),
-            'need_opt_in': sum(v.get('repair_kind') == MEANING_CHANGING for v in views),
-            'content_lost': sum(map(lost, views))}
-
 def explore(
     target,  # a tokenizer, spec, `.jinja` file or Renderer
     rows,  # rows (e.g. from `load_rows`)
@@ -750,7 +796,7 @@ def _context_html(v: dict) -> str:
 
 _KIND_NOTE = {FORMAT_ONLY: 'format-only: what the model sees is unchanged; applied by default',
               MEANING_CHANGING: 'meaning-changing: it moves, inserts or drops what the model sees; off by default, so this row is '
-                                'quarantined unless <code>convert.repairs</code> opts in'}
+                                'quarantined unless the run opts in to it (<code>sources.repairs</code>: the stage that reads your file)'}
 
 # %% ../nbs/20_templates.ipynb #79b500e8
 def _repair_html(v: dict, tokenizer, max_tokens) -> str:
@@ -776,6 +822,7 @@ def row_html(
     out = [f"<div><b>{e(str(v['id']))}</b> <small>{e(v['source'])} {where}</small> — {status}"
            + (f" <small>(by default: {e(v['default'])})</small>" if v.get('default') else '') + '</div>']
     if v['status'] != 'ok' and v.get('error'): out.append(f"<div>error: <code>{e(v['error'])}</code></div>")
+    if v.get('read'): out.append(f"<div>a run's <code>sources</code> stage quarantines it when reading the file: <code>{e(v['read'])}</code></div>")
     if v.get('context'): out.append(_context_html(v))
     if v.get('explanation'): out.append(f"<div>why: {e(v['explanation'])}</div>")
     if v['status'] == 'failed': out.append(_repair_html(v, tokenizer, max_tokens))
@@ -809,11 +856,8 @@ def summary_html(
     data = f"data <code>{e(Path(d['path']).name)}</code> ({e(d['format'])}{', detected' if d.get('detected') else ''}), " if d else ''
     return (f"<div>{data}template <code>{e(ex['template'])}</code>, tokenizer <code>{e(str(ex['tokenizer']))}</code>, "
             f"masks by <code>{e(ex['method'])}</code></div>{_thinking_html(ex['thinking'], s['ok'])}"
-            f"<div><b>{s['rows']}</b> rows: <span class=\"ok\">{s['ok']} with a mask</span>, {s['prompt_only']} prompt-only, "
-            f"<span class=\"err\">{s['failed']} failed</span> — {s['repaired_by_default']} repaired by default (format-only), "
-            f"{s['need_opt_in']} only with a meaning-changing repair (quarantined by default), "
-            f"{s['content_lost']} whose render loses assistant content</div>"
-            f"<table><tr><th>reason</th><th>rows</th><th>repairs found (class)</th></tr>{rows}</table>")
+            + ''.join(f'<div class="counts">{e(l.strip())}</div>' for l in _headline(s))
+            + f"<table><tr><th>reason</th><th>rows</th><th>repairs found (class)</th></tr>{rows}</table>")
 
 # %% ../nbs/20_templates.ipynb #c2d13cff
 _EXPLORER_JS = """(function(){var root=document.getElementById('%s');if(!root)return;
@@ -887,6 +931,11 @@ def explorer_page(
 # %% ../nbs/20_templates.ipynb #934e7d0f
 _MODES = {'default': None, 'on': True, 'off': False}
 
+def _other_mode(ex: dict, enable_thinking: bool | None) -> bool | None:
+    "The second thinking mode a report adds: only when the mode is left to the template and the template has the switch."
+    if enable_thinking is not None or not ex['thinking']['switchable']: return None
+    return {'on': False, 'off': True}.get(ex['thinking']['in_use'])
+
 class ExplorerWidget:
     "Page through a data file's rows by failure reason and source, with the thinking mode shown and switchable."
     def __init__(self,
@@ -896,10 +945,11 @@ class ExplorerWidget:
                  enable_thinking: bool | None = None,  # the thinking mode selected first
                  method: str = 'prefix',  # `prefix` or `locate`
                  data_info=None,  # `load_rows`' info
-                 max_tokens: int | None = 1500):  # tokens shown per mask
+                 max_tokens: int | None = 1500,  # tokens shown per mask
+                 max_rows: int = 50):  # rows per reason in the static explorer (`html`, the cell's output without a kernel)
         import ipywidgets as W   # optional: only the interactive explorer needs it
         self.r, self.rows, self.method, self.data_info, self.max_tokens = as_renderer(target, chat_template), list(rows), method, data_info, max_tokens
-        self._cache, self.page = {}, 0
+        self._cache, self.page, self.max_rows = {}, 0, max_rows
         mode = {v: k for k, v in _MODES.items()}[enable_thinking]
         self.thinking = W.ToggleButtons(options=list(_MODES), value=mode, description='thinking')
         self.reason, self.source = W.Dropdown(description='reason'), W.Dropdown(description='source')
@@ -909,12 +959,11 @@ class ExplorerWidget:
                            W.HBox([self.prev, self.pos, self.next]), self.body])
         self._load()
     def html(self, **kw) -> str:
-        "The static explorer: the selected thinking mode, then the other one when the template has the switch."
+        "The static explorer: the selected thinking mode, and the other one when the selected is the template's default."
         ex = self.exploration()
-        other = {'on': 'off', 'off': 'on'}.get(ex['thinking']['in_use']) if ex['thinking']['switchable'] else None
-        return explorer_html([ex] + ([self.exploration(other)] if other else []), self.r.tokenizer,
-                             max_tokens=self.max_tokens, **kw)
-    def _repr_mimebundle_(self, **kw): return self.box._repr_mimebundle_(**kw)
+        other = _other_mode(ex, _MODES[self.thinking.value])
+        exs = [ex] + ([self.exploration({True: 'on', False: 'off'}[other])] if other is not None else [])
+        return explorer_html(exs, self.r.tokenizer, **{'max_rows': self.max_rows, 'max_tokens': self.max_tokens, **kw})
 
 # %% ../nbs/20_templates.ipynb #48eea723
 @patch
@@ -961,17 +1010,40 @@ def go(self: ExplorerWidget,
     self.body.value = (f'<div class="dx"><style>{EXPLORER_CSS}</style>{row_html(sel[self.page], self.r.tokenizer, self.max_tokens)}</div>'
                        if sel else '')
 
+# %% ../nbs/20_templates.ipynb #272f7266
+_HIDE_JS = """(function(){var me=document.currentScript&&document.currentScript.parentNode;if(!me||!me.closest)return;
+var cell=me.closest('.jp-Cell,.cell')||document.body,n=0;
+function live(){return [].some.call(cell.querySelectorAll('.widget-box,.widget-vbox,.jupyter-widget-box'),function(w){return !me.contains(w)})}
+(function check(){if(live()){me.style.display='none';return}if(++n<40)setTimeout(check,250)})()})();"""
+
+@patch
+def outputs(self: ExplorerWidget) -> list[dict]:
+    "The display bundles of the widget as a cell's output: the widget, then the static explorer (hidden where the widget renders)."
+    exs, ex, d = {}, self.exploration(), self.data_info or {}
+    for x in [ex, *self._cache.values()]: exs.setdefault(_mode_label(x), x)   # each mode once, the selected first
+    page = explorer_html(list(exs.values()), self.r.tokenizer, self.max_rows, self.max_tokens)
+    head = f"explorer of {Path(d['path']).name if d else f'{len(self.rows)} rows'} through {ex['template']} ({_mode_label(ex)})"
+    widget = {**self.box._repr_mimebundle_(), 'text/plain': 'the interactive explorer (JupyterLab); its static view:'}
+    return [widget, {'text/html': f'<div class="dx-static">{page}<script>{_HIDE_JS}</script></div>',
+                     'text/plain': '\n'.join([head, *_headline(ex['summary'])])}]
+
+@patch
+def _ipython_display_(self: ExplorerWidget):
+    "Display the widget and the static explorer beside it (`outputs`)."
+    from IPython.display import display   # notebooks only
+    for b in self.outputs(): display(b, raw=True)
+
 # %% ../nbs/20_templates.ipynb #c2b08350
 def explore_file(
-    path,  # a data file (canonical rows or any normalizer's format)
+    path,  # a data file (any format a normalizer reads, or canonical rows)
     target,  # a tokenizer, spec, `.jinja` file or Renderer
     chat_template=None,  # a template replacing the tokenizer's own
     enable_thinking: bool | None = None,  # the thinking mode selected first
-    fmt: str | None = None,  # `canonical` or a normalizer name (None: detected)
+    fmt: str | None = None,  # a normalizer name or `canonical` (None: what `dflash-nb sources detect` names)
     limit: int | None = None,  # read at most this many records
-    **kw,  # `method`, `max_tokens`
+    **kw,  # `method`, `max_tokens`, `max_rows`
 ) -> ExplorerWidget:  # the explorer (display it, or `.html()` for the static page)
-    "Read a data file and open the explorer on it."
+    "Read a data file as a run reads it and open the explorer on it."
     rows, info = load_rows(path, fmt, limit)
     return ExplorerWidget(target, rows, chat_template, enable_thinking, data_info=info, **kw)
 
@@ -980,20 +1052,19 @@ def template_report(
     data,  # a data file
     target,  # a tokenizer, spec, `.jinja` file or Renderer
     chat_template=None,  # a template replacing the tokenizer's own
-    enable_thinking: bool | None = None,  # the thinking mode explored first
-    fmt: str | None = None,  # `canonical` or a normalizer name (None: detected)
+    enable_thinking: bool | None = None,  # that thinking mode only (None: the template's default, and the other mode too)
+    fmt: str | None = None,  # a normalizer name or `canonical` (None: what `dflash-nb sources detect` names)
     limit: int | None = None,  # read at most this many records
     method: str = 'prefix',  # `prefix` or `locate`
     out=None,  # the HTML file to write (None: not written)
     max_rows: int = 50,  # rows included per reason
     max_tokens: int | None = 1500,  # tokens shown per mask
 ) -> tuple[list[dict], str]:  # (one exploration per thinking mode, the page)
-    "Explore a data file (each thinking mode) and make the standalone HTML report."
+    "Explore a data file (in the mode asked for, or in both when the template decides) and make the standalone HTML report."
     rows, info = load_rows(data, fmt, limit)
     r = as_renderer(target, chat_template)
     exs = [explore(r, rows, None, enable_thinking, method, info)]
-    other = {'on': False, 'off': True}.get(exs[0]['thinking']['in_use']) if exs[0]['thinking']['switchable'] else None
-    if other is not None: exs.append(explore(r, rows, None, other, method, info))
+    if (other := _other_mode(exs[0], enable_thinking)) is not None: exs.append(explore(r, rows, None, other, method, info))
     page = explorer_page(exs, r.tokenizer, title=f"Template report: {Path(data).name} through {r.name}",
                          max_rows=max_rows, max_tokens=max_tokens)
     if out is not None: write_text(out, page)
@@ -1030,10 +1101,7 @@ def format_report(
     s, d, th = ex['summary'], ex.get('data') or {}, ex['thinking']
     data = f"data {Path(d['path']).name} ({d['format']}{', detected' if d.get('detected') else ''}), " if d else ''
     out = [f"{data}template {ex['template']}, tokenizer {ex['tokenizer']}, masks by {ex['method']}",
-           th['note'] if th['switchable'] else 'thinking: the template has no switch',
-           f"{s['rows']} rows: {s['ok']} with a mask, {s['prompt_only']} prompt-only, {s['failed']} failed",
-           f"  {s['repaired_by_default']} repaired by default (format-only); {s['need_opt_in']} need a meaning-changing repair "
-           f"(quarantined by default); {s['content_lost']} lose assistant content", '',
+           th['note'] if th['switchable'] else 'thinking: the template has no switch', *_headline(s), '',
            _fmt_table(_reason_rows(ex), width, full=('by default',))]
     if max_rows and ex['rows']:
         out += ['', _fmt_table([_row_line(v) for v in ex['rows'][:max_rows]], width, full=('by default',))]
@@ -1111,6 +1179,7 @@ def format_row_debug(
     out = [f"--- {v['id']} ({v['source']}, line {v['line']}): " + (f'ok, {_size(v)}' if v['status'] == 'ok' else v['reason'])]
     if v['status'] == 'ok': return '\n'.join(out + _pieces(v))
     if v.get('error') and v['error'] not in out[0]: out.append(f"  error: {v['error']}")
+    if v.get('read'): out.append(f"  on reading (the sources stage): {v['read']}")
     if v.get('rule_line'): out.append(f"  template line {v['rule_line']}: {v.get('condition') or ''} {v.get('rule') or ''}".rstrip())
     if v.get('explanation'): out.append(f"  why: {v['explanation']}")
     if v['status'] != 'failed': return '\n'.join(out)
@@ -1208,15 +1277,15 @@ def _add_report(ts):
     rp = ts.add_parser('report',
                        help='a standalone HTML explorer of a data file: failures per reason, rule, repair and its class, masks')
     rp.add_argument('data',
-                    help='data file: canonical rows or any normalizer format (JSONL, JSON, .traj, Parquet)')
+                    help='data file: any format a normalizer reads (JSONL, JSON, .traj, Parquet), read as a run reads it')
     g = rp.add_mutually_exclusive_group(required=True)
     g.add_argument('--target', help='target spec or tokenizer folder (its own template)')
     g.add_argument('--template', help='a .jinja chat template file')
     rp.add_argument('--tokenizer',
                     help='with --template: the tokenizer folder or spec (without it: character spans, no tokens)')
-    rp.add_argument('--format', help='canonical or a normalizer name (default: detected)')
+    rp.add_argument('--format', help='a normalizer name, or canonical for rows a stage wrote (default: what `dflash-nb sources detect` names)')
     rp.add_argument('--enable-thinking', type=_bool_arg,
-                    help='true or false (default: the template decides; both modes are reported)')
+                    help='true or false: that mode only (default: the template decides, and the other mode is reported too)')
     rp.add_argument('--method', choices=['prefix', 'locate'], default='prefix',
                     help='prefix: confirmed by prefix renders; locate: one render')
     rp.add_argument('--limit', type=int, help='read at most this many records')

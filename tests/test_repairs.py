@@ -85,7 +85,7 @@ def test_opting_in_applies_the_meaning_changing_repair(tmp_path):
 def test_explorer_repair_is_byte_for_byte_what_convert_applies(tmp_path):
     lines = MESSY.read_text().splitlines()
     for label, tok, tpl in _targets():
-        ex = explore_file(MESSY, tok, tpl).exploration()
+        ex = explore_file(MESSY, tok, tpl, fmt='canonical').exploration()
         shown = {v['id']: v for v in ex['rows'] if v.get('repair')}
         assert {'mid-system', 'greeting-first', 'no-prompt', 'gpt-role'} <= set(shown), (label, sorted(shown))
         for k, v in shown.items():
@@ -140,14 +140,14 @@ def test_templates_that_render_the_content_keep_the_row():
 
 # ------------------------------------------------------------------ templates report: readable in the terminal
 def test_templates_report_prints_tables_and_whole_prompts(tmp_path, capsys):
-    assert main(['templates', 'report', str(MESSY), '--target', 'smollm2', '--out', str(tmp_path / 'r.html')]) == 0
+    assert main(['templates', 'report', str(MESSY), '--target', 'smollm2', '--format', 'canonical', '--out', str(tmp_path / 'r.html')]) == 0
     out = capsys.readouterr().out
     assert '{' not in out and "'" not in out.split('wrote')[0]                         # no raw dicts
     assert re.search(r'^reason\s+rows\s+repair\s+class\s+by default$', out, re.M)
     assert re.search(r'^mid-system\s+system not first\s+move_system_first\s+quarantined; opt in: move_system_first$', out, re.M)
     assert re.search(r'^gpt-role\s+unknown role\s+rename_roles\s+repaired$', out, re.M)
     assert re.search(r'^tool-call\s+the template drops tool calls\s+quarantined$', out, re.M)
-    assert '6 rows: 0 with a mask, 0 prompt-only, 6 failed' in out and '2 lose assistant content' in out
+    assert '6 rows: 0 with a mask as they are, 1 repaired by default (format-only), 0 prompt-only, 5 quarantined by default' in out and '2 lose assistant content' in out
     page = (tmp_path / 'r.html').read_text()
     assert 'meaning-changing' in page and 'the template drops tool calls' in page
     tok = fixture_tokenizer('qwen3_6')

@@ -411,20 +411,24 @@ def test_explorer_on_fixture_templates(tpl, tmp_path):
     tok, text = tok_for(FIXTURE_TEMPLATE_TOKENIZER[tpl]), tpl_path(tpl)
     rows = explorer_file(tmp_path / 'mine.jsonl')
     w = explore_file(tmp_path / 'mine.jsonl', tok, fixture_template(tpl), max_tokens=300)
-    ex = w.exploration()
+    ex, s = w.exploration(), w.exploration()['summary']
     views = {v['id']: v for v in ex['rows']}
-    # rows in = rows shown; ids kept (their own key) or the line number
-    assert ex['summary']['rows'] == len(rows) + 1 == sum(ex['counts'].values())
-    assert ex['summary']['rows'] == ex['summary']['ok'] + ex['summary']['prompt_only'] + ex['summary']['failed']
-    assert views[f'line {len(rows) + 1}']['reason'] == 'invalid input' and views['prompt']['status'] == 'prompt-only'
+    # the file is read as a run reads it: the normalizer `sources detect` names
+    assert ex['data']['format'] == 'messages' and ex['data']['detected']
+    # rows in = rows shown, each in one outcome; ids kept (their own key) or the line number
+    assert s['rows'] == len(rows) + 1 == sum(ex['counts'].values())
+    assert s['rows'] == s['ok'] + s['prompt_only'] + s['repaired_by_default'] + s['quarantined']
+    assert s['quarantined'] == s['need_opt_in'] + s['failed']
+    assert views[f'line {len(rows) + 1}']['reason'] == 'invalid JSON' and views['prompt']['status'] == 'prompt-only'
     by_id = {r.get('conversation_id') or f'line {i + 1}': r for i, r in enumerate(rows)}
     assert set(views) == set(by_id) | {f'line {len(rows) + 1}'} and f'line {len(rows) - 1}' in views   # the row without an id
-    for k, r in by_id.items():
-        v = views[k]
-        if v['status'] == 'ok': assert (v['ids'], v['mask']) == assistant_mask(tok, r['messages'], r.get('tools'), text), k
+    for k, r in by_id.items():   # a wire-format row is read as its twin: arguments parsed, null content ''
+        v, msgs = views[k], by_id[k[:-len('-wire')]]['messages'] if k.endswith('-wire') else r['messages']
+        if v['status'] == 'ok': assert (v['ids'], v['mask']) == assistant_mask(tok, msgs, r.get('tools'), text), k
+    read = {r['id']: r for r in load_rows(tmp_path / 'mine.jsonl')[0]}
     for v in ex['rows']:
         if v['status'] == 'failed' and v.get('repair'):   # the repair really gives a row the tokenizer renders the same way
-            src = by_id[v['id']]
+            src = read[v['id']]
             fixed, notes = apply_repairs({'messages': src['messages'], **({'tools': src['tools']} if 'tools' in src else {})}, v['repair'].split('+'))
             assert '+'.join(n.split(':')[0] for n in notes) == v['repair'] and fixed['messages'] == v['repaired_messages']
             assert v['repaired']['ids'] == tok.apply_chat_template(fixed['messages'], tools=fixed.get('tools'), chat_template=text, tokenize=True, return_dict=True)['input_ids']
@@ -432,10 +436,12 @@ def test_explorer_on_fixture_templates(tpl, tmp_path):
     assert views['no-user']['default'] == 'quarantined; opt in: prepend_user'
     if tpl == 'qwen3_6':
         assert views['no-user']['reason'] == 'template error: No user query found in messages.'
-        wire = [v for v in ex['rows'] if v['id'].endswith('-wire')]
-        assert wire and all(v['reason'] == 'template error: Can only get item pairs from a mapping.' and v['repair'].endswith('args_to_objects')
-                            and v['repair_kind'] == FORMAT_ONLY and v['default'] == 'repaired' for v in wire)
-        assert any(mark == 'raise' and '|items' in line for _, line, mark in wire[0]['context'])
+        wire = [k for k in views if k.endswith('-wire')]
+        assert wire and all(views[k]['status'] == 'ok' for k in wire)   # a run parses string arguments on reading
+        cw = {v['id']: v for v in explore_file(tmp_path / 'mine.jsonl', tok, fixture_template(tpl), fmt='canonical').exploration()['rows']}
+        assert all(cw[k]['reason'] == 'template error: Can only get item pairs from a mapping.' and cw[k]['repair'].endswith('args_to_objects')
+                   and cw[k]['repair_kind'] == FORMAT_ONLY and cw[k]['default'] == 'repaired' for k in wire)   # rows as they are
+        assert any(mark == 'raise' and '|items' in line for _, line, mark in cw[wire[0]]['context'])
     # widget state: reason options are the counts, a failure reason is selected first, the body shows that row
     assert [o[1] for o in w.reason.options] == ['*'] + list(ex['counts'])
     fails = [k for k in ex['counts'] if k not in ('ok', 'prompt-only')]
@@ -469,10 +475,12 @@ def test_report_cli(tmp_path, capsys):
     write_jsonl(tmp_path / 'rows.jsonl', [{'id': 'a', 'messages': [u, a]}, {'id': 'b', 'messages': [u, {'role': 'assistant', 'content': None}]}, {'id': 'c', 'messages': [u]}])
     assert main(['templates', 'report', str(tmp_path / 'rows.jsonl'), '--target', 'smollm2', '--out', str(tmp_path / 'r.html')]) == 0
     out = capsys.readouterr().out
-    assert '3 rows: 1 with a mask, 1 prompt-only, 1 failed' in out and 'wrote' in out
-    assert '{' not in out and 'none_to_empty+drop_empty_turns' in out and 'meaning-changing' in out   # text, not raw dicts
-    page = (tmp_path / 'r.html').read_text()
-    assert page.startswith('<!doctype html>') and page.count('<details class="row"') == 3 and 'none_to_empty' in page
+    assert '3 rows: 1 with a mask as they are, 0 repaired by default (format-only), 1 prompt-only, 1 quarantined by default' in out
+    assert 'wrote' in out and '{' not in out and 'drop_empty_turns' in out and 'meaning-changing' in out   # text, not raw dicts
+    page = (tmp_path / 'r.html').read_text()   # null content is '' once read (the normalizer), so only the opt-in repair is left
+    assert page.startswith('<!doctype html>') and page.count('<details class="row"') == 3 and 'drop_empty_turns' in page
+    assert main(['templates', 'report', str(tmp_path / 'rows.jsonl'), '--target', 'smollm2', '--format', 'canonical', '--out', str(tmp_path / 'c.html')]) == 0
+    assert 'none_to_empty+drop_empty_turns' in capsys.readouterr().out   # rows as they are
     # a bare .jinja template (no tokenizer): character spans instead of tokens
     (tmp_path / 'chatml.jinja').write_text(CHATML)
     assert main(['templates', 'report', str(tmp_path / 'rows.jsonl'), '--template', str(tmp_path / 'chatml.jinja'), '--out', str(tmp_path / 's.html')]) == 0
