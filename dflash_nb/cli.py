@@ -14,9 +14,9 @@ from .core import PKG_DIR, ConfigError, load_config
 from .pipeline import ChainError, chain_status, check_config, discover_stages, run_chain
 
 # %% auto #0
-__all__ = ['CONFIGS_DIR', 'COMMAND_MODULES', 'shipped_configs', 'find_config', 'HelpFormatter', 'add_config_args', 'cmd_run',
-           'cmd_stages', 'cmd_config', 'cmd_docs', 'add_builtin_commands', 'declared_commands', 'add_module_commands',
-           'build_parser', 'main']
+__all__ = ['CONFIGS_DIR', 'REAL_RUN_VALUES', 'RUN_ONLY', 'COMMAND_MODULES', 'shipped_configs', 'find_config', 'HelpFormatter',
+           'add_config_args', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'real_run_values', 'new_config',
+           'cmd_new', 'add_builtin_commands', 'declared_commands', 'add_module_commands', 'build_parser', 'main']
 
 # %% ../nbs/03_cli.ipynb #630bc18a
 CONFIGS_DIR = PKG_DIR / 'configs'   # the run configs shipped with the package
@@ -101,10 +101,99 @@ def cmd_docs(a: argparse.Namespace,  # `out`, `run`, `only`
     print(f'wrote {len(pages)} pages to {a.out}/ (open {Path(a.out) / "index.html"})')
     return 0
 
-# %% ../nbs/03_cli.ipynb #9d20e455
+# %% ../nbs/03_cli.ipynb #e636b964
+REAL_RUN_VALUES = CONFIGS_DIR / 'real_run_values.yml'   # the settings where a real run differs from the demo
+
+def real_run_values() -> dict:
+    "{section: {key: value}}: a real run's value of each setting whose declared default is sized for the demo."
+    return yaml.safe_load(REAL_RUN_VALUES.read_text(encoding='utf-8'))
+
+def _flow(v) -> str:
+    "`v` as one line of YAML (flow style)."
+    return yaml.safe_dump([v], default_flow_style=True, width=10**9, allow_unicode=True).strip()[1:-1]
+
+def _summary(nb_path) -> str:
+    "A notebook's one-line summary (its `> ...` line)."
+    import json
+    for c in json.loads(Path(nb_path).read_text(encoding='utf-8'))['cells']:
+        if c['cell_type'] == 'markdown':
+            for l in ''.join(c['source']).splitlines():
+                if l.startswith('> '): return l[2:].strip()
+            return ''
+    return ''
+
+# %% ../nbs/03_cli.ipynb #6521a66b
+RUN_ONLY = ('target', 'seed', 'device', 'repairs')   # given once, in the `run` section
+
+def _section(st, values: dict, real: dict, notes: dict | None = None, skip=RUN_ONLY) -> list[str]:
+    """The lines of stage `st`'s section: each declared parameter (but `skip`) with its help; `values` (said in
+    `notes`) over `real` (a real run's, said with the demo's) over the declared defaults."""
+    notes, first = notes or {}, _summary(st.path).split('. ')[0].rstrip('.')
+    out = [f'{st.short}:{"":<{max(1, 22 - len(st.short))}}# {st.name}: {first}']
+    for k, p in st.params.items():
+        if k == 'run_dir' or k in skip: continue
+        if k in values: v, note = values[k], notes.get(k, '')
+        elif k in real: v, note = real[k], f'a real run (the demo: {_flow(p.default)}): '
+        else: v, note = p.default, ''
+        out.append(f'  {k}: {_flow(v)}  # {note}{p.help}')
+    return out
+
+def _file_source(file, name: str) -> tuple[dict, str, int]:
+    "({path, normalizer, ...} of `file` as an extra source, what detection found, its record count)."
+    from dflash_nb.sources import auto_source, read_source   # the stage modules: only when the command runs
+    src = auto_source(Path(file).resolve(), name)
+    n = sum(1 for _ in read_source(src))
+    spec = {'path': str(Path(file).resolve()), 'normalizer': src.normalizer, 'category': src.category, 'license': src.license}
+    if src.group_by: spec['group_by'] = src.group_by
+    return spec, src.notes, n
+
+# %% ../nbs/03_cli.ipynb #839c2813
+def new_config(file,                 # your data file (any layout `dflash-nb sources detect` reads)
+               target: str,          # the target: smollm2, a local folder or a hub id
+               name: str | None = None,  # the run's name (default: the file's name)
+               stages=None,          # the stages (default: `discover_stages()`)
+              ) -> str:              # the YAML text, checked by `pipeline.check_config`
+    "A complete, commented run config for your file and your target, with a real run's values."
+    import re
+    stages = stages or discover_stages()
+    name = name or re.sub(r'[^A-Za-z0-9_-]+', '_', Path(file).name.split('.')[0]) or 'mine'
+    spec, found, n = _file_source(file, name)
+    real = real_run_values()
+    lines = [f'# Run config for {Path(file).name} on {target}, written by `dflash-nb new`. Every key is a stage parameter',
+             '# (`dflash-nb params STAGE`); "a real run" marks a value that differs from the demo\'s CPU-sized default',
+             f'# (dflash_nb/configs/real_run_values.yml). Check it: `dflash-nb plan FILE`; run it: `dflash-nb run FILE`.', '',
+             'run:                     # the run: its folder runs/NAME, the target, and the keys every stage shares',
+             f'  name: {_flow(name)}', f'  target: {_flow(target)}', '  seed: 0', '  device: auto           # cuda > mps > cpu',
+             '  repairs: []            # meaning-changing repairs opted in for every stage that validates rows: '
+             'drop_empty_turns, map_unknown_roles, move_system_first, prepend_user', '']
+    mine = {'sources': [name], 'extra_sources': {name: spec}, 'total': n, 'survey': 'mix', 'quotas': {}}
+    said = {'sources': 'your file: ', 'extra_sources': f'your file, {found.replace("detected: ", "detected format ")}: ',
+            'total': f'all {n} records of your file: ', 'survey': "your file only (the demo surveys the registry): "}
+    for st in stages:
+        mine_ = (mine, said) if st.short == 'sources' else ({}, {})
+        lines += _section(st, mine_[0], real.get(st.short, {}), mine_[1]) + ['']
+    text = '\n'.join(lines)
+    check_config(yaml.safe_load(text), stages)   # what `new` writes is a valid config, or a bug here
+    return text
+
+# %% ../nbs/03_cli.ipynb #06ce316e
+def cmd_new(a: argparse.Namespace,  # `file`, `target`, `out`, `name`, `force`
+           ) -> int:                # 0
+    "`dflash-nb new FILE --target TARGET`: write a complete run config for your data and your target."
+    out = Path(a.out or f'{Path(a.file).name.split(".")[0]}_run.yaml')
+    if out.exists() and not a.force: raise ConfigError(f'{out} exists: choose another --out, or --force to overwrite it')
+    text = new_config(a.file, a.target, a.name)
+    Path(out).write_text(text + '\n', encoding='utf-8')
+    src = yaml.safe_load(text)['sources']
+    spec = next(iter(src['extra_sources'].values()))
+    print(f'wrote {out}: {a.file} read as {spec["normalizer"]} ({src["total"]} records), target {a.target}, '
+          f'a real run\'s settings. Next: dflash-nb plan {out}; dflash-nb run {out}')
+    return 0
+
+# %% ../nbs/03_cli.ipynb #4c5b00fa
 def add_builtin_commands(sub,  # the `dflash-nb` sub-parsers action
                         ):
-    "Register `run`, `stages`, `config` and `docs`."
+    "Register `run`, `stages`, `config`, `docs` and `new`."
     r = sub.add_parser('run', help='run the stage notebooks with papermill (default: the embedded demo)')
     add_config_args(r)
     g = r.add_mutually_exclusive_group()
@@ -126,6 +215,13 @@ def add_builtin_commands(sub,  # the `dflash-nb` sub-parsers action
     d.add_argument('--run', help='a run folder whose executed notebooks to show')
     d.add_argument('--only', metavar='NB,...', help='only these notebooks, e.g. 00_core,20_templates')
     d.set_defaults(func=cmd_docs)
+    n = sub.add_parser('new', help='write a complete run config for your data file and your target')
+    n.add_argument('file', help='your data (JSONL, JSON, Parquet, .traj: any layout `dflash-nb sources detect` reads)')
+    n.add_argument('--target', required=True, help='the target model: smollm2, tiny-qwen3, a local folder or a hub id')
+    n.add_argument('--out', help="the config to write (default: FILE's name + _run.yaml)")
+    n.add_argument('--name', help="the run's name, its folder under runs/ (default: the file's name)")
+    n.add_argument('--force', action='store_true', help='overwrite --out when it exists')
+    n.set_defaults(func=cmd_new)
 
 # %% ../nbs/03_cli.ipynb #0b4f3181
 # the modules that may define `register_cli`, in the order `dflash-nb --help` lists their commands
