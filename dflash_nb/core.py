@@ -12,13 +12,13 @@ import yaml
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'DEVICE_RE', 'DEVICE_WORDS', 'RUN_KEYS', 'STAGE_LOG_ENV', 'repo_root', 'nbs_dir',
-           'cache_dir', 'fixtures_dir', 'expand_path', 'atomic_write', 'write_text', 'write_json', 'read_json',
-           'write_jsonl', 'open_text', 'JSONLError', 'iter_jsonl', 'atomic_dir', 'file_hash', 'obj_hash', 'versions',
-           'Stage', 'quarantine_summary', 'quarantine_line', 'read_manifest', 'ConfigError', 'default_config_path',
-           'apply_override', 'validate_run_section', 'load_config', 'seed_everything', 'get_device', 'setup_logging',
-           'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids', 'from_aux_layer_ids', 'Quarantine',
-           'prompt_set_name', 'read_prompt_file', 'Progress', 'progress']
+__all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'REJECT_FILES', 'DEVICE_RE', 'DEVICE_WORDS', 'RUN_KEYS', 'STAGE_LOG_ENV', 'repo_root',
+           'nbs_dir', 'cache_dir', 'fixtures_dir', 'expand_path', 'atomic_write', 'write_text', 'write_json',
+           'read_json', 'write_jsonl', 'open_text', 'JSONLError', 'iter_jsonl', 'atomic_dir', 'file_hash', 'obj_hash',
+           'versions', 'Stage', 'quarantine_summary', 'quarantine_line', 'read_manifest', 'ConfigError',
+           'default_config_path', 'apply_override', 'validate_run_section', 'load_config', 'seed_everything',
+           'get_device', 'setup_logging', 'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids',
+           'from_aux_layer_ids', 'Quarantine', 'prompt_set_name', 'read_prompt_file', 'Progress', 'progress']
 
 # %% ../nbs/00_core.ipynb #4fdd9f67
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().parent / 'dflash_nb'
@@ -253,7 +253,7 @@ def timer(self: Stage, step: str):
     try: yield
     finally: self.timings[step] = round(self.timings.get(step, 0) + time.time() - t, 4)
 
-# %% ../nbs/00_core.ipynb #27f17f2e
+# %% ../nbs/00_core.ipynb #5aa22c92
 def quarantine_summary(path, # a quarantine JSONL (`Quarantine.save`): one `{reason, ..., row}` per line
                        run_dir=None, # the run folder, for the relative path
                       ) -> dict | None: # {'path', 'rows', 'reasons': {kind: rows}}, None when empty or missing
@@ -268,6 +268,8 @@ def quarantine_summary(path, # a quarantine JSONL (`Quarantine.save`): one `{rea
     rel = _rel(path, run_dir) if run_dir is not None else str(path)
     return {'path': rel, 'rows': sum(kinds.values()), 'reasons': dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}
 
+REJECT_FILES = ('*quarantine*.jsonl', '*failures*.jsonl')   # the files a stage writes its rejected rows to
+
 def _announce(folder, text: str):
     "`text` as a warning line on stderr and in `folder/log.txt` (the logger's format: the chain echoes that file)."
     line = f"{time.strftime('%H:%M:%S')} WARNING dflash_nb: {text}"
@@ -279,13 +281,14 @@ def quarantine_line(stage: str, q: dict) -> str:
     why = ', '.join(f'{n} {k}' for k, n in q['reasons'].items())
     return f"{stage}: quarantined {q['rows']} row(s) ({why}) -> {q['path']}"
 
-# %% ../nbs/00_core.ipynb #f0218c27
+# %% ../nbs/00_core.ipynb #a1dfbcbb
 @patch
 def finish(self: Stage, **extra) -> dict:
     "Announce the quarantined rows, write `manifest.json` (atomically), run the `on_finish` hooks; returns the manifest."
     self.extra.update(extra)
-    qs = [q for p in sorted({*self.dir.glob('*quarantine*.jsonl'), *(Path(o) for o in self.outputs if 'quarantine' in Path(o).name)})
-          if (q := quarantine_summary(p, self.run_dir))]
+    files = {f for pat in REJECT_FILES for f in self.dir.glob(pat)} | {Path(o) for o in self.outputs if any(
+             Path(o).match(pat) for pat in REJECT_FILES)}
+    qs = [q for p in sorted(files) if (q := quarantine_summary(p, self.run_dir))]
     if qs:
         self.extra['quarantine'] = qs
         for q in qs: _announce(self.dir, quarantine_line(self.name, q))
