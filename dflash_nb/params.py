@@ -226,14 +226,18 @@ def stage_params(name: str, cfg: dict | None = None, cwd=None, stages=None) -> d
     st = find_stage(name, stages)
     return check_stage_params(st, resolve_params(st, cfg or {}), cfg, cwd)
 
-# %% ../nbs/06_params.ipynb #8a2f5a97
+# %% ../nbs/06_params.ipynb #c3f8df35
 def open_stage(name: str, ns: dict, stages=None):
     "Check a stage notebook's parameter values (its globals `ns`, updated with the checked values) and open its Stage."
     from dflash_nb.core import Stage
     st = find_stage(name, stages)
+    by_hand = ns.get('run_dir') is not None and not os.environ.get(STAGE_LOG_ENV)   # the chain sets it
+    if by_hand:   # into a run folder by hand: its config.yaml gives every value left at the notebook's default
+        from dflash_nb.pipeline import run_config_params
+        for k, v in run_config_params(ns['run_dir'], st.name, stages).items():
+            if k in ns and ns[k] == st.params[k].default: ns[k] = v
     params = check_stage_params(st, {k: ns[k] for k in st.params if k != 'run_dir'})
     ns.update(params)
-    by_hand = ns.get('run_dir') is not None and not os.environ.get(STAGE_LOG_ENV)   # the chain sets it
     if ns.get('run_dir') is None:
         from dflash_nb.pipeline import prepare_upstream   # a notebook run alone: earlier stages into a scratch run
         ns['run_dir'] = prepare_upstream(st.name)

@@ -18,8 +18,9 @@ from .params import (GLOBAL_PARAMS, StageSpec, check_stage_params, discover_stag
 
 # %% auto #0
 __all__ = ['NON_STAGE_SECTIONS', 'SKIP_TAG', 'check_config', 'stage_status', 'chain_status', 'stage_view', 'record_header',
-           'adopt_params', 'begin_hand_run', 'finish_hand_run', 'ipc_kernel_manager', 'LogTail', 'ChainError',
-           'execute_stage', 'select_stages', 'run_chain', 'smoke_run_dir', 'prepare_upstream', 'make_stage_notebook']
+           'run_config_params', 'adopt_params', 'begin_hand_run', 'finish_hand_run', 'ipc_kernel_manager', 'LogTail',
+           'ChainError', 'execute_stage', 'select_stages', 'run_chain', 'smoke_run_dir', 'prepare_upstream',
+           'make_stage_notebook']
 
 # %% ../nbs/02_pipeline.ipynb #78d18dc8
 NON_STAGE_SECTIONS = ('run', 'plan')   # `plan`: assumptions for `dflash-nb plan` (see 95_plan)
@@ -115,6 +116,14 @@ def record_header(stage: StageSpec, run_dir, params: dict, seconds: float) -> st
              '**Inputs**', '', *_files_table(m.get('inputs', []), run_dir), '',
              f'**Outputs** (in `{run_dir / stage.name}`)', '', *_files_table(m.get('outputs', []), run_dir)]
     return '\n'.join(lines)
+
+# %% ../nbs/02_pipeline.ipynb #43dc0e60
+def run_config_params(run_dir, name: str, stages=None) -> dict:
+    "The values the chain gives stage `name` under the run folder's `config.yaml` ({} without one, or when it does not check)."
+    path, stages = Path(run_dir) / 'config.yaml', stages or discover_stages()
+    if not path.is_file(): return {}
+    try: return check_config(yaml.safe_load(path.read_text(encoding='utf-8')) or {}, stages)[find_stage(name, stages).name]
+    except ConfigError: return {}
 
 # %% ../nbs/02_pipeline.ipynb #cad6294f
 def adopt_params(run_dir, stage: StageSpec, params: dict) -> dict:

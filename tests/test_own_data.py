@@ -147,16 +147,18 @@ def test_a_stage_run_by_hand_with_papermill_is_what_the_chain_sees(tmp_path):
     from dflash_nb.core import load_config
     from dflash_nb.pipeline import chain_status, check_config, discover_stages
     runs = tmp_path / 'runs'; run = runs / 'own'
-    dflash('run', _config(tmp_path), '--runs-dir', runs, '--until', 'regenerate')
+    cfg = _config(tmp_path, repairs=['prepend_user'])
+    dflash('run', cfg, '--runs-dir', runs, '--until', 'regenerate')
     rec = run / '30_convert' / '30_convert.ipynb'
     assert 'max_chars=5000' not in _header(rec)
     _papermill(rec, run, max_chars=5000)   # into the run folder's record, as the README says
     m = json.loads((run / '30_convert' / 'manifest.json').read_text())
     assert m['params']['max_chars'] == 5000 and m['run_by']
+    assert m['params']['repairs'] == ['prepend_user']   # what was not passed comes from the run's config, not the notebook
     h = _header(rec)
     assert '`max_chars=5000`' in h and '30_convert/conversations.jsonl' in h and 'adopted into' in h, h
     assert yaml.safe_load((run / 'config.yaml').read_text())['convert']['max_chars'] == 5000   # the chain adopts it, and says so
-    assert 'convert.max_chars=5000 (was 200000): adopted into' in (run / '30_convert' / 'log.txt').read_text()
+    assert 'with convert.max_chars=5000 (was 200000): adopted into' in (run / '30_convert' / 'log.txt').read_text()
     stages = discover_stages()
     def status(cfg):
         return {n: (s, why) for n, s, why in chain_status(run, stages, check_config(cfg, stages), skip=cfg['run']['skip'])}
@@ -166,8 +168,8 @@ def test_a_stage_run_by_hand_with_papermill_is_what_the_chain_sees(tmp_path):
     r = dflash('run', run, '--until', 'regenerate')   # the next chain run keeps the hand run's result
     assert '30_convert: skipped (manifest matches' in r.stdout, r.stdout
     # with the original config the stage is stale, and the reason names the hand run
-    st = status(load_config(_config(tmp_path)))['30_convert']
-    assert st[0] == 'stale' and st[1].startswith('parameters changed: max_chars') and 'run by hand' in st[1], st
+    st = status(load_config(cfg))['30_convert']
+    assert st[0] == 'stale' and st[1].startswith('parameters changed: max_chars (') and 'run by hand' in st[1], st
     # papermill's notebook written elsewhere: the run folder no longer shows the earlier run's record as this one
     _papermill(tmp_path / 'out.ipynb', run, max_chars=6000)
     assert not rec.exists() and (run / '30_convert' / '30_convert.earlier.ipynb').exists()
