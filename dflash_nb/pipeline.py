@@ -156,7 +156,7 @@ def _show(text: str, display_id: str, update: bool = False):
     if get_ipython() is None: return
     (update_display if update else display)(Markdown(text), display_id=display_id)
 
-# %% ../nbs/02_pipeline.ipynb #a978867a
+# %% ../nbs/02_pipeline.ipynb #5a6e70a1
 def begin_hand_run(spec: StageSpec, stage):
     "Mark `stage` (a `core.Stage`) as run by hand: the record header is shown now and completed by `finish_hand_run`."
     stage.extra['run_by'] = 'hand (outside the chain)'
@@ -177,8 +177,8 @@ def finish_hand_run(spec: StageSpec, stage, display_id: str | None = None) -> li
         notes.append(f'{spec.name}: the record of the earlier run is now {spec.name}/{spec.name}.earlier.ipynb; this run\'s '
                      f'record is the notebook papermill writes (write it to {rec} to keep it in the run folder)')
     for n in notes: log.info(n)
-    if display_id: _show(record_header(spec, run_dir, stage.params, time.time() - stage.t0) + ' · run by hand'
-                         + ''.join(f'\n\n{n}' for n in notes), display_id, update=True)
+    head = record_header(spec, run_dir, stage.params, time.time() - stage.t0).replace('**Run record**', '**Run record** (by hand)', 1)
+    if display_id: _show(head + ''.join(f'\n\n{n}' for n in notes), display_id, update=True)
     return notes
 
 # %% ../nbs/02_pipeline.ipynb #1fca23d2

@@ -140,7 +140,7 @@ def _header(nb) -> str:
         texts = [''.join(c['source'])] if c['cell_type'] == 'markdown' else \
                 [''.join(o.get('data', {}).get('text/markdown', '')) for o in c.get('outputs', [])]
         for t in texts:
-            if t.startswith('**Run record**'): return t
+            if t.startswith('**Run record**'): return t   # '**Run record** (by hand)' too
     return ''
 
 def test_a_stage_run_by_hand_with_papermill_is_what_the_chain_sees(tmp_path):
