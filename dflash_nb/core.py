@@ -253,7 +253,7 @@ def timer(self: Stage, step: str):
     try: yield
     finally: self.timings[step] = round(self.timings.get(step, 0) + time.time() - t, 4)
 
-# %% ../nbs/00_core.ipynb #5aa22c92
+# %% ../nbs/00_core.ipynb #039fc10d
 def quarantine_summary(path, # a quarantine JSONL (`Quarantine.save`): one `{reason, ..., row}` per line
                        run_dir=None, # the run folder, for the relative path
                       ) -> dict | None: # {'path', 'rows', 'reasons': {kind: rows}}, None when empty or missing
@@ -268,7 +268,7 @@ def quarantine_summary(path, # a quarantine JSONL (`Quarantine.save`): one `{rea
     rel = _rel(path, run_dir) if run_dir is not None else str(path)
     return {'path': rel, 'rows': sum(kinds.values()), 'reasons': dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}
 
-REJECT_FILES = ('*quarantine*.jsonl', '*failures*.jsonl')   # the files a stage writes its rejected rows to
+REJECT_FILES = ('*quarantine*.jsonl', '*.failures.jsonl')   # the files a stage writes its rejected rows to (not reports)
 
 def _announce(folder, text: str):
     "`text` as a warning line on stderr and in `folder/log.txt` (the logger's format: the chain echoes that file)."
