@@ -60,6 +60,7 @@ def test_every_quarantine_is_announced_and_run_repairs_saves_rows(tmp_path):
     line = '10_sources: quarantined 5 row(s) ('
     assert line in r.stdout and '-> 10_sources/quarantine.jsonl' in r.stdout, r.stdout
     assert line in (run / '10_sources' / 'log.txt').read_text()
+    assert line in dflash('stages', _config(tmp_path), '--runs-dir', tmp_path / 'runs').stdout   # and afterwards
     for reason in ('system not first', 'assistant first', 'empty content', 'non-text content', 'missing field'):
         assert f'1 {reason}' in r.stdout, reason
     m = json.loads((run / '10_sources' / 'manifest.json').read_text())
