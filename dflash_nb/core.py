@@ -12,13 +12,13 @@ import yaml
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'DEVICE_RE', 'DEVICE_WORDS', 'RUN_KEYS', 'STAGE_LOG_ENV', 'repo_root', 'nbs_dir',
-           'cache_dir', 'fixtures_dir', 'expand_path', 'atomic_write', 'write_text', 'write_json', 'read_json',
-           'write_jsonl', 'open_text', 'JSONLError', 'iter_jsonl', 'atomic_dir', 'file_hash', 'obj_hash', 'versions',
-           'Stage', 'read_manifest', 'ConfigError', 'default_config_path', 'apply_override', 'validate_run_section',
-           'load_config', 'seed_everything', 'get_device', 'setup_logging', 'default_target_layer_ids',
-           'check_target_layer_ids', 'to_aux_layer_ids', 'from_aux_layer_ids', 'Quarantine', 'prompt_set_name',
-           'read_prompt_file', 'Progress', 'progress']
+__all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'REJECT_FILES', 'DEVICE_RE', 'DEVICE_WORDS', 'RUN_KEYS', 'STAGE_LOG_ENV', 'repo_root',
+           'nbs_dir', 'cache_dir', 'fixtures_dir', 'expand_path', 'atomic_write', 'write_text', 'write_json',
+           'read_json', 'write_jsonl', 'open_text', 'JSONLError', 'iter_jsonl', 'atomic_dir', 'file_hash', 'obj_hash',
+           'versions', 'Stage', 'quarantine_summary', 'quarantine_line', 'read_manifest', 'ConfigError',
+           'default_config_path', 'apply_override', 'validate_run_section', 'load_config', 'seed_everything',
+           'get_device', 'setup_logging', 'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids',
+           'from_aux_layer_ids', 'Quarantine', 'prompt_set_name', 'read_prompt_file', 'Progress', 'progress']
 
 # %% ../nbs/00_core.ipynb #4fdd9f67
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().parent / 'dflash_nb'
@@ -194,7 +194,7 @@ def versions() -> dict:
         with contextlib.suppress(md.PackageNotFoundError): out[pkg] = md.version(pkg.replace('_', '-'))
     return out
 
-# %% ../nbs/00_core.ipynb #cadfae4f
+# %% ../nbs/00_core.ipynb #e7ecffad
 def _rel(path, root) -> str:
     "`path` relative to the run folder, `pkg:NAME` for the package's own data (any install), else absolute."
     path = Path(path).resolve()
@@ -217,6 +217,7 @@ class Stage:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.params = dict(params or {})
         self.inputs, self.outputs, self.counts, self.timings, self.extra = [], [], {}, {}, {}
+        self.on_finish = []   # callables (stage, manifest) run after the manifest is written
         self.t0 = time.time()
         with contextlib.suppress(FileNotFoundError): os.remove(self.dir / 'manifest.json')  # unfinished until written
 
@@ -252,17 +253,52 @@ def timer(self: Stage, step: str):
     try: yield
     finally: self.timings[step] = round(self.timings.get(step, 0) + time.time() - t, 4)
 
-# %% ../nbs/00_core.ipynb #ce5f8df8
+# %% ../nbs/00_core.ipynb #039fc10d
+def quarantine_summary(path, # a quarantine JSONL (`Quarantine.save`): one `{reason, ..., row}` per line
+                       run_dir=None, # the run folder, for the relative path
+                      ) -> dict | None: # {'path', 'rows', 'reasons': {kind: rows}}, None when empty or missing
+    "Rows of a quarantine file by reason kind, most frequent first."
+    path = Path(path)
+    if not path.is_file(): return None
+    kinds = {}
+    for r in iter_jsonl(path, errors='yield'):
+        k = str(r.get('reason', r.get('_error', 'unreadable line'))).split(':', 1)[0].strip()
+        kinds[k] = kinds.get(k, 0) + 1
+    if not kinds: return None
+    rel = _rel(path, run_dir) if run_dir is not None else str(path)
+    return {'path': rel, 'rows': sum(kinds.values()), 'reasons': dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}
+
+REJECT_FILES = ('*quarantine*.jsonl', '*.failures.jsonl')   # the files a stage writes its rejected rows to (not reports)
+
+def _announce(folder, text: str):
+    "`text` as a warning line on stderr and in `folder/log.txt` (the logger's format: the chain echoes that file)."
+    line = f"{time.strftime('%H:%M:%S')} WARNING dflash_nb: {text}"
+    print(line, file=sys.stderr, flush=True)
+    with open(Path(folder) / 'log.txt', 'a', encoding='utf-8') as f: f.write(line + '\n')
+
+def quarantine_line(stage: str, q: dict) -> str:
+    "One line saying what stage `stage` quarantined (`quarantine_summary`), for the console and the log."
+    why = ', '.join(f'{n} {k}' for k, n in q['reasons'].items())
+    return f"{stage}: quarantined {q['rows']} row(s) ({why}) -> {q['path']}"
+
+# %% ../nbs/00_core.ipynb #a1dfbcbb
 @patch
 def finish(self: Stage, **extra) -> dict:
-    "Write `manifest.json` (atomically) and return it."
+    "Announce the quarantined rows, write `manifest.json` (atomically), run the `on_finish` hooks; returns the manifest."
     self.extra.update(extra)
+    files = {f for pat in REJECT_FILES for f in self.dir.glob(pat)} | {Path(o) for o in self.outputs if any(
+             Path(o).match(pat) for pat in REJECT_FILES)}
+    qs = [q for p in sorted(files) if (q := quarantine_summary(p, self.run_dir))]
+    if qs:
+        self.extra['quarantine'] = qs
+        for q in qs: _announce(self.dir, quarantine_line(self.name, q))
     m = {'stage': self.name, 'params': self.params,
          'inputs': [_entry(p, self.run_dir) for p in self.inputs],
          'outputs': [_entry(p, self.run_dir) for p in self.outputs],
          'counts': self.counts, 'timings': {**self.timings, 'total': round(time.time() - self.t0, 4)},
          'versions': versions(), 'finished': datetime.datetime.now(datetime.timezone.utc).isoformat(), **self.extra}
     write_json(self.dir / 'manifest.json', m)
+    for hook in self.on_finish: hook(self, m)
     return m
 
 # %% ../nbs/00_core.ipynb #f7bd8004
@@ -271,11 +307,11 @@ def read_manifest(stage_dir) -> dict | None:
     p = Path(stage_dir) / 'manifest.json'
     return read_json(p) if p.exists() else None
 
-# %% ../nbs/00_core.ipynb #5310012d
+# %% ../nbs/00_core.ipynb #b2ab5a78
 DEVICE_RE = re.compile(r'^(auto|cpu|mps|cuda(:\d+)?)$')   # the device names torch knows (checked in configs)
 DEVICE_WORDS = 'a device (auto, cpu, mps, cuda or cuda:N)'
 RUN_KEYS = {'name': str, 'seed': int, 'device': str, 'target': str, 'runs_dir': str, 'description': str,
-            'dtype': str, 'skip': list}
+            'dtype': str, 'skip': list, 'repairs': list}
 
 class ConfigError(ValueError):
     "A run configuration that cannot be used; the message names the key or value."

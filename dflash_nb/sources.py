@@ -148,7 +148,7 @@ _FIXTURES = [
     Source('fx-humaneval', 'humaneval', 'eval', 'MIT', path='fixtures:data/eval/HumanEval.jsonl.gz'),
 ]
 
-# %% ../nbs/10_sources.ipynb #5c45a9c1
+# %% ../nbs/10_sources.ipynb #98ee2db3
 REGISTRY: dict[str, Source] = {s.name: s for s in [*_HUB, *_DEMO, *_FIXTURES]}
 
 def get_source(name: str, # a registry name, or a key of `extra`
@@ -160,7 +160,7 @@ def get_source(name: str, # a registry name, or a key of `extra`
         if spec.get('normalizer', 'auto') == 'auto' and spec.get('path'):   # your own file: detect its format
             found = auto_source(expand_path(spec['path']), name)
             spec.update(normalizer=found.normalizer, group_by=spec.get('group_by') or found.group_by)
-            spec.setdefault('category', 'general'); spec.setdefault('license', 'unknown (your file)')
+        if spec.get('path'): spec.setdefault('category', 'general'); spec.setdefault('license', 'unknown (your file)')
         if spec.get('normalizer') not in NORMALIZERS:
             raise ValueError(f'source {name}: unknown normalizer {spec.get("normalizer")!r} '
                              f'(known: {", ".join(sorted(NORMALIZERS))})')

@@ -32,12 +32,14 @@ def test_estimates_by_hand():
            'tokenization': {'max_seq_len': 512}, 'regenerate': {'max_new_tokens': 64},
            'train': {'source': 'online', 'epochs': 1}}
     e = estimate(complete_config(cfg), dims, {'tokens_per_row': {'general': [100, 200], 'multi-turn': [400, 400]}})
-    # alpaca (general): 100 rows of 100 + min(200, 64) tokens; sharegpt (multi-turn): 200 rows of min(400 + 64, 512)
-    assert e['per_source']['demo-alpaca'] == {**e['per_source']['demo-alpaca'], 'rows': 100, 'tokens': 16_400, 'supervised': 6_400}
-    assert e['per_source']['demo-sharegpt']['rows'] == 200 and e['per_source']['demo-sharegpt']['tokens'] == 200 * 464
-    assert e['per_source']['demo-sharegpt']['supervised'] == int(200 * 464 * 64 / 464)
+    # local files are counted: alpaca (general) gives all its 60 rows (quota 100) of 100 + min(200, 64) tokens;
+    # sharegpt (multi-turn) its 40 rows (quota 200) of min(400 + 64, 512)
+    assert e['per_source']['demo-alpaca'] == {**e['per_source']['demo-alpaca'], 'rows': 60, 'tokens': 60 * 164, 'supervised': 60 * 64}
+    assert e['per_source']['demo-sharegpt']['rows'] == 40 and e['per_source']['demo-sharegpt']['tokens'] == 40 * 464
+    assert e['per_source']['demo-sharegpt']['supervised'] == int(40 * 464 * 64 / 464)
     assert e['stages']['60_hidden_states']['disk_bytes'] == 0      # online: nothing stored
-    assert e['stages']['60_hidden_states']['offline_would_need_bytes'] == (16_400 + 92_800) * 5 * 5120 * 2
+    assert e['stages']['60_hidden_states']['offline_would_need_bytes'] == (60 * 164 + 40 * 464) * 5 * 5120 * 2
+    assert 'demo-sharegpt: 40 rows for a quota of 200 (counted: 40 records read)' in e['warnings']
 
 def test_bad_settings_are_errors():
     dims = target_dims(read_json(TCFG))
