@@ -1163,7 +1163,7 @@ def template_report(
     if out is not None: write_text(out, page)
     return exs, page
 
-# %% ../nbs/20_templates.ipynb #e1cf5036
+# %% ../nbs/20_templates.ipynb #5b7dd020
 def _reason_rows(ex: dict) -> list[dict]:
     "One table row per (reason, repair): how many rows, the class and what happens by default."
     groups = {}
@@ -1180,7 +1180,7 @@ def _repair_cell(v: dict) -> str:
     return v.get('repair') or (f"{v['repair_tried']}, then: {v['after_repair_reason']}" if v.get('repair_tried') else '')
 
 def _row_line(v: dict) -> dict:
-    result = f"{v['default']}: {v['split']}" if v['status'] == 'split' else v['reason'] if v['status'] != 'ok' \
+    result = 'split: earlier reasoning dropped' if v['status'] == 'split' else v['reason'] if v['status'] != 'ok' \
              else f"ok, {sum(v['mask'])} supervised tokens" if 'mask' in v else 'ok'
     return {'row': str(v['id']), 'result': result, 'repair': _repair_cell(v),
             'by default': v.get('default', '')}
