@@ -179,3 +179,31 @@ def test_report_reads_the_detected_format(name, tmp_path, smol):
     canon, _ = load_rows(p, 'canonical')
     if name == 'openai_parts.jsonl':   # read as canonical, the reasoning parts are no `reasoning_content`: nothing would split
         assert 'refuse-3' in explorer_splits(ex) and explorer_splits(explore(smol, canon, str(tpl))) == {}
+
+
+# ------------------------------------------------------------------ a split row whose sample loses its turn's content
+_CALL = {'id': 'call_1', 'type': 'function', 'function': {'name': 'get_weather', 'arguments': {'city': 'Oslo'}}}
+LOSSY = {'id': 'x', 'source': 's', 'messages': [
+    {'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hello.', 'reasoning_content': 'Greet back.'},
+    {'role': 'user', 'content': 'Weather in Oslo?'},
+    {'role': 'assistant', 'content': '', 'reasoning_content': 'Call the tool.', 'tool_calls': [_CALL]},
+    {'role': 'tool', 'tool_call_id': 'call_1', 'content': '4 C'},
+    {'role': 'assistant', 'content': 'It is 4 C.', 'reasoning_content': 'Report.'}]}
+
+def test_split_row_losing_a_call_is_quarantined_as_tokenization_does(smol, tmp_path):
+    "A (bad) template that drops a call rendered last: the row splits, its calling sample loses the call, the row is quarantined whole."
+    tpl = tmp_path / 'history.jinja'
+    tpl.write_text(TOY.replace('{%- for tc in m.tool_calls or [] %}', '{%- for tc in ([] if loop.last else m.tool_calls or []) %}'))
+    want, c = tokenization_splits(smol, str(tpl), [LOSSY])
+    assert want == {'x': 0} and c['rows_split'] == 1 and c['content_lost'] == 1
+    ex = explore(smol, [LOSSY], str(tpl))
+    v = ex['rows'][0]
+    assert (v['status'], v['reason'], v['default'], v['split']) == \
+           ('failed', 'the template drops tool calls', 'quarantined', 'the template drops earlier reasoning: message 1')
+    assert "its sample of message 3: " in v['error'] and explorer_splits(ex) == want
+    s = ex['summary']
+    assert (s['split'], s['split_quarantined'], s['quarantined'], s['content_lost']) == (0, 1, 1, 1)
+    assert _headline(s)[2] == '  split: 0 rows into 0 samples, one per assistant turn, as the template drops earlier reasoning; 1 more split rows quarantined'
+    msum, fails = mask_check(smol, [LOSSY], str(tpl))
+    assert (msum['split'], msum['split_quarantined'], msum['failed'], msum['content_lost']) == (1, 1, 1, 1)
+    assert (fails[0]['reason'], fails[0]['turn'], fails[0]['split']) == ('the template drops tool calls', 3, v['split'])
