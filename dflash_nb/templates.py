@@ -678,7 +678,7 @@ def _default(v: dict) -> str:
         return 'quarantined; opt in: ' + ', '.join(n for n in v['repair'].split('+') if REPAIRS[n].kind == MEANING_CHANGING)
     return 'quarantined'
 
-# %% ../nbs/20_templates.ipynb #f584668c
+# %% ../nbs/20_templates.ipynb #3cb39d71
 def _row_repair(row: dict) -> tuple:
     "(names, class, repaired row) for a row the schema rejects: the format-only repairs when they suffice (what a run applies by default), else every repair that applies (`schema_repair`)."
     fixed, notes = fix_row({'id': 'x', 'source': 'x', **row})
@@ -694,9 +694,10 @@ def _with_repair(v: dict, r: Renderer, row: dict, et, method) -> dict:
         return {**v, 'repair': None, 'repair_tried': name, 'repair_tried_kind': kind,
                 'after_repair_reason': res.reason,
                 'after_repair': f'{name} ({kind}) gives a row that still fails: {res}'}
-    return {**v, 'repair': name, 'repair_kind': kind, 'repaired_messages': fixed['messages'],
-            'repaired_render': r.render(fixed['messages'], tools=fixed.get('tools'), enable_thinking=et),
-            'repaired': None if isinstance(res, MaskError) else res}
+    v = {**v, 'repair': name, 'repair_kind': kind, 'repaired_messages': fixed['messages'],
+         'repaired_render': r.render(fixed['messages'], tools=fixed.get('tools'), enable_thinking=et),
+         'repaired': None if isinstance(res, MaskError) else res}
+    return _repaired_split(v, r, fixed, res, et, method) if kind == FORMAT_ONLY else v   # the row a run's later stages get
 
 def _subset(row: dict) -> dict:
     "The part of a row the schema and the template see."
@@ -718,7 +719,7 @@ def row_split(
     return {'split': why, 'samples': [(s['turn'], _try_mask(r, s['messages'], tools, enable_thinking, method, 'last'))
                                       for s in turn_samples(msgs, tools)]}
 
-# %% ../nbs/20_templates.ipynb #549dfc60
+# %% ../nbs/20_templates.ipynb #08fa2c8a
 def _error_view(v: dict, reason: str) -> dict:
     "A row quarantined on reading with no repair to try: unreadable, or rejected by its normalizer or by the reading stage."
     return {**v, 'status': 'failed', 'reason': _kind(reason), 'error': reason, 'repair': None, 'default': 'quarantined'}
@@ -731,15 +732,27 @@ def _repaired_on_reading(v: dict, r: Renderer, row: dict, raw: dict, made: list,
          'repaired_render': r.render(msgs, tools=tools, enable_thinking=et)}
     return {**v, 'default': _default(v)}
 
+def _split_parts(sp: dict) -> tuple[dict, dict | None]:
+    "(the view's split keys, the sample that quarantines the row or None) of a `row_split` result."
+    samples = [{'turn': j, **({'error': str(m), 'reason': m.reason} if isinstance(m, MaskError) else m)} for j, m in sp['samples']]
+    k = _split_failure([x.get('reason') for x in samples])
+    return ({'split': sp['split'], 'samples': samples, 'split_samples': sum('error' not in x for x in samples)},
+            None if k is None else samples[k])
+
 def _split_view(v: dict, sp: dict) -> dict:
     "A row `tokenization.rows: auto` splits: trained as one sample per assistant turn, or quarantined (`_split_failure`)."
-    samples = [{'turn': j, **({'error': str(m), 'reason': m.reason} if isinstance(m, MaskError) else m)} for j, m in sp['samples']]
-    v = {**v, 'split': sp['split'], 'samples': samples}
-    if (k := _split_failure([x.get('reason') for x in samples])) is not None:
-        return {**v, 'status': 'failed', 'reason': samples[k]['reason'], 'repair': None, 'default': 'quarantined',
-                'error': f"{sp['split']}; its sample of message {samples[k]['turn']}: {samples[k]['error']}"}
-    n = sum('error' not in x for x in samples)
-    return {**v, 'status': 'split', 'reason': 'split', 'split_samples': n, 'default': f'split into {n} samples'}
+    parts, bad = _split_parts(sp)
+    if bad: return {**v, **parts, 'status': 'failed', 'reason': bad['reason'], 'repair': None, 'default': 'quarantined',
+                    'error': f"{sp['split']}; its sample of message {bad['turn']}: {bad['error']}"}
+    return {**v, **parts, 'status': 'split', 'reason': 'split', 'default': f"split into {parts['split_samples']} samples"}
+
+def _repaired_split(v: dict, r: Renderer, fixed: dict, res, et, method) -> dict:
+    "A row repaired by default that then splits: the split noted, or the repair's failure when a sample loses content."
+    if not (sp := row_split(r, fixed['messages'], fixed.get('tools'), res, et, method)): return v
+    parts, bad = _split_parts(sp)
+    if not bad: return {**v, **parts}
+    return {**v, **parts, 'repair': None, 'repair_tried': v['repair'], 'repair_tried_kind': v['repair_kind'], 'after_repair_reason': bad['reason'],
+            'after_repair': f"{v['repair']} ({v['repair_kind']}) gives a row that splits and its sample of message {bad['turn']} still fails: {bad['error']}"}
 
 def explore_row(
     r: Renderer,  # the template
@@ -765,7 +778,7 @@ def explore_row(
     v = _with_repair(v, r, _subset(row), enable_thinking, method) if reasons else {**v, 'repair': None}
     return {**v, 'default': _default(v), **({'read': read['reason']} if not read['ok'] else {})}   # the reading stage's own words
 
-# %% ../nbs/20_templates.ipynb #9632175a
+# %% ../nbs/20_templates.ipynb #1cf37516
 def _explore_summary(views) -> dict:
     "Rows by what a run does with them by default: rows = ok + split + prompt_only + repaired_by_default + quarantined, and the quarantined ones are need_opt_in (a meaning-changing repair saves them) + failed (no repair found)."
     st, dflt = [v['status'] for v in views], [v.get('default') or '' for v in views]
@@ -773,24 +786,26 @@ def _explore_summary(views) -> dict:
     quarantined = [v for v, d in zip(views, dflt) if d.startswith('quarantined')]
     opt_in = sum(v.get('repair_kind') == MEANING_CHANGING for v in quarantined)
     return {'rows': len(views), 'ok': st.count('ok'), 'split': st.count('split'),
-            'split_samples': sum(v.get('split_samples', 0) for v in views),
+            'split_samples': sum(v.get('split_samples', 0) for v, d in zip(views, dflt) if not d.startswith('quarantined')),
             'prompt_only': st.count('prompt-only'),
             'repaired_by_default': dflt.count('repaired'), 'quarantined': len(quarantined),
             'need_opt_in': opt_in, 'failed': len(quarantined) - opt_in, 'content_lost': sum(map(lost, views)),
-            'split_quarantined': sum('split' in v and v['status'] == 'failed' for v in views)}
+            'split_quarantined': sum('split' in v and d.startswith('quarantined') for v, d in zip(views, dflt)),
+            'split_repaired': sum('split' in v and d == 'repaired' for v, d in zip(views, dflt))}
 
 def _headline(s: dict) -> list[str]:
     "The summary's lines of text: every row in one outcome, the quarantined ones broken down, and why rows split (when some do)."
-    why = [f"  split: {s['split']} rows into {s['split_samples']} samples, one per assistant turn, as {SPLIT_REASON}; "
-           f"{s['split_quarantined']} more split rows quarantined"]
-    n = s['split'] + s['split_quarantined']   # rows a split concerns: the clause and its line only then
+    rep = f" ({s['split_repaired']} of them repaired by default first)" if s.get('split_repaired') else ''
+    why = [f"  split: {s['split'] + s.get('split_repaired', 0)} rows into {s['split_samples']} samples{rep}, one per assistant turn, "
+           f"as {SPLIT_REASON}; {s['split_quarantined']} more split rows quarantined"]
+    n = s['split'] + s['split_quarantined'] + s.get('split_repaired', 0)   # rows a split concerns: the clause and its line only then
     return [f"{s['rows']} rows: {s['ok']} with a mask as they are, " + (f"{s['split']} split per turn, " if n else '')
             + f"{s['repaired_by_default']} repaired by default (format-only), "
             + f"{s['prompt_only']} prompt-only, {s['quarantined']} quarantined by default",
             f"  quarantined: {s['need_opt_in']} saved by opting in to a meaning-changing repair, {s['failed']} failed (no repair); "
             f"{s['content_lost']} lose assistant content"] + (why if n else [])
 
-# %% ../nbs/20_templates.ipynb #bcd1236e
+# %% ../nbs/20_templates.ipynb #d6c05af1
 def explore(
     target,  # a tokenizer, spec, `.jinja` file or Renderer
     rows,  # rows (e.g. from `load_rows`)
@@ -807,7 +822,8 @@ def explore(
         _count(counts, v['reason']); _count(sources, v['source'])
         if v.get('repair'): _count(repairs, v['repair'])
     th = {**thinking_mode(r, enable_thinking),
-          'rows_supervising_empty_think': sum(supervises_empty_think(v.get('pieces', [])) for v in views)}
+          'rows_supervising_empty_think': sum(supervises_empty_think(v.get('pieces') or [p for x in v.get('samples', []) for p in x.get('pieces', [])])
+                                              for v in views)}
     order = lambda kv: ({'ok': 3, 'split': 2, 'prompt-only': 1}.get(kv[0], 0), -kv[1])
     return {'template': r.name, 'tokenizer': getattr(r.tokenizer, 'name_or_path', None),
             'enable_thinking': enable_thinking,

@@ -18,6 +18,7 @@ import pytest
 
 from dflash_nb.formats import detect_format
 from dflash_nb.masks import fixture_template, fixture_tokenizer
+from dflash_nb.schema import fix_row
 from dflash_nb.templates import (ExplorerWidget, _headline, explore, format_mask_check, format_probe_report, format_report,
                                  load_rows, mask_check, probe_template, template_report)
 from dflash_nb.tokenization import TokenizeOptions, encode_rows
@@ -57,9 +58,13 @@ def target(request, smol, tmp_path_factory):
     return tok, str(tpl)
 
 def canonical(rows) -> list[dict]:
-    "The rows a run's later stages get: those read without error, as canonical rows."
-    return [{'id': r['id'], 'source': r['source'], 'messages': r['messages'], **({'tools': r['tools']} if r.get('tools') else {})}
-            for r in rows if '_error' not in r and (r.get('read') or {'ok': True})['ok']]
+    "The rows a run's later stages get: those read without error, with the format-only repairs a run applies on reading."
+    out = []
+    for r in rows:
+        if '_error' in r or not (r.get('read') or {'ok': True})['ok']: continue
+        fixed = fix_row({'id': r['id'], 'source': r['source'], 'messages': r['messages'], **({'tools': r['tools']} if r.get('tools') else {})})[0]
+        out.append({k: fixed[k] for k in ('id', 'source', 'messages', 'tools') if k in fixed})
+    return out
 
 def tokenization_splits(tok, tpl, rows) -> tuple[dict, dict]:
     "({row id: samples kept} of the rows tokenization splits, its counts), from `encode_rows` itself."
@@ -70,8 +75,8 @@ def tokenization_splits(tok, tpl, rows) -> tuple[dict, dict]:
     return split, c
 
 def explorer_splits(ex) -> dict:
-    "{row id: samples} of the rows the explorer calls split (kept or quarantined)."
-    return {v['id']: v.get('split_samples', 0) for v in ex['rows'] if 'split' in v}
+    "{row id: samples trained} of the rows the explorer calls split (0 for a split row quarantined)."
+    return {v['id']: 0 if v['default'].startswith('quarantined') else v['split_samples'] for v in ex['rows'] if 'split' in v}
 
 
 # ------------------------------------------------------------------ the same rows as tokenization, and only those
@@ -83,7 +88,7 @@ def test_explorer_splits_the_rows_tokenization_splits(target, path):
     want, c = tokenization_splits(tok, tpl, rows)
     assert explorer_splits(ex) == want
     s = ex['summary']
-    assert (s['split'] + s['split_quarantined'], s['split_samples']) == (c['rows_split'], c['split_samples'])
+    assert (s['split'] + s['split_quarantined'] + s['split_repaired'], s['split_samples']) == (c['rows_split'], c['split_samples'])
     assert s['rows'] == s['ok'] + s['split'] + s['prompt_only'] + s['repaired_by_default'] + s['quarantined']
     for v in ex['rows']:   # a row with no reasoning before its last assistant turn is never called split
         if 'split' in v:
@@ -115,6 +120,16 @@ def test_fixture_splits_are_not_trivial(target):
     tok, tpl = target
     rows, _ = load_rows(ROOT / 'tests' / 'fixtures' / 'agentic' / 'openai_parts.jsonl')
     assert 'refuse-3' in explorer_splits(explore(tok, rows, tpl))
+
+def test_a_row_repaired_on_reading_then_split(target):
+    "A row in ShareGPT roles with earlier reasoning: repaired by default (format-only), then split as tokenization splits the repaired row."
+    tok, tpl = target
+    rows, _ = load_rows(MULTI, 'canonical')
+    alias = {'user': 'human', 'assistant': 'gpt'}
+    row = {**rows[0], 'messages': [{**m, 'role': alias.get(m['role'], m['role'])} for m in rows[0]['messages']]}
+    v = explore(tok, [row], tpl)['rows'][0]
+    assert (v['default'], v['repair'], v['split'], v['split_samples']) == ('repaired', 'rename_roles', 'the template drops earlier reasoning: message 1', 4)
+    assert tokenization_splits(tok, tpl, [row])[0] == {row['id']: 4}
 
 def test_smollm2_never_splits(smol):
     "A template that never shows reasoning gains nothing from a split: no row is called split, and none is split."
