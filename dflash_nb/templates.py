@@ -893,7 +893,7 @@ _KIND_NOTE = {FORMAT_ONLY: 'format-only: what the model sees is unchanged; appli
               MEANING_CHANGING: 'meaning-changing: it moves, inserts or drops what the model sees; off by default, so this row is '
                                 'quarantined unless the run opts in to it (<code>sources.repairs</code>: the stage that reads your file)'}
 
-# %% ../nbs/20_templates.ipynb #4b231545
+# %% ../nbs/20_templates.ipynb #4fe66b19
 def _repair_html(v: dict, tokenizer, max_tokens) -> str:
     "The repair of a failed row: its name and class, then the repaired render and mask (or why none works)."
     e = html.escape
@@ -923,7 +923,7 @@ def row_html(
 ) -> str:  # the row's HTML
     "One row's page: status and default outcome, error, template rule, explanation, repair and class, mask."
     e, where = html.escape, f"line {v['line']}" if v.get('line') is not None else ''
-    status = f'<span class="ok">{"ok" if v["status"] == "ok" else e(v["default"])}</span>' if v['status'] in ('ok', 'split') \
+    status = f'<span class="ok">{v["status"]}</span>' if v['status'] in ('ok', 'split') \
              else f"<span class=\"err\">{e(v['reason'])}</span>"
     out = [f"<div><b>{e(str(v['id']))}</b> <small>{e(v['source'])} {where}</small> — {status}"
            + (f" <small>(by default: {e(v['default'])})</small>" if v.get('default') else '') + '</div>']
@@ -1179,13 +1179,13 @@ def template_report(
     if out is not None: write_text(out, page)
     return exs, page
 
-# %% ../nbs/20_templates.ipynb #5b7dd020
+# %% ../nbs/20_templates.ipynb #00623b28
 def _reason_rows(ex: dict) -> list[dict]:
     "One table row per (reason, repair): how many rows, the class and what happens by default."
     groups = {}
     for v in ex['rows']:
         k = (v['reason'], _repair_cell(v), v.get('repair_kind') or v.get('repair_tried_kind') or '',
-             v.get('default', ''))
+             'split into one sample per assistant turn' if v['status'] == 'split' else v.get('default', ''))
         groups[k] = groups.get(k, 0) + 1
     order = list(ex['counts'])
     return [{'reason': k[0], 'rows': n, 'repair': k[1], 'class': k[2], 'by default': k[3]}
