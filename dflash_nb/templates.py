@@ -17,7 +17,8 @@ from .schema import (FIXES, FORMAT_ONLY, MEANING_CHANGING, REPAIRS, apply_repair
 from .formats import read_file, NORMALIZERS, normalize_record, detect_format
 from .masks import (FIXTURE_TEMPLATE_TOKENIZER, LOSS_REASONS, PROBE_TOOLS, MaskError, Renderer,
                              TemplateSourceError, Turn, as_renderer, assistant_mask, assistant_masks, fixture_template,
-                             fixture_tokenizer, locate_turns, supervised_pieces, template_features, _ASST, _CALL,
+                             fixture_tokenizer, locate_turns, split_reason, supervised_pieces, template_features,
+                             turn_samples, SPLIT_REASON, _ASST, _CALL,
                              _CALL_STR, _FIXTURE_TOKS, _SYS, _THINK, _TOOL, _USR, _USR2, _as_messages, _tc, _template_text)
 _all_ = ['FIXTURE_TEMPLATE_TOKENIZER', 'LOSS_REASONS', 'PROBE_TOOLS', 'MaskError', 'Renderer', 'TemplateSourceError', 'Turn',
          'as_renderer', 'assistant_mask', 'assistant_masks', 'fixture_template', 'fixture_tokenizer', 'locate_turns',
@@ -28,8 +29,8 @@ __all__ = ['PROBES', 'THINKING_PROBES', 'PROMPT_ONLY_POLICIES', 'ID_KEYS', 'EXPL
            'diagnose_probe', 'probe_template', 'probe_table', 'generation_mask', 'compare_with_generation_mask',
            'mask_html', 'show_mask', 'is_prompt_only', 'add_placeholder_reply', 'placeholder_supervision',
            'schema_repair', 'mask_check', 'row_id', 'read_numbered', 'load_rows', 'show_tail', 'thinking_mode',
-           'supervises_empty_think', 'template_context', 'explore_row', 'explore', 'tokens_html', 'spans_html',
-           'row_html', 'summary_html', 'explorer_html', 'explorer_page', 'ExplorerWidget', 'explore_file',
+           'supervises_empty_think', 'template_context', 'row_split', 'explore_row', 'explore', 'tokens_html',
+           'spans_html', 'row_html', 'summary_html', 'explorer_html', 'explorer_page', 'ExplorerWidget', 'explore_file',
            'template_report', 'format_report', 'format_probe_report', 'masks_file', 'format_row_debug', 'show_rows',
            'load_tokenizer_spec', 'register_cli', 'format_mask_check', 'FIXTURE_TEMPLATE_TOKENIZER', 'LOSS_REASONS',
            'PROBE_TOOLS', 'MaskError', 'Renderer', 'TemplateSourceError', 'Turn', 'as_renderer', 'assistant_mask',
@@ -202,6 +203,15 @@ def _probe_rows(r: Renderer, name, desc, messages, kw, include_renders) -> tuple
                  'repairs_ok': d.get('repairs_ok'),
                  'repaired_render': d.get('repaired_render') if include_renders else None}
 
+_SPLIT_PROBE = [_USR, {**_THINK, 'reasoning_content': 'Look it up. EARLYMARK'}, _USR2, _THINK]   # reasoning in an earlier turn and the last
+
+def _splits_note(why: str | None, f: dict) -> str:
+    "The probe's line on earlier reasoning: whether `tokenization.rows: auto` will split rows, and why."
+    if why: return (f"dropped ({why} of the probe): `tokenization.rows: auto` splits a row whose earlier assistant turns "
+                    'carry reasoning into one sample per assistant turn')
+    if (f.get('thinking') or {}).get('last_turn_reasoning') != 'kept': return 'never shown, so a row stays one sample (a split gains nothing)'
+    return 'kept: a row stays one sample'
+
 def _drops(f: dict) -> list[str]:
     "What assistant content the template never renders."
     return (['tool calls'] if f.get('tool_call_style') == 'none' else []) + \
@@ -225,7 +235,8 @@ def probe_template(
     summary = {'probes': len(probes), 'failed': sum(not p['ok'] for p in probes),
                'silently_dropping': sum(bool(p['missing']) for p in probes),
                'repaired': sum(bool(d['repair']) for d in diagnosis if d['error']),
-               'unrepaired': sum(not d['repair'] for d in diagnosis if d['error']), 'drops': _drops(feats)}
+               'unrepaired': sum(not d['repair'] for d in diagnosis if d['error']), 'drops': _drops(feats),
+               'splits': split_reason(r, _SPLIT_PROBE, None, enable_thinking)}   # the decision `tokenization.rows: auto` makes
     return {'template': r.name, 'sha256': hashlib.sha256(r.template.encode()).hexdigest(),
             'tokenizer': getattr(r.tokenizer, 'name_or_path', None), 'enable_thinking': enable_thinking,
             'probes': probes, 'diagnosis': diagnosis, 'features': feats, 'summary': summary}
@@ -387,7 +398,19 @@ def schema_repair(
     names = repair_names(notes)
     return '+'.join(names), repair_kind(names), {k: v for k, v in fixed.items() if k in row or k in ('messages', 'tools')}
 
-# %% ../nbs/20_templates.ipynb #aa7fcdfd
+# %% ../nbs/20_templates.ipynb #53438103
+def _split_why(r: Renderer, msgs, tools, failed: str | None, enable_thinking, method) -> str | None:
+    "Why `tokenization.rows: auto` splits a row whose whole mask gave `failed` (None: a mask), or None: it stays one sample."
+    if failed not in (None, 'the template drops reasoning'): return None   # fails as one conversation, as in tokenization
+    return split_reason(r, msgs, tools, enable_thinking, method)
+
+def _split_failure(reasons: list) -> int | None:
+    "The sample (position) that quarantines a split row, from each sample's failure reason (None: a mask): the first losing content, else the first when none survives."
+    bad = [k for k, x in enumerate(reasons) if x is not None]
+    loss = [k for k in bad if reasons[k] in LOSS_REASONS]
+    return loss[0] if loss else bad[0] if bad and len(bad) == len(reasons) else None
+
+# %% ../nbs/20_templates.ipynb #7d3d976c
 def _row_repair_ok(r: Renderer, row: dict, enable_thinking, method) -> tuple[str | None, str | None]:
     "(repair, class) of a row when the repaired row gets a mask, else (None, None)."
     name, kind, fixed = schema_repair(row)
@@ -397,6 +420,7 @@ def _row_repair_ok(r: Renderer, row: dict, enable_thinking, method) -> tuple[str
 
 def _check_summary(n: int) -> dict:
     return {'rows': n, 'ok': 0, 'prompt_only': 0, 'failed': 0, 'content_lost': 0, 'reasons': {},
+            'split': 0, 'split_samples': 0, 'split_quarantined': 0, 'split_ids': [],
             'repairs': {}, 'repair_kinds': {},
             'tokens': 0, 'supervised_tokens': 0, 'supervised_runs': 0, 'decode_mismatches': 0,
             'turn_methods': {}}
@@ -410,7 +434,7 @@ def _decode_ok(r: Renderer, out, text, turns, s) -> bool:
     want = [text[t.start:t.end] for t in turns]
     return len(pieces) == len(want) and all(p.endswith(w) and len(p) - len(w) <= 8 for p, w in zip(pieces, want))
 
-# %% ../nbs/20_templates.ipynb #9e19037a
+# %% ../nbs/20_templates.ipynb #21a44e4e
 def _check_failed(r: Renderer, row, out, s, enable_thinking, method) -> dict:
     "Count one failed row; its failure record with the repair that would save it."
     msgs, tools = _as_messages(row)
@@ -421,6 +445,28 @@ def _check_failed(r: Renderer, row, out, s, enable_thinking, method) -> dict:
     return {'id': row.get('id') if isinstance(row, dict) else None, 'reason': out['reason'],
             'error': out['error'],
             'repair': rep, 'repair_kind': kind}
+
+def _check_ok(r: Renderer, msgs, tools, out, s, enable_thinking, method, decode_check, supervise='all'):
+    "Count one mask (a row's, or a split row's sample): tokens, turn methods, the decode check."
+    s['tokens'] += len(out['input_ids']); s['supervised_tokens'] += sum(out['loss_mask'])
+    text, turns = locate_turns(r, msgs, tools, enable_thinking, method, supervise)
+    for t in turns: _count(s['turn_methods'], t.method)
+    if decode_check and not _decode_ok(r, out, text, turns, s): s['decode_mismatches'] += 1
+
+def _check_split(r: Renderer, row, why, s, enable_thinking, method, decode_check) -> list[dict]:
+    "Count a row split into one sample per assistant turn: ok with its samples, or failed (see `_split_failure`)."
+    msgs, tools = _as_messages(row)
+    smp = list(turn_samples(msgs, tools))
+    outs = assistant_masks(r, smp, None, enable_thinking, method, supervise='last')
+    s['split'] += 1; s['split_ids'] += [row.get('id')] if len(s['split_ids']) < 50 else []
+    if (k := _split_failure([o.get('reason') for o in outs])) is not None:
+        s['split_quarantined'] += 1
+        return [{**_check_failed(r, row, outs[k], s, enable_thinking, method), 'split': why, 'turn': smp[k]['turn']}]
+    s['ok'] += 1
+    for x, o in zip(smp, outs):
+        if 'error' not in o:
+            s['split_samples'] += 1; _check_ok(r, x['messages'], tools, o, s, enable_thinking, method, decode_check, 'last')
+    return []
 
 def mask_check(
     tokenizer,  # a fast tokenizer
@@ -435,12 +481,11 @@ def mask_check(
     s, failures = _check_summary(len(rows)), []
     for row, out in zip(rows, assistant_masks(tokenizer, rows, chat_template, enable_thinking, method)):
         if out.get('reason') == 'prompt-only': s['prompt_only'] += 1; continue
-        if 'error' in out: failures.append(_check_failed(r, row, out, s, enable_thinking, method)); continue
-        s['ok'] += 1; s['tokens'] += len(out['input_ids']); s['supervised_tokens'] += sum(out['loss_mask'])
         msgs, tools = _as_messages(row)
-        text, turns = locate_turns(r, msgs, tools, enable_thinking, method)
-        for t in turns: _count(s['turn_methods'], t.method)
-        if decode_check and not _decode_ok(r, out, text, turns, s): s['decode_mismatches'] += 1
+        if why := _split_why(r, msgs, tools, out.get('reason'), enable_thinking, method):
+            failures += _check_split(r, row, why, s, enable_thinking, method, decode_check); continue
+        if 'error' in out: failures.append(_check_failed(r, row, out, s, enable_thinking, method)); continue
+        s['ok'] += 1; _check_ok(r, msgs, tools, out, s, enable_thinking, method, decode_check)
     return s, failures
 
 # %% ../nbs/20_templates.ipynb #cc8e7066
@@ -594,19 +639,19 @@ def template_context(
     keep = set(range(max(1, line - before), min(len(src), line + after) + 1)) | ({condition_line} if condition_line else set())
     return [(n, src[n - 1], 'raise' if n == line else 'condition' if n == condition_line else '') for n in sorted(keep) if 0 < n <= len(src)]
 
-def _row_mask(r: Renderer, msgs, tools, et, method) -> dict:
+def _row_mask(r: Renderer, msgs, tools, et, method, supervise='all') -> dict:
     "(ids, mask, pieces) with a fast tokenizer, else (text, spans, pieces) from the render; raises MaskError."
-    text, turns = locate_turns(r, msgs, tools, et, method)
+    text, turns = locate_turns(r, msgs, tools, et, method, supervise)
     if not getattr(r.tokenizer, 'is_fast', False):
         return {'text': text, 'spans': [(t.start, t.end) for t in turns],
                 'pieces': [text[t.start:t.end] for t in turns]}
-    ids, mask = assistant_mask(r, msgs, tools, None, et, method)
+    ids, mask = assistant_mask(r, msgs, tools, None, et, method, supervise)
     return {'ids': ids, 'mask': mask, 'pieces': supervised_pieces(r.tokenizer, ids, mask)}
 
-def _try_mask(r: Renderer, msgs, tools, et, method) -> dict | MaskError:
-    "The mask view of a conversation, or the MaskError that stops it."
+def _try_mask(r: Renderer, msgs, tools, et, method, supervise='all') -> dict | MaskError:
+    "The mask view of a conversation (all its assistant turns supervised, or the `last` one), or the MaskError that stops it."
     if not all(isinstance(m, dict) for m in msgs): return MaskError('bad message', 'a message is not an object')
-    try: return _row_mask(r, msgs, tools, et, method)
+    try: return _row_mask(r, msgs, tools, et, method, supervise)
     except MaskError as e: return e
 
 # %% ../nbs/20_templates.ipynb #24a292d4
@@ -649,15 +694,32 @@ def _with_repair(v: dict, r: Renderer, row: dict, et, method) -> dict:
         return {**v, 'repair': None, 'repair_tried': name, 'repair_tried_kind': kind,
                 'after_repair_reason': res.reason,
                 'after_repair': f'{name} ({kind}) gives a row that still fails: {res}'}
-    return {**v, 'repair': name, 'repair_kind': kind, 'repaired_messages': fixed['messages'],
-            'repaired_render': r.render(fixed['messages'], tools=fixed.get('tools'), enable_thinking=et),
-            'repaired': None if isinstance(res, MaskError) else res}
+    v = {**v, 'repair': name, 'repair_kind': kind, 'repaired_messages': fixed['messages'],
+         'repaired_render': r.render(fixed['messages'], tools=fixed.get('tools'), enable_thinking=et),
+         'repaired': None if isinstance(res, MaskError) else res}
+    return _repaired_split(v, r, fixed, res, et, method) if kind == FORMAT_ONLY else v   # the row a run's later stages get
 
 def _subset(row: dict) -> dict:
     "The part of a row the schema and the template see."
     return {'messages': row['messages'], **({'tools': row['tools']} if 'tools' in row else {})}
 
-# %% ../nbs/20_templates.ipynb #20ae3610
+# %% ../nbs/20_templates.ipynb #3b4b41bc
+def row_split(
+    r: Renderer,  # the template
+    msgs,  # the conversation
+    tools=None,  # its tools
+    whole=None,  # the whole row's mask (a view or the MaskError of `_try_mask`; None: computed)
+    enable_thinking: bool | None = None,  # the thinking mode
+    method: str = 'prefix',  # `prefix` or `locate`
+) -> dict | None:  # None (one sample), else `{'split': why, 'samples': [(turn, mask view or MaskError)]}`
+    "Whether `tokenization.rows: auto` splits a row into one sample per assistant turn, why, and each sample's mask."
+    if whole is None: whole = _try_mask(r, msgs, tools, enable_thinking, method)
+    failed = whole.reason if isinstance(whole, MaskError) else None
+    if not (why := _split_why(r, msgs, tools, failed, enable_thinking, method)): return None
+    return {'split': why, 'samples': [(s['turn'], _try_mask(r, s['messages'], tools, enable_thinking, method, 'last'))
+                                      for s in turn_samples(msgs, tools)]}
+
+# %% ../nbs/20_templates.ipynb #08fa2c8a
 def _error_view(v: dict, reason: str) -> dict:
     "A row quarantined on reading with no repair to try: unreadable, or rejected by its normalizer or by the reading stage."
     return {**v, 'status': 'failed', 'reason': _kind(reason), 'error': reason, 'repair': None, 'default': 'quarantined'}
@@ -670,22 +732,45 @@ def _repaired_on_reading(v: dict, r: Renderer, row: dict, raw: dict, made: list,
          'repaired_render': r.render(msgs, tools=tools, enable_thinking=et)}
     return {**v, 'default': _default(v)}
 
+def _split_parts(sp: dict) -> tuple[dict, dict | None]:
+    "(the view's split keys, the sample that quarantines the row or None) of a `row_split` result."
+    samples = [{'turn': j, **({'error': str(m), 'reason': m.reason} if isinstance(m, MaskError) else m)} for j, m in sp['samples']]
+    k = _split_failure([x.get('reason') for x in samples])
+    return ({'split': sp['split'], 'samples': samples, 'split_samples': sum('error' not in x for x in samples)},
+            None if k is None else samples[k])
+
+def _split_view(v: dict, sp: dict) -> dict:
+    "A row `tokenization.rows: auto` splits: trained as one sample per assistant turn, or quarantined (`_split_failure`)."
+    parts, bad = _split_parts(sp)
+    if bad: return {**v, **parts, 'status': 'failed', 'reason': bad['reason'], 'repair': None, 'default': 'quarantined',
+                    'error': f"{sp['split']}; its sample of message {bad['turn']}: {bad['error']}"}
+    return {**v, **parts, 'status': 'split', 'reason': 'split', 'default': f"split into {parts['split_samples']} samples"}
+
+def _repaired_split(v: dict, r: Renderer, fixed: dict, res, et, method) -> dict:
+    "A row repaired by default that then splits: the split noted, or the repair's failure when a sample loses content."
+    if not (sp := row_split(r, fixed['messages'], fixed.get('tools'), res, et, method)): return v
+    parts, bad = _split_parts(sp)
+    if not bad: return {**v, **parts}
+    return {**v, **parts, 'repair': None, 'repair_tried': v['repair'], 'repair_tried_kind': v['repair_kind'], 'after_repair_reason': bad['reason'],
+            'after_repair': f"{v['repair']} ({v['repair_kind']}) gives a row that splits and its sample of message {bad['turn']} still fails: {bad['error']}"}
+
 def explore_row(
     r: Renderer,  # the template
     row: dict,  # a row from `load_rows` (`id`, `line`, `source`, `messages`, maybe `tools` and `read`, or `_error`)
     enable_thinking: bool | None = None,  # the thinking mode
     method: str = 'prefix',  # `prefix` or `locate`
 ) -> dict:  # the view: status, reason, error, rule and context, repair, repair_kind, default, mask or repaired mask
-    "The explorer's view of one row: what the pipeline does with it, why, and what a repair would give."
+    "The explorer's view of one row: what the pipeline does with it (trained, split per assistant turn, ...), why, and what a repair would give."
     v = {'id': row.get('id'), 'source': row.get('source') or '', 'line': row.get('line')}
     if '_error' in row: return _error_view(v, row['_error'])
     msgs, tools, read = row['messages'], row.get('tools'), row.get('read') or {'ok': True}
     raw, reasons = _try_mask(r, msgs, tools, enable_thinking, method), validate_row({'id': 'x', 'source': 'x', **_subset(row)})
     if not reasons and not read['ok']: return _error_view(v, read['reason'])   # valid, yet the reading stage rejects it
     made = repair_names((row.get('meta') or {}).get('repairs') or [])
-    if not reasons and not isinstance(raw, MaskError):
-        if repair_kind(made) == MEANING_CHANGING: return _repaired_on_reading(v, r, row, raw, made, enable_thinking)
-        return {**v, 'status': 'ok', 'reason': 'ok', 'default': 'trained', **raw}
+    if not reasons and not isinstance(raw, MaskError) and repair_kind(made) == MEANING_CHANGING:
+        return _repaired_on_reading(v, r, row, raw, made, enable_thinking)
+    if not reasons and (sp := row_split(r, msgs, tools, raw, enable_thinking, method)): return _split_view(v, sp)
+    if not reasons and not isinstance(raw, MaskError): return {**v, 'status': 'ok', 'reason': 'ok', 'default': 'trained', **raw}
     if not reasons and raw.reason == 'prompt-only':
         return {**v, 'status': 'prompt-only', 'reason': 'prompt-only', 'error': str(raw), 'repair': None,
                 'default': _default({'status': 'prompt-only'})}
@@ -695,21 +780,30 @@ def explore_row(
 
 # %% ../nbs/20_templates.ipynb #f4e88faf
 def _explore_summary(views) -> dict:
-    "Rows by what a run does with them by default: rows = ok + prompt_only + repaired_by_default + quarantined, and the quarantined ones are need_opt_in (a meaning-changing repair saves them) + failed (no repair found)."
+    "Rows by what a run does with them by default: rows = ok + split + prompt_only + repaired_by_default + quarantined, and the quarantined ones are need_opt_in (a meaning-changing repair saves them) + failed (no repair found)."
     st, dflt = [v['status'] for v in views], [v.get('default') or '' for v in views]
     lost = lambda v: v['reason'] in LOSS_REASONS or any(x in v.get('after_repair', '') for x in LOSS_REASONS)
     quarantined = [v for v, d in zip(views, dflt) if d.startswith('quarantined')]
     opt_in = sum(v.get('repair_kind') == MEANING_CHANGING for v in quarantined)
-    return {'rows': len(views), 'ok': st.count('ok'), 'prompt_only': st.count('prompt-only'),
+    return {'rows': len(views), 'ok': st.count('ok'), 'split': st.count('split'),
+            'split_samples': sum(v.get('split_samples', 0) for v, d in zip(views, dflt) if not d.startswith('quarantined')),
+            'prompt_only': st.count('prompt-only'),
             'repaired_by_default': dflt.count('repaired'), 'quarantined': len(quarantined),
-            'need_opt_in': opt_in, 'failed': len(quarantined) - opt_in, 'content_lost': sum(map(lost, views))}
+            'need_opt_in': opt_in, 'failed': len(quarantined) - opt_in, 'content_lost': sum(map(lost, views)),
+            'split_quarantined': sum('split' in v and d.startswith('quarantined') for v, d in zip(views, dflt)),
+            'split_repaired': sum('split' in v and d == 'repaired' for v, d in zip(views, dflt))}
 
 def _headline(s: dict) -> list[str]:
-    "The summary's two lines of text: every row in one outcome, then the quarantined ones split."
-    return [f"{s['rows']} rows: {s['ok']} with a mask as they are, {s['repaired_by_default']} repaired by default (format-only), "
-            f"{s['prompt_only']} prompt-only, {s['quarantined']} quarantined by default",
+    "The summary's lines of text: every row in one outcome, the quarantined ones broken down, and why rows split (when some do)."
+    rep = f" ({s['split_repaired']} of them repaired by default first)" if s.get('split_repaired') else ''
+    why = [f"  split: {s['split'] + s.get('split_repaired', 0)} rows into {s['split_samples']} samples{rep}, one per assistant turn, "
+           f"as {SPLIT_REASON}; {s['split_quarantined']} more split rows quarantined"]
+    n = s['split'] + s['split_quarantined'] + s.get('split_repaired', 0)   # rows a split concerns: the clause and its line only then
+    return [f"{s['rows']} rows: {s['ok']} with a mask as they are, " + (f"{s['split']} split per turn, " if n else '')
+            + f"{s['repaired_by_default']} repaired by default (format-only), "
+            + f"{s['prompt_only']} prompt-only, {s['quarantined']} quarantined by default",
             f"  quarantined: {s['need_opt_in']} saved by opting in to a meaning-changing repair, {s['failed']} failed (no repair); "
-            f"{s['content_lost']} lose assistant content"]
+            f"{s['content_lost']} lose assistant content"] + (why if n else [])
 
 # %% ../nbs/20_templates.ipynb #4140e132
 def explore(
@@ -728,8 +822,9 @@ def explore(
         _count(counts, v['reason']); _count(sources, v['source'])
         if v.get('repair'): _count(repairs, v['repair'])
     th = {**thinking_mode(r, enable_thinking),
-          'rows_supervising_empty_think': sum(supervises_empty_think(v.get('pieces', [])) for v in views)}
-    order = lambda kv: ({'ok': 2, 'prompt-only': 1}.get(kv[0], 0), -kv[1])
+          'rows_supervising_empty_think': sum(supervises_empty_think(v.get('pieces') or [p for x in v.get('samples', []) for p in x.get('pieces', [])])
+                                              for v in views)}
+    order = lambda kv: ({'ok': 3, 'split': 2, 'prompt-only': 1}.get(kv[0], 0), -kv[1])
     return {'template': r.name, 'tokenizer': getattr(r.tokenizer, 'name_or_path', None),
             'enable_thinking': enable_thinking,
             'method': method, 'data': data_info, 'thinking': th, 'summary': _explore_summary(views),
@@ -811,6 +906,16 @@ def _repair_html(v: dict, tokenizer, max_tokens) -> str:
     else: out.append('<div>after the repair the row is a prompt (no answer left to supervise)</div>')
     return ''.join(out)
 
+def _samples_html(v: dict, tokenizer, max_tokens) -> str:
+    "Why a row is split, then each sample: the assistant turn rendered last and its mask, or why the sample fails."
+    e = html.escape
+    out = [f"<div>split: <code>{e(v['split'])}</code>, so <code>tokenization.rows: auto</code> trains each assistant turn as "
+           'its own sample: the conversation up to that turn, rendered with it last (its own reasoning shown), supervised on it alone</div>']
+    for k, x in enumerate(v['samples'], 1):
+        body = f"<div class=\"err\">{e(x['error'])}</div>" if 'error' in x else _mask_view(tokenizer, x, max_tokens)
+        out.append(f"<details><summary>sample {k}: message {x['turn']} last</summary>{body}</details>")
+    return ''.join(out)
+
 def row_html(
     v: dict,  # a row view (`explore_row`)
     tokenizer=None,  # the tokenizer (None: character spans)
@@ -818,13 +923,15 @@ def row_html(
 ) -> str:  # the row's HTML
     "One row's page: status and default outcome, error, template rule, explanation, repair and class, mask."
     e, where = html.escape, f"line {v['line']}" if v.get('line') is not None else ''
-    status = '<span class="ok">ok</span>' if v['status'] == 'ok' else f"<span class=\"err\">{e(v['reason'])}</span>"
+    status = f'<span class="ok">{v["status"]}</span>' if v['status'] in ('ok', 'split') \
+             else f"<span class=\"err\">{e(v['reason'])}</span>"
     out = [f"<div><b>{e(str(v['id']))}</b> <small>{e(v['source'])} {where}</small> — {status}"
            + (f" <small>(by default: {e(v['default'])})</small>" if v.get('default') else '') + '</div>']
     if v['status'] != 'ok' and v.get('error'): out.append(f"<div>error: <code>{e(v['error'])}</code></div>")
     if v.get('read'): out.append(f"<div>a run's <code>sources</code> stage quarantines it when reading the file: <code>{e(v['read'])}</code></div>")
     if v.get('context'): out.append(_context_html(v))
     if v.get('explanation'): out.append(f"<div>why: {e(v['explanation'])}</div>")
+    if v.get('split'): out.append(_samples_html(v, tokenizer, max_tokens))
     if v['status'] == 'failed': out.append(_repair_html(v, tokenizer, max_tokens))
     if v['status'] == 'ok': out.append(_mask_view(tokenizer, v, max_tokens))
     return ''.join(out)
@@ -876,6 +983,8 @@ modes.forEach(function(mode){var rows=[].slice.call(mode.querySelectorAll('detai
 if(modes.length)pick(modes[0].getAttribute('data-mode'))})();"""
 
 
+_PASSING = ('ok', 'split', 'prompt-only')   # the outcomes that are no failure (a filter opens on the first failure)
+
 def _mode_label(ex) -> str: return f"thinking {ex['thinking']['in_use']}" if ex['thinking']['switchable'] else 'default'
 
 def _options(counts: dict, first='*', everything='all') -> str:
@@ -888,7 +997,7 @@ def _options(counts: dict, first='*', everything='all') -> str:
 def _mode_html(x: dict, tokenizer, max_rows: int, max_tokens) -> str:
     "One thinking mode: summary, filters, pager and the rows (at most `max_rows` per reason)."
     e, shown, per = html.escape, [], {}
-    first = next((k for k in x['counts'] if k not in ('ok', 'prompt-only')), '*')
+    first = next((k for k in x['counts'] if k not in _PASSING), '*')
     for v in x['rows']:
         _count(per, v['reason'])
         if per[v['reason']] > max_rows: continue
@@ -988,7 +1097,7 @@ def _load(self: ExplorerWidget):
     ex = self.exploration()
     self.thinking.disabled = not ex['thinking']['switchable']
     self.summary.value = f'<div class="dx"><style>{EXPLORER_CSS}</style>{summary_html(ex)}</div>'
-    first = next((k for k in ex['counts'] if k not in ('ok', 'prompt-only')), None)
+    first = next((k for k in ex['counts'] if k not in _PASSING), None)
     self.reason.options = [('all reasons', '*')] + [(f'{k} ({n})', k) for k, n in ex['counts'].items()]
     self.source.options = [('all sources', '*')] + [(f'{k} ({n})', k) for k, n in ex['sources'].items()]
     self.reason.value, self.source.value = first or '*', '*'
@@ -1076,7 +1185,7 @@ def _reason_rows(ex: dict) -> list[dict]:
     groups = {}
     for v in ex['rows']:
         k = (v['reason'], _repair_cell(v), v.get('repair_kind') or v.get('repair_tried_kind') or '',
-             v.get('default', ''))
+             'split into one sample per assistant turn' if v['status'] == 'split' else v.get('default', ''))
         groups[k] = groups.get(k, 0) + 1
     order = list(ex['counts'])
     return [{'reason': k[0], 'rows': n, 'repair': k[1], 'class': k[2], 'by default': k[3]}
@@ -1087,7 +1196,8 @@ def _repair_cell(v: dict) -> str:
     return v.get('repair') or (f"{v['repair_tried']}, then: {v['after_repair_reason']}" if v.get('repair_tried') else '')
 
 def _row_line(v: dict) -> dict:
-    result = v['reason'] if v['status'] != 'ok' else f"ok, {sum(v['mask'])} supervised tokens" if 'mask' in v else 'ok'
+    result = 'split: earlier reasoning dropped' if v['status'] == 'split' else v['reason'] if v['status'] != 'ok' \
+             else f"ok, {sum(v['mask'])} supervised tokens" if 'mask' in v else 'ok'
     return {'row': str(v['id']), 'result': result, 'repair': _repair_cell(v),
             'by default': v.get('default', '')}
 
@@ -1122,7 +1232,8 @@ def format_probe_report(
 ) -> str:  # aligned plain text
     "The probe report as text: the table, the diagnosis of each failure, the features."
     out = [f"template {rep['template']} (sha256 {rep['sha256'][:12]}), tokenizer {rep.get('tokenizer')}",
-           'drops: ' + (', '.join(rep['summary']['drops']) or 'nothing an assistant writes'), '',
+           'drops: ' + (', '.join(rep['summary']['drops']) or 'nothing an assistant writes'),
+           'earlier reasoning: ' + _splits_note(rep['summary'].get('splits'), rep['features']), '',
            _fmt_table(probe_table(rep)), '', 'diagnosis:']
     for d in rep['diagnosis']:
         out.append(f"- {d['probe']}: {d['error'] or 'drops ' + ','.join(d['missing'] or [])}")
@@ -1312,6 +1423,8 @@ def format_mask_check(
            f"({s['content_lost']} because the render loses assistant content)",
            f"{s['supervised_tokens']} of {s['tokens']} tokens supervised; decode mismatches: {s['decode_mismatches']}; "
            f"turns located by {', '.join(f'{k} ({n})' for k, n in s['turn_methods'].items()) or 'none'}"]
+    if s.get('split'): out.insert(1, f"{s['split']} rows split into one sample per assistant turn ({s['split_samples']} samples; "
+                                     f"{s['split_quarantined']} of them failed) because {SPLIT_REASON} (`tokenization.rows: auto`)")
     if s['reasons']: out += ['', _fmt_table([{'reason': k, 'rows': n} for k, n in sorted(s['reasons'].items(), key=lambda kv: -kv[1])], width)]
     if s['repairs']: out += ['', _fmt_table([{'repair found': k, 'rows': n, 'class': repair_kind(k.split('+'))} for k, n in s['repairs'].items()], width)]
     return '\n'.join(out)

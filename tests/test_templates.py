@@ -417,7 +417,7 @@ def test_explorer_on_fixture_templates(tpl, tmp_path):
     assert ex['data']['format'] == 'messages' and ex['data']['detected']
     # rows in = rows shown, each in one outcome; ids kept (their own key) or the line number
     assert s['rows'] == len(rows) + 1 == sum(ex['counts'].values())
-    assert s['rows'] == s['ok'] + s['prompt_only'] + s['repaired_by_default'] + s['quarantined']
+    assert s['rows'] == s['ok'] + s['split'] + s['prompt_only'] + s['repaired_by_default'] + s['quarantined']
     assert s['quarantined'] == s['need_opt_in'] + s['failed']
     assert views[f'line {len(rows) + 1}']['reason'] == 'invalid JSON' and views['prompt']['status'] == 'prompt-only'
     by_id = {r.get('conversation_id') or f'line {i + 1}': r for i, r in enumerate(rows)}

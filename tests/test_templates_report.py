@@ -35,11 +35,11 @@ def kind(reason: str) -> str: return reason.split(':', 1)[0].strip()   # as a qu
 
 def headline(out: str) -> dict:
     "The counts of every headline the report printed."
-    got = re.findall(r'^(\d+) rows: (\d+) with a mask as they are, (\d+) repaired by default \(format-only\), (\d+) prompt-only, '
+    got = re.findall(r'^(\d+) rows: (\d+) with a mask as they are, (?:(\d+) split per turn, )?(\d+) repaired by default \(format-only\), (\d+) prompt-only, '
                      r'(\d+) quarantined by default\n  quarantined: (\d+) saved by opting in to a meaning-changing repair, '
                      r'(\d+) failed \(no repair\)', out, re.M)
-    keys = ('rows', 'ok', 'repaired_by_default', 'prompt_only', 'quarantined', 'need_opt_in', 'failed')
-    return [dict(zip(keys, map(int, g))) for g in got]
+    keys = ('rows', 'ok', 'split', 'repaired_by_default', 'prompt_only', 'quarantined', 'need_opt_in', 'failed')
+    return [dict(zip(keys, (int(v or 0) for v in g))) for g in got]   # `split` only printed when rows split (tests/test_templates_splits.py)
 
 # ------------------------------------------------------------------------------------------ one reader, one answer
 def test_report_reads_the_file_as_a_run_does(tmp_path):
@@ -80,7 +80,7 @@ def test_report_cli_no_traceback(target, fmt, thinking, tmp_path, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     heads = headline(out)
-    assert heads and all(h['rows'] == N_ROWS == h['ok'] + h['repaired_by_default'] + h['prompt_only'] + h['quarantined']
+    assert heads and all(h['rows'] == N_ROWS == h['ok'] + h['split'] + h['repaired_by_default'] + h['prompt_only'] + h['quarantined']
                          and h['quarantined'] == h['need_opt_in'] + h['failed'] for h in heads), out
     assert f"({fmt or 'messages'}{'' if fmt else ', detected'})" in out.splitlines()[0]
     page = (tmp_path / 'r.html').read_text()
@@ -110,7 +110,7 @@ def test_headline_counts_failed_repaired_and_quarantined_apart(capsys):
     assert s['failed'] == sum(v['default'] == 'quarantined' for v in views)   # no repair found: quarantined, failed
     from dflash_nb.cli import main
     assert main(['templates', 'report', str(MESSY), '--target', 'smollm2', '--format', 'canonical', '--out', os.devnull]) == 0
-    assert headline(capsys.readouterr().out) == [{k: s[k] for k in ('rows', 'ok', 'repaired_by_default', 'prompt_only', 'quarantined',
+    assert headline(capsys.readouterr().out) == [{k: s[k] for k in ('rows', 'ok', 'split', 'repaired_by_default', 'prompt_only', 'quarantined',
                                                                      'need_opt_in', 'failed')}]
 
 # ------------------------------------------------------------------------------------------ the explorer without a kernel
