@@ -243,7 +243,7 @@ def build_paths_shown(site: Path) -> list[str]:
     or a temporary folder's random name."""
     found = []
     for p in sorted(site.iterdir()):
-        text = p.read_text(errors='replace')
+        text = re.sub(r'data:[\w/+.-]+;base64,[\w+/=]+', 'data:', p.read_text(errors='replace'))   # images apart
         found += [f'{p.name}: {m}' for m in re.findall(rf'\S*{MARK}\S*', text)[:3]]
         if p.suffix != '.html': continue
         pg = Page(text)
