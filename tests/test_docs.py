@@ -286,3 +286,12 @@ def test_build_paths_check_can_fail(tmp_path):
     doc = f'<div class="jp-Cell celltag_dn-doc"><div class="jp-OutputArea"><pre>`$DFLASH_NB_CACHE`, else `~/.cache`</pre></div></div>'
     (tmp_path / 'doc.html').write_text(doc)
     assert [f.split(':')[0] for f in build_paths_shown(tmp_path)] == ['0.html', '1.html', '2.html', '3.html']
+
+def test_no_machine_path_in_sources():
+    """No notebook, module, guide or measurement page names a folder of a particular machine (a checkout, a home, the
+    shared reference beside this one)."""
+    files = [*ROOT.glob('nbs/*.ipynb'), *ROOT.glob('dflash_nb/**/*.py'), ROOT / 'README.md', ROOT / 'CONTRIBUTING.md',
+             *ROOT.glob('guides/*.md'), *ROOT.glob('bench/results/*.md')]
+    bad = re.compile(r'/work/|/home/[a-z]|/Users/[A-Za-z]|shared/reference|[A-Z]:\\\\Users')
+    found = [f'{f.relative_to(ROOT)}: {m[0]}' for f in files for m in [bad.search(f.read_text(errors='replace'))] if m]
+    assert found == []
