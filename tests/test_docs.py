@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = next((shutil.which(n) for n in ('chromium', 'chromium-browser', 'google-chrome') if shutil.which(n)), None)
 needs_browser = pytest.mark.skipif(CHROMIUM is None, reason='chromium not installed (apt-get install chromium; .ci/run installs it)')
 SHOTS = Path(os.environ.get('DFLASH_NB_SCREENSHOTS', ROOT / 'runs' / '_screenshots'))
-PAGES = ['00_core', '04_docs', '10_sources', '20_templates']
+PAGES = ['00_core', '04_docs', '10_sources', '20_templates', '90_evaluate']   # 90: @patch methods shown once
 BENCH = sorted(f'bench_{p.stem}' for p in (ROOT / 'bench' / 'results').glob('*.md'))
 MD_PAGES = ['readme', *sorted(f'guide_{p.stem}' for p in (ROOT / 'guides').glob('*.md')), *BENCH]
 
@@ -42,7 +42,7 @@ class Page(HTMLParser):
     def __init__(self, dom: str):
         super().__init__()
         self.links, self.ids, self.imgs, self.tables, self.inputs, self.outputs, self.toc = [], set(), [], 0, [], [], []
-        self.doc_outputs, self.kind, self.side, self.toc_text = [], '', [], []   # show_doc outputs; header; sidebar h4s
+        self.doc_outputs, self.kind, self.side = [], '', []   # show_doc outputs; the header; the sidebar's headings
         self._stack, self._where, self._doc = [], [], False
         self.feed(dom)
     def handle_starttag(self, tag, attrs):
@@ -72,7 +72,6 @@ class Page(HTMLParser):
         elif 'jp-OutputArea' in self._where: (self.doc_outputs if self._doc else self.outputs)[-1] += data
         elif 'dn-kind' in self._where: self.kind += data
         elif 'side-h4' in self._where: self.side[-1] += data
-        elif 'dn-toc' in self._where and data.strip() and data.strip() != 'On this page': self.toc_text.append(data.strip())
 
 def png_size(src: str) -> tuple[int, int]:
     "Width and height of a data-URI PNG (its IHDR chunk)."
@@ -137,7 +136,9 @@ def test_docs_in_browser(docs):
             assert not anchor or anchor in pages[target].ids, f'{name}: broken anchor {href}'
         n_toc += len(pg.toc)
         assert all(h.startswith('#') and h[1:] in pg.ids for h in pg.toc), f'{name}: a table-of-contents link is broken'
-        dup = {t for t in pg.toc_text if pg.toc_text.count(t) > 1}
+        toc = re.search(r'<aside class="dn-toc">(.*?)</aside>', doms[name], re.S)[1]
+        entries = re.findall(r'<li class="l\d"><a href="[^"]*">(.*?)</a></li>', toc)   # a section, or an API name in <code>
+        dup = {t for t in entries if entries.count(t) > 1}
         assert not dup and len(set(pg.toc)) == len(pg.toc), f'{name}: the table of contents lists {dup or pg.toc} twice'
         assert pg.side == ['Stages', 'Library', 'Guides', 'Measurements'], f'{name}: sidebar groups {pg.side}'
     assert n_links > 50 and n_toc > 40
