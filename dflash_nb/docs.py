@@ -29,9 +29,9 @@ __all__ = ['PAGE_TEMPLATE', 'FRAME_CSS', 'CELLS_CSS', 'DOCS_CSS', 'SEARCH_JS', '
            'site_settings', 'repo_url', 'cell_link', 'params_table', 'signature', 'DocsRenderer', 'should_run',
            'docs_should_run', 'exec_cells', 'order_show_docs', 'docs_procs', 'nbdev_settings_dir', 'process_notebook',
            'notebook_key', 'build_notebook', 'docs_notebook', 'merge_record', 'scrub_context', 'local_paths',
-           'scrub_paths', 'find_local_path', 'plain_cells', 'outline', 'toc_html', 'search_entries', 'site_css',
-           'DocPage', 'inline_md', 'fix_anchors', 'check_page', 'doc_files', 'markdown_notebook', 'md_links',
-           'render_docs']
+           'scrub_paths', 'find_local_path', 'plain_cells', 'outline', 'unique_ids', 'toc_html', 'search_entries',
+           'site_css', 'DocPage', 'inline_md', 'fix_anchors', 'check_page', 'doc_files', 'markdown_notebook',
+           'md_links', 'render_docs']
 
 # %% ../nbs/04_docs.ipynb #c467790f
 def site_settings() -> dict:
@@ -511,7 +511,30 @@ def outline(body: str  # a rendered page
     return [{'level': h['level'], 'id': h['id'], 'text': h['text'].strip(), 'api': h['api'],
              'x': h['x'].strip()[:160]} for h in p.items]
 
-# %% ../nbs/04_docs.ipynb #c9067be3
+# %% ../nbs/04_docs.ipynb #16effca1
+def unique_ids(body: str  # a rendered page
+              ) -> str:  # the page, every heading id once
+    "Heading ids made unique: the API entry (a `show_doc` cell) keeps a shared id, other headings get `-2`, `-3`."
+    heads = list(re.finditer(r'<(h[1-6])\b([^>]*?)\bid="([^"]+)"(.*?)</\1>', body, re.S))
+    ids = [m[3] for m in heads]
+    if len(set(ids)) == len(ids): return body
+    cells = [(m.start(), 'celltag_dn-doc' in m[1]) for m in re.finditer(r'<div class="(jp-Cell\b[^"]*)"', body)]
+    api = lambda pos: next((a for start, a in reversed(cells) if start < pos), False)
+    new, taken = {}, set(ids)
+    for hid in {i for i in ids if ids.count(i) > 1}:
+        same = [m for m in heads if m[3] == hid]
+        keep = next((m for m in same if api(m.start())), same[0])
+        n = 1
+        for m in same:
+            if m is keep: continue
+            while f'{hid}-{n}' in taken or n == 1: n += 1
+            taken.add(f'{hid}-{n}'); new[m.start()] = f'{hid}-{n}'
+    def f(m):
+        if m.start() not in new: return m[0]
+        return m[0].replace(f'id="{m[3]}"', f'id="{new[m.start()]}"', 1).replace(f'href="#{m[3]}"', f'href="#{new[m.start()]}"')
+    return re.sub(r'<(h[1-6])\b([^>]*?)\bid="([^"]+)"(.*?)</\1>', f, body, flags=re.S)
+
+# %% ../nbs/04_docs.ipynb #a30e1e0e
 def toc_html(items: list[dict]  # `outline` of the page
             ) -> str:  # the page's table of contents, '' when it has fewer than two entries
     "The table of contents of a page: its h2 and h3 headings as links."
@@ -532,7 +555,7 @@ def search_entries(page: str,  # the page's file name
     return [[title, page, '', 'page', summary, title]] + [
         [h['text'], page, h['id'], kind(h), h['x'], title] for h in items if h['text']]
 
-# %% ../nbs/04_docs.ipynb #5648532c
+# %% ../nbs/04_docs.ipynb #a19fe341
 PAGE_TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
 {%- block html_head -%}
 <meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1.0">
@@ -557,7 +580,7 @@ PAGE_TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
 {% endblock body_footer %}
 """
 
-# %% ../nbs/04_docs.ipynb #2df933e5
+# %% ../nbs/04_docs.ipynb #5b578162
 FRAME_CSS = """
 body.dn{margin:0;background:#fff}
 .dn-side{position:fixed;top:0;left:0;bottom:0;width:250px;overflow-y:auto;background:#f6f8fa;z-index:5;
@@ -600,7 +623,7 @@ body.dn{margin:0;background:#fff}
  #dn-hits{position:static;width:auto}}
 """
 
-# %% ../nbs/04_docs.ipynb #74d4c071
+# %% ../nbs/04_docs.ipynb #b63a2233
 CELLS_CSS = """
 .jp-InputPrompt,.jp-OutputPrompt{display:none}
 a.anchor-link{visibility:hidden;text-decoration:none;margin-left:6px;color:#8c959f}
@@ -614,7 +637,7 @@ a.anchor-link{visibility:hidden;text-decoration:none;margin-left:6px;color:#8c95
 """
 DOCS_CSS = FRAME_CSS + CELLS_CSS
 
-# %% ../nbs/04_docs.ipynb #a62490e7
+# %% ../nbs/04_docs.ipynb #abba7e67
 SEARCH_JS = r"""(function () {
   var index = window.DN_INDEX || [], q = document.getElementById('dn-q'), box = document.getElementById('dn-hits');
   var hits = [], sel = 0;   // an entry: [text, page, anchor, kind, snippet, page title]
@@ -664,7 +687,7 @@ SEARCH_JS = r"""(function () {
 })();
 """
 
-# %% ../nbs/04_docs.ipynb #495ca108
+# %% ../nbs/04_docs.ipynb #0a30ff75
 TOC_JS = r"""(function () {
   var links = [].slice.call(document.querySelectorAll('.dn-toc a'));
   function spy() {
@@ -680,7 +703,7 @@ TOC_JS = r"""(function () {
 """
 DOCS_JS = SEARCH_JS + TOC_JS
 
-# %% ../nbs/04_docs.ipynb #c163948f
+# %% ../nbs/04_docs.ipynb #b33a1aa2
 def site_css(ex  # the `HTMLExporter` the pages are rendered with
             ) -> str:  # the text of `dflash_nb.css`
     "JupyterLab's styles (nbconvert's `lab` template), the syntax colours, and `DOCS_CSS`."
@@ -689,7 +712,7 @@ def site_css(ex  # the `HTMLExporter` the pages are rendered with
     _, res = ex.from_notebook_node(nbformat.v4.new_notebook(), resources={'dn': {}})
     return '\n'.join(lab + list(res.get('inlining', {}).get('css', [])) + [DOCS_CSS])
 
-# %% ../nbs/04_docs.ipynb #06010725
+# %% ../nbs/04_docs.ipynb #75ba4ea5
 GROUPS = {'index': '', 'stage': 'Stages', 'library': 'Library', 'guide': 'Guides', 'bench': 'Measurements'}
 
 class DocPage:
@@ -710,7 +733,7 @@ class DocPage:
         "index, stage, library, guide or bench (a key of `GROUPS`)."
         return self.meta.get('group') or ('index' if self.stem == 'index' else 'stage' if self.is_stage else 'library')
 
-# %% ../nbs/04_docs.ipynb #389f38f0
+# %% ../nbs/04_docs.ipynb #e20014fb
 @patch(as_prop=True)
 def module(self: DocPage) -> str | None:
     "The module the notebook exports (`#| default_exp`), as a path in the repository."
@@ -718,7 +741,7 @@ def module(self: DocPage) -> str | None:
     m = re.search(r'#\|\s*default_exp\s+([\w.]+)', self.src.read_text(encoding='utf-8'))
     return f"{site_settings()['lib_path']}/{m[1].replace('.', '/')}.py" if m else None
 
-# %% ../nbs/04_docs.ipynb #50e9155a
+# %% ../nbs/04_docs.ipynb #26ee8b91
 @patch
 def kind(self: DocPage) -> str:
     "The header line: stage or library, where the outputs come from, links to the notebook and the module."
@@ -740,7 +763,7 @@ def run(self: DocPage) -> Path | None:
     "The run folder whose record the page shows, if any."
     return Path(self.record).parent.parent if self.merged else None
 
-# %% ../nbs/04_docs.ipynb #1054569a
+# %% ../nbs/04_docs.ipynb #b905b696
 def inline_md(s: str  # one line of Markdown
              ) -> str:  # its HTML
     "One line of Markdown (code, bold, emphasis, links) as HTML, everything else escaped."
@@ -750,7 +773,7 @@ def inline_md(s: str  # one line of Markdown
     s = re.sub(r'(?<![\w*])\*([^*]+)\*(?![\w*])', r'<i>\1</i>', s)
     return re.sub(r'\[([^\]]+)\]\(([^)\s]+)\)', r'<a href="\2">\1</a>', s)
 
-# %% ../nbs/04_docs.ipynb #da02a134
+# %% ../nbs/04_docs.ipynb #b8d623de
 def _sidebar(pages, current) -> str:
     "The pages by group (stages, library, guides, measurements) as links; the current page marked."
     on = lambda p: ' class="on"' if p is current else ''
@@ -773,7 +796,7 @@ def _index_table(pages) -> str:
     return (f'<h2 id="contents">Contents</h2><table class="dn-index"><tr><th></th><th>page</th><th>what</th>'
             f'</tr>{rows}</table>')
 
-# %% ../nbs/04_docs.ipynb #55e4a4a0
+# %% ../nbs/04_docs.ipynb #9436116e
 def _site_links(pages) -> dict:
     "Absolute links of the published site -> the rendered page names."
     s = site_settings()
@@ -794,7 +817,7 @@ def fix_anchors(bodies: dict  # {page name: html}
         return f
     return {n: re.sub(r'(<a\b[^>]*?\bhref=")([\w.-]*\.html)?#([^"]*)"', fix(n), b) for n, b in bodies.items()}
 
-# %% ../nbs/04_docs.ipynb #f4d316e4
+# %% ../nbs/04_docs.ipynb #bd750798
 MAX_PAGE_BYTES = 1_000_000
 
 def check_page(name: str,  # the page's file name
@@ -806,7 +829,7 @@ def check_page(name: str,  # the page's file name
     if (p := find_local_path(body)): raise ValueError(f'docs: {name} shows a path of this machine: {p}')
     return body
 
-# %% ../nbs/04_docs.ipynb #f770888c
+# %% ../nbs/04_docs.ipynb #f1e3e736
 def doc_files(root=None  # the checkout (default: this package's, if any)
              ) -> list[tuple[Path, str, str]]:  # (file, page stem, group)
     "The README and `guides/*.md` (guides), then `bench/results/*.md` (measurements) of the checkout."
@@ -816,7 +839,7 @@ def doc_files(root=None  # the checkout (default: this package's, if any)
     out += [(f, f'guide_{f.stem}', 'guide') for f in sorted((root / 'guides').glob('*.md'))]
     return out + [(f, f'bench_{f.stem}', 'bench') for f in sorted((root / 'bench' / 'results').glob('*.md'))]
 
-# %% ../nbs/04_docs.ipynb #5e13f354
+# %% ../nbs/04_docs.ipynb #1a247663
 def _inline_images(text: str, folder: Path) -> str:
     "`![alt](x.png)` with `x.png` beside the file as a data URI."
     import base64
@@ -859,7 +882,7 @@ def markdown_notebook(path,  # a Markdown file
     return dict2nb({'cells': [{'cell_type': 'markdown', 'id': stem, 'metadata': {}, 'source': body}],
                     'metadata': {'dflash_nb_docs': meta}})
 
-# %% ../nbs/04_docs.ipynb #0bd0f2b1
+# %% ../nbs/04_docs.ipynb #71d37351
 def md_links(text: str,  # the Markdown of a page
              src: Path,  # the file it came from
              root: Path,  # the checkout
@@ -876,7 +899,7 @@ def md_links(text: str,  # the Markdown of a page
         return f'[{label}]({page}{"#" + anchor if anchor else ""})' if page else f'[{label}]({repo_url(rel)})'
     return re.sub(r'(?<!!)\[([^\]]*)\]\(([^)\s]+)\)', f, text)
 
-# %% ../nbs/04_docs.ipynb #42b99b28
+# %% ../nbs/04_docs.ipynb #26fbb24c
 def _exporter() -> HTMLExporter:
     "nbconvert's HTML exporter with the page template, dropping what the directives hide."
     ex = HTMLExporter(template_name='lab', extra_loaders=[DictLoader({'dflash_page.html.j2': PAGE_TEMPLATE})],
@@ -914,7 +937,7 @@ def _link_markdown(pages, root: Path):
     for p in pages:
         if p.group in ('guide', 'bench'): p.nb.cells[0]['source'] = md_links(p.nb.cells[0].source, p.src, root, site)
 
-# %% ../nbs/04_docs.ipynb #9255c5f4
+# %% ../nbs/04_docs.ipynb #48d1a3de
 def _render(ex: HTMLExporter, pages: list, i: int, links: dict) -> tuple[str, list]:
     "(html, search entries) of page `i`."
     p = pages[i]
@@ -923,12 +946,13 @@ def _render(ex: HTMLExporter, pages: list, i: int, links: dict) -> tuple[str, li
           'extra': _index_table(pages) if p.stem == 'index' else ''}
     body, _ = ex.from_notebook_node(nbformat.from_dict(plain_cells(p.nb, links)),
                                     resources={'metadata': {'name': p.title}, 'dn': dn})
+    body = unique_ids(body)
     items = outline(body)
     toc = '<aside class="dn-toc">'
     body = body.replace(f'{toc}</aside>', f'{toc}{toc_html(items)}</aside>', 1)
     return body, search_entries(p.page, p.title, p.summary, items)
 
-# %% ../nbs/04_docs.ipynb #e8e7f096
+# %% ../nbs/04_docs.ipynb #55444b55
 def render_docs(out_dir='_docs',  # the site's folder
                 nbs=None,  # folder of notebooks (default: the project's `nbs/`)
                 run_dir=None,  # a run folder whose stage records to show in the stage pages
