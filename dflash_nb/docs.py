@@ -773,11 +773,11 @@ def inline_md(s: str  # one line of Markdown
     s = re.sub(r'(?<![\w*])\*([^*]+)\*(?![\w*])', r'<i>\1</i>', s)
     return re.sub(r'\[([^\]]+)\]\(([^)\s]+)\)', r'<a href="\2">\1</a>', s)
 
-# %% ../nbs/04_docs.ipynb #b8d623de
+# %% ../nbs/04_docs.ipynb #828e5e89
 def _sidebar(pages, current) -> str:
     "The pages by group (stages, library, guides, measurements) as links; the current page marked."
     on = lambda p: ' class="on"' if p is current else ''
-    num = lambda p: f'<span class="num">{p.number}</span>'
+    num = lambda p: f'<span class="num">{p.number}</span>' if p.number else ''   # the Markdown pages have none
     link = lambda p: f'<a href="{p.page}"{on(p)}>{num(p)}{html.escape(p.title)}</a>'
     groups = [(label, [p for p in pages if p.group == g]) for g, label in GROUPS.items() if label]
     return ''.join(f'<h4>{label}</h4>' + ''.join(map(link, g)) for label, g in groups if g)
