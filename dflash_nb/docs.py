@@ -839,7 +839,7 @@ def doc_files(root=None  # the checkout (default: this package's, if any)
     out += [(f, f'guide_{f.stem}', 'guide') for f in sorted((root / 'guides').glob('*.md'))]
     return out + [(f, f'bench_{f.stem}', 'bench') for f in sorted((root / 'bench' / 'results').glob('*.md'))]
 
-# %% ../nbs/04_docs.ipynb #1a247663
+# %% ../nbs/04_docs.ipynb #d36318c2
 def _inline_images(text: str, folder: Path) -> str:
     "`![alt](x.png)` with `x.png` beside the file as a data URI."
     import base64
@@ -856,6 +856,7 @@ def _result_files(text: str, root: Path) -> str:
         found += [f for f in sorted((root / 'bench' / 'results').glob(pat)) if f.is_file() and f not in found]
     def one(f):
         t = scrub_paths(f.read_text(encoding='utf-8', errors='replace'))
+        t = re.sub(r'(?<![\w.])/[^\s"\']*/(?=(bench|runs|nbs|dflash_nb)/)', '', t)   # another checkout's paths
         if len(t) > 20_000: t = t[:20_000] + f'\n... (the first 20,000 of {len(t):,} characters)'
         t = re.sub(r'\n\s*\n', '\n', html.escape(t))   # a blank line would end the HTML block
         rel = f.relative_to(root)
