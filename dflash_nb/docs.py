@@ -25,12 +25,13 @@ from nbdev.processors import FilterDefaults, add_show_docs, exec_show_docs
 from .core import PKG_DIR, cache_dir, fixtures_dir, nbs_dir, obj_hash, repo_root, write_text
 
 # %% auto #0
-__all__ = ['PAGE_TEMPLATE', 'FRAME_CSS', 'CELLS_CSS', 'DOCS_CSS', 'SEARCH_JS', 'TOC_JS', 'DOCS_JS', 'MAX_PAGE_BYTES',
+__all__ = ['PAGE_TEMPLATE', 'FRAME_CSS', 'CELLS_CSS', 'DOCS_CSS', 'SEARCH_JS', 'TOC_JS', 'DOCS_JS', 'GROUPS', 'MAX_PAGE_BYTES',
            'site_settings', 'repo_url', 'cell_link', 'params_table', 'signature', 'DocsRenderer', 'should_run',
            'docs_should_run', 'exec_cells', 'order_show_docs', 'docs_procs', 'nbdev_settings_dir', 'process_notebook',
-           'notebook_key', 'build_notebook', 'docs_notebook', 'merge_record', 'local_paths', 'scrub_paths',
-           'find_local_path', 'plain_cells', 'outline', 'toc_html', 'search_entries', 'site_css', 'DocPage',
-           'inline_md', 'fix_anchors', 'check_page', 'render_docs']
+           'notebook_key', 'build_notebook', 'docs_notebook', 'merge_record', 'scrub_context', 'local_paths',
+           'scrub_paths', 'find_local_path', 'plain_cells', 'outline', 'unique_ids', 'toc_html', 'search_entries',
+           'site_css', 'DocPage', 'inline_md', 'fix_anchors', 'check_page', 'doc_files', 'markdown_notebook',
+           'md_links', 'render_docs']
 
 # %% ../nbs/04_docs.ipynb #c467790f
 def site_settings() -> dict:
@@ -47,7 +48,7 @@ def repo_url(path: str,  # a path in the repository, e.g. `nbs/04_docs.ipynb`
     return f"{s['git_url'].rstrip('/')}/blob/{s['branch']}/{path}" + ('?plain=1' if plain else '') + \
            (f'#L{line}' if line else '')
 
-# %% ../nbs/04_docs.ipynb #993f4326
+# %% ../nbs/04_docs.ipynb #bf69a7e4
 _MARKER = re.compile(r'^# %% (\.\./)?(?P<nb>\S+\.ipynb) #(?P<id>\w+)')
 
 def cell_link(module: str,  # a module path as nbdev records it, e.g. `dflash_nb/docs.py`
@@ -65,7 +66,7 @@ def cell_link(module: str,  # a module path as nbdev records it, e.g. `dflash_nb
     at = next((i + 1 for i, l in enumerate(lines) if f'"id": "{marks[-1]["id"]}"' in l), None)
     return repo_url(nb_rel, at, plain=at is not None)
 
-# %% ../nbs/04_docs.ipynb #550dc1c4
+# %% ../nbs/04_docs.ipynb #85ef399e
 def _anno(a) -> str:
     "An annotation as text ('' for none); under `from __future__ import annotations` it already is text."
     if a is inspect.Parameter.empty: return ''
@@ -83,7 +84,7 @@ def _param_text(p: inspect.Parameter) -> str:
 
 def _cell(s) -> str: return str(s).replace('|', '\\|').replace('\n', ' ')
 
-# %% ../nbs/04_docs.ipynb #38553905
+# %% ../nbs/04_docs.ipynb #e554984d
 def params_table(sym  # a function or class
                 ) -> str:  # a Markdown table, or '' when `sym` has no docments
     "The parameters of `sym` (type, default, docment) and its return, as a Markdown table."
@@ -100,7 +101,7 @@ def params_table(sym  # a function or class
         rows.append(f"| **Returns** | {_cell(_anno(sig.return_annotation))} |  | {doc('return')} |")
     return '\n'.join(rows)
 
-# %% ../nbs/04_docs.ipynb #360fc1fd
+# %% ../nbs/04_docs.ipynb #1580e13e
 def _sig_params(sig: inspect.Signature) -> list[str]:
     "The parameters as text, with the `/` and `*` markers where the signature has them."
     ps, out = list(sig.parameters.values()), []
@@ -142,7 +143,7 @@ class DocsRenderer(nbdev.showdoc.BasicMarkdownRenderer):
                  params_table(self.sym)]
         return '---\n\n' + '\n\n'.join(p for p in parts if p)
 
-# %% ../nbs/04_docs.ipynb #e9fafa8e
+# %% ../nbs/04_docs.ipynb #293b3a88
 def should_run(cell,  # a notebook cell, its directives parsed by nbdev (`cell.directives_`)
                skip_flags=('slow',)  # directives whose cells `nbdev_test` skips (`tst_flags`)
               ) -> bool:  # whether the docs build runs it
@@ -153,7 +154,7 @@ def should_run(cell,  # a notebook cell, its directives parsed by nbdev (`cell.d
     if (d.get('eval:') or [''])[0].lower() == 'false': return False
     return not (set(skip_flags) & d.keys())
 
-# %% ../nbs/04_docs.ipynb #d6dbebf4
+# %% ../nbs/04_docs.ipynb #97359969
 def docs_should_run(cell  # a notebook cell, its directives parsed by nbdev
                    ) -> bool:  # whether `show_doc` needs it run
     "Whether `show_doc` needs `cell` run: exported cells, import-only cells, `show_doc` cells."
@@ -166,7 +167,7 @@ def docs_should_run(cell  # a notebook cell, its directives parsed by nbdev
     only_imports = bool(body) and all(isinstance(t, (ast.Import, ast.ImportFrom)) for t in body)
     return only_imports or bool(re.match(r'\s*show_doc\(', src))
 
-# %% ../nbs/04_docs.ipynb #3dbb8dc0
+# %% ../nbs/04_docs.ipynb #80a35e39
 class exec_cells(exec_show_docs):
     "nbdev's `exec_show_docs`, running the cells `should_run` selects (`execute`) or what `show_doc` needs."
     execute, skip_flags = True, ('slow',)
@@ -174,7 +175,7 @@ class exec_cells(exec_show_docs):
         self.k, self.errors = CaptureShell(getattr(self.nb, 'path_', None), mpl_format='png'), []
         self.k.run_cell('from nbdev.showdoc import show_doc')
 
-# %% ../nbs/04_docs.ipynb #0d975065
+# %% ../nbs/04_docs.ipynb #fc27502d
 @patch
 def __call__(self: exec_cells, cell):
     "Run `cell` if selected; after a failure, only the cells `show_doc` needs are selected."
@@ -196,14 +197,20 @@ def end(self: exec_cells):
     "Record the failures in the notebook's metadata (nbdev's widget state is not kept: the pages are static)."
     self.nb.metadata['dflash_nb_docs'] = {**self.nb.metadata.get('dflash_nb_docs', {}), 'errors': self.errors}
 
-# %% ../nbs/04_docs.ipynb #3ab2df8d
+# %% ../nbs/04_docs.ipynb #cca0a314
+def _shown(src: str) -> list[str]:
+    "The names a cell passes to `show_doc` (`show_doc(Sampler.__call__)` gives `Sampler.__call__`)."
+    return re.findall(r'(?m)^\s*show_doc\(\s*([\w.]+)', src or '')
+
 class order_show_docs(Processor):
-    "Put the `show_doc` cells `add_show_docs` inserted after a cell in the order of its definitions."
+    "Put the `show_doc` cells `add_show_docs` inserted in the order of the definitions; drop those already shown."
     def begin(self):
+        cells = self.nb.cells
+        shown = {n for c in cells if c.cell_type == 'code' and not getattr(c, 'has_sd', False) for n in _shown(c.source)}
         out, run = [], []
-        for c in self.nb.cells:
-            if getattr(c, 'has_sd', False): run.append(c); continue
-            out += run[::-1] + [c]; run = []
+        for c in cells:
+            if not getattr(c, 'has_sd', False): out += run[::-1] + [c]; run = []; continue
+            if not shown & set(_shown(c.source)): run.append(c); shown |= set(_shown(c.source))
         self.nb.cells = out + run[::-1]
 
 def docs_procs(execute: bool = True,  # run the whole notebook, else only what `show_doc` needs
@@ -217,7 +224,7 @@ def docs_procs(execute: bool = True,  # run the whole notebook, else only what `
         if p is add_show_docs: out.append(order_show_docs)
     return out
 
-# %% ../nbs/04_docs.ipynb #29be6611
+# %% ../nbs/04_docs.ipynb #0a61e4fc
 def nbdev_settings_dir() -> Path:
     "A folder with a `settings.ini` for nbdev: the checkout's, else one written from the package's settings."
     root = repo_root()
@@ -235,7 +242,7 @@ def _cwd(path):
     try: yield
     finally: os.chdir(old)
 
-# %% ../nbs/04_docs.ipynb #ecfc3944
+# %% ../nbs/04_docs.ipynb #92b36e20
 def _tagged(cell, tag: str) -> bool: return tag in ((cell.get('metadata') or {}).get('tags') or [])
 
 def _cpu() -> float:
@@ -266,7 +273,7 @@ def process_notebook(path,  # the notebook
     nb.metadata['dflash_nb_docs'].update(frontmatter=fm, is_stage=stage, executed=execute, **took)
     return nb
 
-# %% ../nbs/04_docs.ipynb #8cec2e83
+# %% ../nbs/04_docs.ipynb #73471522
 def _package_hash() -> str:
     files = sorted(p for p in PKG_DIR.rglob('*') if p.is_file() and '__pycache__' not in p.parts)
     return obj_hash({str(p.relative_to(PKG_DIR)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files})
@@ -278,7 +285,7 @@ def notebook_key(path,  # the source notebook
     cells = [(c['cell_type'], c['source'], c.get('metadata', {}).get('tags')) for c in read_nb(path).cells]
     return obj_hash({'cells': cells, 'package': _package_hash(), 'execute': execute})
 
-# %% ../nbs/04_docs.ipynb #806cc1a8
+# %% ../nbs/04_docs.ipynb #b0aec598
 def build_notebook(src,  # the source notebook
                    dest,  # where to write the processed, executed notebook
                    execute: bool = True,  # run every cell, else only what `show_doc` needs
@@ -289,7 +296,7 @@ def build_notebook(src,  # the source notebook
     nb.metadata['dflash_nb_docs']['key'] = key or notebook_key(src, execute)
     return write_text(dest, json.dumps(nb2dict(nb), ensure_ascii=False, default=str))
 
-# %% ../nbs/04_docs.ipynb #470224e3
+# %% ../nbs/04_docs.ipynb #a36ab196
 _BUILD = ('import sys; from dflash_nb.docs import build_notebook as b; '
           'b(*sys.argv[1:3], sys.argv[3] == "1", *sys.argv[4:])')
 
@@ -308,7 +315,7 @@ def _build_elsewhere(src: Path, dest: Path, execute: bool, key: str, timeout, ec
         if 'docs: ' in line and echo: echo(line[line.index('docs: '):])
     if r.returncode != 0: raise RuntimeError(f'docs: building {src.name} failed: {r.stderr.strip()[-1500:]}')
 
-# %% ../nbs/04_docs.ipynb #0f634772
+# %% ../nbs/04_docs.ipynb #1ef66ac9
 def docs_notebook(src,  # the source notebook
                   cache,  # folder of executed notebooks
                   execute: bool = True,  # run every cell, else only what `show_doc` needs
@@ -326,7 +333,7 @@ def docs_notebook(src,  # the source notebook
     if echo: echo(f"docs: {src.name} done in {m['seconds']:.1f} s ({m['cpu_seconds']:.1f} CPU-s)")
     return nb
 
-# %% ../nbs/04_docs.ipynb #238ee36d
+# %% ../nbs/04_docs.ipynb #56afa76c
 def merge_record(nb,  # a processed notebook (from `docs_notebook`)
                  record  # the executed notebook of a run (papermill's output) or its path
                 ) -> int:  # the number of cells whose outputs were taken from the record
@@ -340,34 +347,75 @@ def merge_record(nb,  # a processed notebook (from `docs_notebook`)
     if inj is not None and at is not None: nb.cells.insert(at + 1, inj)
     return len(mine)
 
-# %% ../nbs/04_docs.ipynb #91f4519e
+# %% ../nbs/04_docs.ipynb #2ccf6fa4
+_CONTEXT: dict = {}   # {'project': Path, 'run_dir': Path} while `render_docs` renders
+
+@contextmanager
+def scrub_context(project=None,  # the folder the build runs in
+                  run_dir=None  # the run whose records the pages show
+                 ):
+    "Make `scrub_paths` rewrite `project` and `run_dir` too, while the block runs."
+    old = dict(_CONTEXT)
+    _CONTEXT.update(project=project, run_dir=run_dir)
+    _CONTEXT['rules'] = local_paths()   # computed once for the whole build
+    try: yield
+    finally: _CONTEXT.clear(); _CONTEXT.update(old)
+
+def _variants(p) -> set[str]:
+    "A folder as given and resolved (a temporary folder is often a link)."
+    return {str(p).rstrip('/'), os.path.realpath(p)} - {'', '/'}
+
 def local_paths() -> list[tuple[str, str]]:
-    "(prefix, replacement) for this machine's folders, longest first: checkout, cache, fixtures, Python, temp."
-    root, fx, tmp = repo_root(), fixtures_dir(), tempfile.gettempdir()
-    pairs = {str(cache_dir()): '$DFLASH_NB_CACHE', tmp: '$TMPDIR', os.path.realpath(tmp): '$TMPDIR',
-             sys.prefix: '$PYTHON', sys.base_prefix: '$PYTHON', str(Path.home()): '~'}
-    if fx is not None: pairs[str(fx)] = '$DFLASH_NB_FIXTURES'
-    if root is not None: pairs[str(root)] = '.'
-    return sorted(((k, v) for k, v in pairs.items() if len(k) > 1), key=lambda kv: -len(kv[0]))
+    "(prefix, replacement) for this machine's folders, longest first: '' drops a prefix, '*' drops it with the next folder."
+    from dflash_nb.pipeline import smoke_run_dir
+    pairs, run_dir = {}, _CONTEXT.get('run_dir')
+    def add(folder, new):
+        for k in _variants(folder): pairs.setdefault(k, new)
+    if run_dir is not None: add(run_dir, f'runs/{Path(run_dir).resolve().name}')
+    add(smoke_run_dir(), 'runs/_smoke')
+    for f in (repo_root(), _CONTEXT.get('project') or Path.cwd()):
+        if f is not None: add(f, '')
+    add(cache_dir(), '<cache>')
+    if (fx := fixtures_dir()) is not None: add(fx, '<fixtures>')
+    for f in (sys.prefix, sys.base_prefix): add(f, '<python>')
+    add(tempfile.gettempdir(), '*'); add(Path.home(), '')
+    return sorted(pairs.items(), key=lambda kv: -len(kv[0]))
+
+# %% ../nbs/04_docs.ipynb #f45ab4de
+def _prefix_re(prefix: str) -> str:
+    "The prefix as a whole folder name, or its last folders after an ellipsis (`.../shared/fixtures`)."
+    parts = prefix.strip('/').split('/')
+    tails = '|'.join(re.escape('/'.join(parts[i:])) for i in range(len(parts)))
+    return rf'(?:(?<![\w.$<-]){re.escape(prefix)}|(?:\.\.\.|…)/?(?:{tails}))'
+
+def _rewrite(new: str):
+    "The replacement of a match of `_prefix_re` followed by its `rest` ('/', '' or, for '*', the folder made in it)."
+    def f(m):
+        rest = m['rest']
+        if new == '*': return '' if rest.endswith('/') else '.'
+        if new == '': return '' if rest else '.'
+        return new + rest
+    return f
 
 def scrub_paths(text: str  # text of an output
-               ) -> str:  # the text with this machine's folders replaced
-    "`text` with the prefixes of `local_paths` replaced (`<checkout>/runs/x` becomes `runs/x`)."
+               ) -> str:  # the text with this machine's folders rewritten
+    "`text` with the prefixes of `local_paths` rewritten (`<checkout>/runs/x` becomes `runs/x`)."
     text = re.sub(r'[^\s\'"(]*/site-packages/', 'site-packages/', text)
-    for prefix, new in local_paths():   # a whole folder name only: `/tmp` is not replaced in `/tmpdata`
-        pat = r'(?<![\w.$-])' + re.escape(prefix) + r'(/|(?![\w.-]))'
-        text = re.sub(pat, lambda m: '' if new == '.' and m[1] else new + m[1], text)
+    for prefix, new in _CONTEXT.get('rules') or local_paths():
+        rest = r'/[^/\s\'"`<>()\[\]{},;:]+/?' if new == '*' else r'/|(?![\w.-])'
+        text = re.sub(_prefix_re(prefix) + f'(?P<rest>{rest})', _rewrite(new), text)
     return text
 
+# %% ../nbs/04_docs.ipynb #7360c472
 def find_local_path(text: str  # a page
                    ) -> str | None:  # the first local path found, or None
     "The first path of this machine in `text`: a `local_paths` prefix (not home or temp), a temp folder's name."
     for prefix, new in local_paths():
-        if new not in ('~', '$TMPDIR') and prefix + '/' in text: return prefix
+        if new != '*' and prefix not in _variants(Path.home()) and prefix + '/' in text: return prefix
     m = re.search(re.escape(tempfile.gettempdir()) + r'/(tmp\w{8}|pytest-of-)\S*', text)
     return m[0] if m else None
 
-# %% ../nbs/04_docs.ipynb #21ae260e
+# %% ../nbs/04_docs.ipynb #8290f2c7
 _DIRECTIVE = re.compile(r'^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
 _QUARTO_ATTR = re.compile(r'\{(?:target|style|\.)[^{}\n]*\}')
 _ANSI = re.compile(r'\x1B(?:[@-Z\\-_]|\[[0-?]*[ -/]*[@-~])')
@@ -387,7 +435,7 @@ def _fix_text(s: str, links: dict, quarto: bool = True) -> str:
     for a, b in links.items(): s = s.replace(a, b)
     return s
 
-# %% ../nbs/04_docs.ipynb #a9cd3c2d
+# %% ../nbs/04_docs.ipynb #7cd52cc1
 def _text(v) -> str: return ''.join(v) if isinstance(v, list) else v
 
 def _plain_data(k: str, v, links: dict):
@@ -433,7 +481,7 @@ def plain_cells(nb,  # a processed notebook
     ks = nb.metadata.get('kernelspec')
     return {'nbformat': 4, 'nbformat_minor': 5, 'metadata': {'kernelspec': ks} if ks else {}, 'cells': cells}
 
-# %% ../nbs/04_docs.ipynb #210ae4a3
+# %% ../nbs/04_docs.ipynb #0b9496a5
 class _Outline(HTMLParser):
     "The headings (h1-h4 with an id) of a page, whether each is in a `show_doc` cell, the prose under each."
     def __init__(self):
@@ -463,7 +511,30 @@ def outline(body: str  # a rendered page
     return [{'level': h['level'], 'id': h['id'], 'text': h['text'].strip(), 'api': h['api'],
              'x': h['x'].strip()[:160]} for h in p.items]
 
-# %% ../nbs/04_docs.ipynb #d0ef3951
+# %% ../nbs/04_docs.ipynb #16effca1
+def unique_ids(body: str  # a rendered page
+              ) -> str:  # the page, every heading id once
+    "Heading ids made unique: the API entry (a `show_doc` cell) keeps a shared id, other headings get `-2`, `-3`."
+    heads = list(re.finditer(r'<(h[1-6])\b([^>]*?)\bid="([^"]+)"(.*?)</\1>', body, re.S))
+    ids = [m[3] for m in heads]
+    if len(set(ids)) == len(ids): return body
+    cells = [(m.start(), 'celltag_dn-doc' in m[1]) for m in re.finditer(r'<div class="(jp-Cell\b[^"]*)"', body)]
+    api = lambda pos: next((a for start, a in reversed(cells) if start < pos), False)
+    new, taken = {}, set(ids)
+    for hid in {i for i in ids if ids.count(i) > 1}:
+        same = [m for m in heads if m[3] == hid]
+        keep = next((m for m in same if api(m.start())), same[0])
+        n = 1
+        for m in same:
+            if m is keep: continue
+            while f'{hid}-{n}' in taken or n == 1: n += 1
+            taken.add(f'{hid}-{n}'); new[m.start()] = f'{hid}-{n}'
+    def f(m):
+        if m.start() not in new: return m[0]
+        return m[0].replace(f'id="{m[3]}"', f'id="{new[m.start()]}"', 1).replace(f'href="#{m[3]}"', f'href="#{new[m.start()]}"')
+    return re.sub(r'<(h[1-6])\b([^>]*?)\bid="([^"]+)"(.*?)</\1>', f, body, flags=re.S)
+
+# %% ../nbs/04_docs.ipynb #a30e1e0e
 def toc_html(items: list[dict]  # `outline` of the page
             ) -> str:  # the page's table of contents, '' when it has fewer than two entries
     "The table of contents of a page: its h2 and h3 headings as links."
@@ -484,7 +555,7 @@ def search_entries(page: str,  # the page's file name
     return [[title, page, '', 'page', summary, title]] + [
         [h['text'], page, h['id'], kind(h), h['x'], title] for h in items if h['text']]
 
-# %% ../nbs/04_docs.ipynb #0552c9b1
+# %% ../nbs/04_docs.ipynb #a19fe341
 PAGE_TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
 {%- block html_head -%}
 <meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1.0">
@@ -509,7 +580,7 @@ PAGE_TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
 {% endblock body_footer %}
 """
 
-# %% ../nbs/04_docs.ipynb #1c9c2373
+# %% ../nbs/04_docs.ipynb #5b578162
 FRAME_CSS = """
 body.dn{margin:0;background:#fff}
 .dn-side{position:fixed;top:0;left:0;bottom:0;width:250px;overflow-y:auto;background:#f6f8fa;z-index:5;
@@ -552,7 +623,7 @@ body.dn{margin:0;background:#fff}
  #dn-hits{position:static;width:auto}}
 """
 
-# %% ../nbs/04_docs.ipynb #d9291942
+# %% ../nbs/04_docs.ipynb #b63a2233
 CELLS_CSS = """
 .jp-InputPrompt,.jp-OutputPrompt{display:none}
 a.anchor-link{visibility:hidden;text-decoration:none;margin-left:6px;color:#8c959f}
@@ -566,7 +637,7 @@ a.anchor-link{visibility:hidden;text-decoration:none;margin-left:6px;color:#8c95
 """
 DOCS_CSS = FRAME_CSS + CELLS_CSS
 
-# %% ../nbs/04_docs.ipynb #b6ee0782
+# %% ../nbs/04_docs.ipynb #abba7e67
 SEARCH_JS = r"""(function () {
   var index = window.DN_INDEX || [], q = document.getElementById('dn-q'), box = document.getElementById('dn-hits');
   var hits = [], sel = 0;   // an entry: [text, page, anchor, kind, snippet, page title]
@@ -616,7 +687,7 @@ SEARCH_JS = r"""(function () {
 })();
 """
 
-# %% ../nbs/04_docs.ipynb #7f46c90f
+# %% ../nbs/04_docs.ipynb #0a30ff75
 TOC_JS = r"""(function () {
   var links = [].slice.call(document.querySelectorAll('.dn-toc a'));
   function spy() {
@@ -632,7 +703,7 @@ TOC_JS = r"""(function () {
 """
 DOCS_JS = SEARCH_JS + TOC_JS
 
-# %% ../nbs/04_docs.ipynb #cb22e647
+# %% ../nbs/04_docs.ipynb #b33a1aa2
 def site_css(ex  # the `HTMLExporter` the pages are rendered with
             ) -> str:  # the text of `dflash_nb.css`
     "JupyterLab's styles (nbconvert's `lab` template), the syntax colours, and `DOCS_CSS`."
@@ -641,12 +712,15 @@ def site_css(ex  # the `HTMLExporter` the pages are rendered with
     _, res = ex.from_notebook_node(nbformat.v4.new_notebook(), resources={'dn': {}})
     return '\n'.join(lab + list(res.get('inlining', {}).get('css', [])) + [DOCS_CSS])
 
-# %% ../nbs/04_docs.ipynb #a686bfff
+# %% ../nbs/04_docs.ipynb #75ba4ea5
+GROUPS = {'index': '', 'stage': 'Stages', 'library': 'Library', 'guide': 'Guides', 'bench': 'Measurements'}
+
 class DocPage:
-    "One notebook of the site: source, processed notebook, page name, title, summary, stage or library."
+    "One page of the site: source, processed notebook, page name, title, summary, group."
     def __init__(self, src, nb, record=None, merged: int = 0):
-        self.src, self.stem, self.nb, self.record, self.merged = Path(src), Path(src).stem, nb, record, merged
         self.meta = nb.metadata.get('dflash_nb_docs', {})
+        self.src, self.stem, self.nb, self.record, self.merged = Path(src), self.meta.get('stem') or Path(src).stem, \
+            nb, record, merged
         fm = self.meta.get('frontmatter') or {}
         self.page, self.is_stage, self.output_file = f'{self.stem}.html', bool(self.meta.get('is_stage')), \
             fm.get('output-file')
@@ -654,8 +728,12 @@ class DocPage:
 
     @property
     def number(self) -> str: return self.stem.split('_')[0] if self.stem[:2].isdigit() else ''
+    @property
+    def group(self) -> str:
+        "index, stage, library, guide or bench (a key of `GROUPS`)."
+        return self.meta.get('group') or ('index' if self.stem == 'index' else 'stage' if self.is_stage else 'library')
 
-# %% ../nbs/04_docs.ipynb #096471b1
+# %% ../nbs/04_docs.ipynb #e20014fb
 @patch(as_prop=True)
 def module(self: DocPage) -> str | None:
     "The module the notebook exports (`#| default_exp`), as a path in the repository."
@@ -663,11 +741,14 @@ def module(self: DocPage) -> str | None:
     m = re.search(r'#\|\s*default_exp\s+([\w.]+)', self.src.read_text(encoding='utf-8'))
     return f"{site_settings()['lib_path']}/{m[1].replace('.', '/')}.py" if m else None
 
-# %% ../nbs/04_docs.ipynb #01e96078
+# %% ../nbs/04_docs.ipynb #26ee8b91
 @patch
 def kind(self: DocPage) -> str:
     "The header line: stage or library, where the outputs come from, links to the notebook and the module."
     if not self.src.is_file(): return ''
+    if self.group in ('guide', 'bench'):
+        rel = self.meta.get('source') or self.src.name
+        return f'{"guide" if self.group == "guide" else "measurement"} · <a href="{repo_url(rel)}">source <code>{rel}</code></a>'
     made = 'outputs of the docs build' if self.meta.get('executed') else 'not executed (no outputs)'
     if self.merged: made += f'; stage cells from the run <code>{html.escape(scrub_paths(str(self.run)))}</code>'
     parts = ['stage notebook' if self.is_stage else 'library notebook', made,
@@ -682,7 +763,7 @@ def run(self: DocPage) -> Path | None:
     "The run folder whose record the page shows, if any."
     return Path(self.record).parent.parent if self.merged else None
 
-# %% ../nbs/04_docs.ipynb #50c1ad31
+# %% ../nbs/04_docs.ipynb #b905b696
 def inline_md(s: str  # one line of Markdown
              ) -> str:  # its HTML
     "One line of Markdown (code, bold, emphasis, links) as HTML, everything else escaped."
@@ -692,14 +773,13 @@ def inline_md(s: str  # one line of Markdown
     s = re.sub(r'(?<![\w*])\*([^*]+)\*(?![\w*])', r'<i>\1</i>', s)
     return re.sub(r'\[([^\]]+)\]\(([^)\s]+)\)', r'<a href="\2">\1</a>', s)
 
-# %% ../nbs/04_docs.ipynb #4255f689
+# %% ../nbs/04_docs.ipynb #828e5e89
 def _sidebar(pages, current) -> str:
-    "The library notebooks, then the stages, as links; the current page marked."
+    "The pages by group (stages, library, guides, measurements) as links; the current page marked."
     on = lambda p: ' class="on"' if p is current else ''
-    num = lambda p: f'<span class="num">{p.number}</span>'
+    num = lambda p: f'<span class="num">{p.number}</span>' if p.number else ''   # the Markdown pages have none
     link = lambda p: f'<a href="{p.page}"{on(p)}>{num(p)}{html.escape(p.title)}</a>'
-    groups = (('Library', [p for p in pages if not p.is_stage and p.stem != 'index']),
-              ('Stages', [p for p in pages if p.is_stage]))
+    groups = [(label, [p for p in pages if p.group == g]) for g, label in GROUPS.items() if label]
     return ''.join(f'<h4>{label}</h4>' + ''.join(map(link, g)) for label, g in groups if g)
 
 def _pager(pages, i) -> str:
@@ -710,14 +790,13 @@ def _pager(pages, i) -> str:
     return prev + nxt
 
 def _index_table(pages) -> str:
-    "The index's table of every page: number, title, summary, kind."
+    "The index's table of every page but itself, once each, by group: number, title, summary."
     rows = ''.join(f'<tr><td>{p.number}</td><td><a href="{p.page}"><b>{html.escape(p.title)}</b></a></td>'
-                   f'<td>{inline_md(p.summary)}</td><td>{"stage" if p.is_stage else "library"}</td></tr>'
-                   for p in pages if p.stem != 'index')
+                   f'<td>{inline_md(p.summary)}</td></tr>' for p in pages if p.group != 'index')
     return (f'<h2 id="contents">Contents</h2><table class="dn-index"><tr><th></th><th>page</th><th>what</th>'
-            f'<th>kind</th></tr>{rows}</table>')
+            f'</tr>{rows}</table>')
 
-# %% ../nbs/04_docs.ipynb #a6e2015a
+# %% ../nbs/04_docs.ipynb #9436116e
 def _site_links(pages) -> dict:
     "Absolute links of the published site -> the rendered page names."
     s = site_settings()
@@ -738,7 +817,7 @@ def fix_anchors(bodies: dict  # {page name: html}
         return f
     return {n: re.sub(r'(<a\b[^>]*?\bhref=")([\w.-]*\.html)?#([^"]*)"', fix(n), b) for n, b in bodies.items()}
 
-# %% ../nbs/04_docs.ipynb #b31ed323
+# %% ../nbs/04_docs.ipynb #bd750798
 MAX_PAGE_BYTES = 1_000_000
 
 def check_page(name: str,  # the page's file name
@@ -750,7 +829,78 @@ def check_page(name: str,  # the page's file name
     if (p := find_local_path(body)): raise ValueError(f'docs: {name} shows a path of this machine: {p}')
     return body
 
-# %% ../nbs/04_docs.ipynb #ec595277
+# %% ../nbs/04_docs.ipynb #f1e3e736
+def doc_files(root=None  # the checkout (default: this package's, if any)
+             ) -> list[tuple[Path, str, str]]:  # (file, page stem, group)
+    "The README and `guides/*.md` (guides), then `bench/results/*.md` (measurements) of the checkout."
+    root = Path(root) if root else repo_root()
+    if root is None: return []
+    out = [(root / 'README.md', 'readme', 'guide')] if (root / 'README.md').is_file() else []
+    out += [(f, f'guide_{f.stem}', 'guide') for f in sorted((root / 'guides').glob('*.md'))]
+    return out + [(f, f'bench_{f.stem}', 'bench') for f in sorted((root / 'bench' / 'results').glob('*.md'))]
+
+# %% ../nbs/04_docs.ipynb #d36318c2
+def _inline_images(text: str, folder: Path) -> str:
+    "`![alt](x.png)` with `x.png` beside the file as a data URI."
+    import base64
+    def f(m):
+        img = folder / m[2]
+        if not (m[2].endswith('.png') and img.is_file()): return m[0]
+        return f'![{m[1]}](data:image/png;base64,{base64.b64encode(img.read_bytes()).decode()})'
+    return re.sub(r'!\[([^\]]*)\]\(([^)\s]+)\)', f, text)
+
+def _result_files(text: str, root: Path) -> str:
+    "The JSON files of `bench/results` that `text` names, each in a closed `<details>` (Markdown)."
+    found = []
+    for pat in dict.fromkeys(re.findall(r'bench/results/([\w./*-]+\.jsonl?)', text)):
+        found += [f for f in sorted((root / 'bench' / 'results').glob(pat)) if f.is_file() and f not in found]
+    def one(f):
+        t = scrub_paths(f.read_text(encoding='utf-8', errors='replace'))
+        t = re.sub(r'(?<![\w.])/[^\s"\']*/(?=(bench|runs|nbs|dflash_nb)/)', '', t)   # another checkout's paths
+        if len(t) > 20_000: t = t[:20_000] + f'\n... (the first 20,000 of {len(t):,} characters)'
+        t = re.sub(r'\n\s*\n', '\n', html.escape(t))   # a blank line would end the HTML block
+        rel = f.relative_to(root)
+        return f'<details><summary><code>{rel}</code> ({f.stat().st_size:,} bytes)</summary><pre>{t}</pre></details>'
+    if not found: return ''
+    return ('\n\n## Result files\n\nThe files the numbers above come from, as the benchmark wrote them.\n\n' +
+            '\n'.join(map(one, found)) + '\n')
+
+def markdown_notebook(path,  # a Markdown file
+                      stem: str,  # its page's name, without `.html`
+                      group: str,  # `guide` or `bench`
+                      root=None  # the checkout
+                     ):  # a notebook for `DocPage`
+    "A Markdown file as a one-cell notebook: title and summary from its first lines, images inline, result files."
+    path, root = Path(path), Path(root or repo_root())
+    text = path.read_text(encoding='utf-8')
+    m = re.match(r'\s*#\s+(.+)\n+((?:>.*\n)+)?', text)
+    title = 'README' if stem == 'readme' else m[1].strip() if m else stem
+    summary = ' '.join(l.lstrip('>').strip() for l in (m[2] or '').splitlines()) if m else ''
+    body = _inline_images(text[m.end():].lstrip('\n') if m else text, path.parent)
+    if group == 'bench': body += _result_files(text, root)
+    meta = {'frontmatter': {'title': title, 'description': summary}, 'group': group, 'stem': stem,
+            'source': path.relative_to(root).as_posix()}
+    return dict2nb({'cells': [{'cell_type': 'markdown', 'id': stem, 'metadata': {}, 'source': body}],
+                    'metadata': {'dflash_nb_docs': meta}})
+
+# %% ../nbs/04_docs.ipynb #71d37351
+def md_links(text: str,  # the Markdown of a page
+             src: Path,  # the file it came from
+             root: Path,  # the checkout
+             site: dict  # path in the checkout -> page name, for every page of the site
+            ) -> str:  # the Markdown with its relative links fixed
+    "Relative links of a Markdown page: to a page of the site, else to the file in the repository."
+    def f(m):
+        label, target = m[1], m[2]
+        if re.match(r'[a-z]+:|#', target): return m[0]
+        path, _, anchor = target.partition('#')
+        try: rel = (src.parent / path).resolve().relative_to(root.resolve()).as_posix()
+        except ValueError: return m[0]
+        page = site.get(rel)
+        return f'[{label}]({page}{"#" + anchor if anchor else ""})' if page else f'[{label}]({repo_url(rel)})'
+    return re.sub(r'(?<!!)\[([^\]]*)\]\(([^)\s]+)\)', f, text)
+
+# %% ../nbs/04_docs.ipynb #26fbb24c
 def _exporter() -> HTMLExporter:
     "nbconvert's HTML exporter with the page template, dropping what the directives hide."
     ex = HTMLExporter(template_name='lab', extra_loaders=[DictLoader({'dflash_page.html.j2': PAGE_TEMPLATE})],
@@ -761,7 +911,7 @@ def _exporter() -> HTMLExporter:
     return ex
 
 def _pages(nbs: Path, cache: Path, run_dir, names, execute: bool, echo) -> list[DocPage]:
-    "The pages of the site, in order (index first): each notebook processed, with the run's record merged in."
+    "The pages of the site by group: each notebook processed, the run's record merged in; the Markdown pages."
     srcs = sorted(nbs.glob('*.ipynb'), key=lambda p: (p.stem != 'index', p.stem))
     keep = lambda p: not p.name.startswith('_') and (names is None or p.stem in set(names) | {'index'})
     pages = []
@@ -772,9 +922,23 @@ def _pages(nbs: Path, cache: Path, run_dir, names, execute: bool, echo) -> list[
     if not pages or pages[0].stem != 'index':   # no index notebook: an index page with the table only
         pages.insert(0, DocPage(nbs / 'index.ipynb', dict2nb({'cells': [], 'metadata': {
             'dflash_nb_docs': {'frontmatter': {'title': 'dflash_nb'}}}})))
+    root = nbs.parent if (nbs.parent / 'settings.ini').is_file() else None   # a checkout's (or package's) notebooks
+    for f, stem, group in (doc_files(root) if root is not None else []):
+        if names is None or stem in set(names): pages.append(DocPage(f, markdown_notebook(f, stem, group, root)))
+    pages.sort(key=lambda p: list(GROUPS).index(p.group))   # stable: each group keeps its order
+    if root is not None: _link_markdown(pages, root)
     return pages
 
-# %% ../nbs/04_docs.ipynb #a663448d
+def _link_markdown(pages, root: Path):
+    "Fix the relative links of the Markdown pages (`md_links`) now that the site's pages are known."
+    site = {}
+    for p in pages:
+        try: site[p.src.resolve().relative_to(root.resolve()).as_posix()] = p.page
+        except ValueError: pass
+    for p in pages:
+        if p.group in ('guide', 'bench'): p.nb.cells[0]['source'] = md_links(p.nb.cells[0].source, p.src, root, site)
+
+# %% ../nbs/04_docs.ipynb #48d1a3de
 def _render(ex: HTMLExporter, pages: list, i: int, links: dict) -> tuple[str, list]:
     "(html, search entries) of page `i`."
     p = pages[i]
@@ -783,16 +947,17 @@ def _render(ex: HTMLExporter, pages: list, i: int, links: dict) -> tuple[str, li
           'extra': _index_table(pages) if p.stem == 'index' else ''}
     body, _ = ex.from_notebook_node(nbformat.from_dict(plain_cells(p.nb, links)),
                                     resources={'metadata': {'name': p.title}, 'dn': dn})
+    body = unique_ids(body)
     items = outline(body)
     toc = '<aside class="dn-toc">'
     body = body.replace(f'{toc}</aside>', f'{toc}{toc_html(items)}</aside>', 1)
     return body, search_entries(p.page, p.title, p.summary, items)
 
-# %% ../nbs/04_docs.ipynb #d3f88e53
+# %% ../nbs/04_docs.ipynb #55444b55
 def render_docs(out_dir='_docs',  # the site's folder
                 nbs=None,  # folder of notebooks (default: the project's `nbs/`)
                 run_dir=None,  # a run folder whose stage records to show in the stage pages
-                names=None,  # only these notebooks (e.g. `['00_core', '20_templates']`)
+                names=None,  # only these pages (e.g. `['00_core', '20_templates', 'readme', 'bench_quality']`)
                 execute: bool = True,  # run the notebooks (cached), else only what `show_doc` needs
                 cache=None,  # folder of executed notebooks (default: `$DFLASH_NB_CACHE/docs/<key of nbs>`)
                 echo=print  # where progress lines go (None: nowhere)
@@ -802,9 +967,10 @@ def render_docs(out_dir='_docs',  # the site's folder
     cache = Path(cache or cache_dir() / 'docs' / hashlib.sha256(str(nbs).encode()).hexdigest()[:12])
     pages = _pages(nbs, cache, run_dir, names, execute, echo)
     ex, links, bodies, index = _exporter(), _site_links(pages), {}, []
-    for i, p in enumerate(pages):
-        bodies[p.page], entries = _render(ex, pages, i, links)
-        index += entries
+    with scrub_context(Path.cwd(), run_dir):
+        for i, p in enumerate(pages):
+            bodies[p.page], entries = _render(ex, pages, i, links)
+            index += entries
     written = [write_text(out_dir / n, check_page(n, b)) for n, b in fix_anchors(bodies).items()]
     write_text(out_dir / 'dflash_nb.css', site_css(ex)); write_text(out_dir / 'dflash_nb.js', DOCS_JS)
     write_text(out_dir / 'search_index.js', f'window.DN_INDEX = {json.dumps(index, ensure_ascii=False)};\n')
