@@ -79,7 +79,7 @@ def real(a):
     import tempfile, yaml, torch
     from dflash_nb import regenerate as R
     run = Path(a.real)
-    cfg = yaml.safe_load((run / 'config.yaml').read_text())
+    cfg = yaml.safe_load(Path(a.config or run / 'config.yaml').read_text())
     rg, tgt = cfg.get('regenerate') or {}, (cfg.get('run') or {}).get('target', 'smollm2')
     src = run / '30_convert' / 'conversations.jsonl'
     threads = a.threads or rg.get('threads')
@@ -123,6 +123,7 @@ def real(a):
         print(f"| {r['setting']} | {r['chunk_size']} | {r['new_tokens']} | {r['cpu_seconds']} | {r['seconds']} | "
               f"{r['tokens_per_cpu_s']} | {ratio[r['setting']]} | {pr} |")
     info = {'what': "the quality run's regeneration on its own rows, old batching against new", 'run': str(run),
+            'command': 'python bench/bench_regenerate.py ' + ' '.join(sys.argv[1:]),
             'input': str(src), 'regenerate_config': rg, 'torch_threads': torch.get_num_threads(), 'cpu_count': os.cpu_count(),
             'clock': 'process CPU time (all threads) and wall time; the machine was shared with other jobs (load_avg)',
             'ratio_tokens_per_cpu_s_vs_old': ratio, 'same_rows_as_old': same, 'versions': versions(),
@@ -142,6 +143,7 @@ def main():
     ap.add_argument('--skip-http', action='store_true')
     ap.add_argument('--out', default=str(ROOT / 'bench' / 'results' / 'regenerate.json'))
     ap.add_argument('--real', default=None, metavar='RUN_DIR', help="a run folder: its own rows and regenerate settings")
+    ap.add_argument('--config', default=None, help="--real: the run config to read (default: RUN_DIR/config.yaml)")
     ap.add_argument('--repeats', type=int, default=1, help='--real: old and new interleaved this many times')
     ap.add_argument('--with-generate', action='store_true', help='--real: also transformers.generate (slow)')
     a = ap.parse_args()
