@@ -934,7 +934,7 @@ def _vs(a: float, b: float, other: str) -> str:
     if a < b - TAU_MARGIN: return f'accepts less than {other} (tau {a:.3f} vs {b:.3f})'
     return f'is on par with {other} (tau {a:.3f} vs {b:.3f})'
 
-# %% ../nbs/90_evaluate.ipynb #ab77e17b
+# %% ../nbs/90_evaluate.ipynb #cf149cc5
 CONTROL_WORDS = {   # what the trained drafter beating each control, or not, says about it
     'untrained': ('learned from its training', 'is no better than its random initialization'),
     'zeroed': ("uses the target's features", "does not use the target's features: fed zeros, it accepts as much"),
@@ -948,7 +948,7 @@ def _control_lines(vs: dict) -> list[str]:
         t = m.get('trained_tau_paired')
         if t is None or v == 'prompt_lookup' or '+' in v: continue
         yes, no = CONTROL_WORDS.get(v, ('accepts more than this control', 'accepts no more than it'))
-        out.append(f"Against `{v}` (tau {m['tau']:.3f}; trained {t:.3f} on the same {m['prompts']} prompts) "
+        out.append(f"Against `{v}` (tau {m['tau']:.3f}; trained {t:.3f} on the same {_count(m['prompts'], 'prompt')}) "
                    f"the drafter {yes if t > m['tau'] + TAU_MARGIN else no}")
     return out
 
