@@ -95,6 +95,7 @@ def real(a):
     R.greedy_decode = counted
     settings = {'old': (be, old_buckets, 256), 'new': (be, new_bucket, rg.get('chunk_size', 256))}
     if a.with_generate: settings['generate (old batches)'] = (ref, old_buckets, 256)
+    if a.reverse: settings = dict(reversed(list(settings.items())))   # the other order: drift in the load shows
     results, texts = [], {}
     with tempfile.TemporaryDirectory() as d:
         for rep in range(a.repeats):
@@ -145,6 +146,7 @@ def main():
     ap.add_argument('--real', default=None, metavar='RUN_DIR', help="a run folder: its own rows and regenerate settings")
     ap.add_argument('--config', default=None, help="--real: the run config to read (default: RUN_DIR/config.yaml)")
     ap.add_argument('--repeats', type=int, default=1, help='--real: old and new interleaved this many times')
+    ap.add_argument('--reverse', action='store_true', help='--real: run the settings in the reverse order')
     ap.add_argument('--with-generate', action='store_true', help='--real: also transformers.generate (slow)')
     a = ap.parse_args()
     if a.real: return real(a)
