@@ -974,7 +974,7 @@ def lossless_verdict(results: dict, temperature: float, lossless: str = 'enforce
     if bad: return f'- **Not lossless**: {bad} of {n} outputs differ from plain decoding ({how}).'
     return f'- **Lossless**: all {n} outputs of every variant equal plain decoding token for token ({how}).'
 
-# %% ../nbs/90_evaluate.ipynb #4b2620a1
+# %% ../nbs/90_evaluate.ipynb #83d7fe63
 NEAR_ONE = 1.15                                # a trained tau at most this in every set: "tau near 1"
 USEFUL_RUN = 'dflash-nb run smollm2_quality'   # the shipped run that trains a drafter worth serving (on 2 CPU cores)
 
@@ -996,7 +996,7 @@ def drafter_line(f: dict) -> str:
     what = f"{_count(f['layers'], 'layer') if f.get('layers') else '? layers'}, block size {f.get('block_size')}"
     if f.get('steps') is None:
         return f'- **The drafter**: {what}; how it was trained is not known here (no `metrics.json` in or beside its folder).'
-    mins = '' if f.get('minutes') is None else f" in {f['minutes']:g} minutes"
+    mins = '' if f.get('minutes') is None else f" in {f['minutes']:g} minute{'s' * (f['minutes'] != 1)}"
     rows = '' if f.get('rows') is None else f" on {_count(f['rows'], 'row')}"
     return f"- **The drafter**: {what}, trained {_count(f['steps'], 'step')}{mins}{rows} (`{f['metrics']}`)."
 

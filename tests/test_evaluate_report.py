@@ -322,7 +322,7 @@ def test_the_verdict_says_what_the_drafter_is_and_what_to_run(tmp_path):
     ev = evaluate_drafter(d, 'tiny-qwen3', [prompts(tmp_path / 'p.jsonl', 2)], tmp_path / 'out', max_new_tokens=6,
                           device='cpu', variants=['trained', 'untrained'], log=None)
     v = verdict(ev)
-    assert (f"- **The drafter**: 1 layer, block size 4, trained 283 steps in 1 minutes on 38 rows "
+    assert (f"- **The drafter**: 1 layer, block size 4, trained 283 steps in 1 minute on 38 rows "
             f"(`{tmp_path / '80_train' / 'metrics.json'}`).") in v
     assert 'trained vs' in v and 'untrained (its random initialization), on the same 2 prompts' in v
     assert 'Tau near 1' in v and '`dflash-nb run smollm2_quality`' in v        # a random drafter: tau near 1
