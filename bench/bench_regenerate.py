@@ -82,6 +82,9 @@ def real(a):
     cfg = yaml.safe_load(Path(a.config or run / 'config.yaml').read_text())
     rg, tgt = cfg.get('regenerate') or {}, (cfg.get('run') or {}).get('target', 'smollm2')
     src = run / '30_convert' / 'conversations.jsonl'
+    if a.first_row:     # rows first_row .. first_row + rows of the run's input
+        lines = [l for l in open(src)][a.first_row:a.first_row + a.rows]
+        src = Path(tempfile.mkdtemp()) / f'rows-{a.first_row}.jsonl'; src.write_text(''.join(lines))
     threads = a.threads or rg.get('threads')
     gen = GenConfig(max_new_tokens=rg.get('max_new_tokens', 128), enable_thinking=rg.get('enable_thinking'))
     be = HFBackend(tgt, dtype=rg.get('dtype'), batch_size=rg.get('batch_size', 16), threads=threads,
@@ -95,6 +98,7 @@ def real(a):
     R.greedy_decode = counted
     settings = {'old': (be, old_buckets, 256), 'new': (be, new_bucket, rg.get('chunk_size', 256))}
     if a.with_generate: settings['generate (old batches)'] = (ref, old_buckets, 256)
+    if a.only: settings = {a.only: settings[a.only]}   # one setting: run two such processes side by side
     if a.reverse: settings = dict(reversed(list(settings.items())))   # the other order: drift in the load shows
     results, texts = [], {}
     with tempfile.TemporaryDirectory() as d:
@@ -115,14 +119,15 @@ def real(a):
                 results.append(r); print(r, flush=True)
     R.length_buckets, R.greedy_decode = new_bucket, loop
     per = lambda n: sum(r['tokens_per_cpu_s'] for r in results if r['setting'] == n) / a.repeats
-    ratio = {n: round(per(n) / per('old'), 3) for n in settings}
-    same = {n: round(sum(x == y for x, y in zip(texts[n], texts['old'])) / max(len(texts['old']), 1), 3) for n in settings}
+    ratio = {n: round(per(n) / per('old'), 3) for n in settings} if 'old' in settings else {}
+    same = {n: round(sum(x == y for x, y in zip(texts[n], texts['old'])) / max(len(texts['old']), 1), 3)
+            for n in settings} if 'old' in settings else {}
     print('\n| setting | chunk | new tokens | CPU-s | wall s | tokens/CPU-s | x old | prefill padded/real |')
     print('|---|---|---|---|---|---|---|---|')
     for r in results:
         pr = f"{r['prefill_positions_padded']}/{r['prefill_positions_real']}" if r['prefill_positions_padded'] else '—'
         print(f"| {r['setting']} | {r['chunk_size']} | {r['new_tokens']} | {r['cpu_seconds']} | {r['seconds']} | "
-              f"{r['tokens_per_cpu_s']} | {ratio[r['setting']]} | {pr} |")
+              f"{r['tokens_per_cpu_s']} | {ratio.get(r['setting'], '—')} | {pr} |")
     info = {'what': "the quality run's regeneration on its own rows, old batching against new", 'run': str(run),
             'command': 'python bench/bench_regenerate.py ' + ' '.join(sys.argv[1:]),
             'input': str(src), 'regenerate_config': rg, 'torch_threads': torch.get_num_threads(), 'cpu_count': os.cpu_count(),
@@ -146,6 +151,8 @@ def main():
     ap.add_argument('--real', default=None, metavar='RUN_DIR', help="a run folder: its own rows and regenerate settings")
     ap.add_argument('--config', default=None, help="--real: the run config to read (default: RUN_DIR/config.yaml)")
     ap.add_argument('--repeats', type=int, default=1, help='--real: old and new interleaved this many times')
+    ap.add_argument('--first-row', type=int, default=0, help='--real: start at this row of the run input')
+    ap.add_argument('--only', choices=('old', 'new'), default=None, help='--real: one setting only')
     ap.add_argument('--reverse', action='store_true', help='--real: run the settings in the reverse order')
     ap.add_argument('--with-generate', action='store_true', help='--real: also transformers.generate (slow)')
     a = ap.parse_args()
