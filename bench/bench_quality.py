@@ -4,8 +4,9 @@
   * tau against training tokens: every kept checkpoint of 80_train, decoded for real (speculative decoding with
     SmolLM2 in float32, greedy) on the first `--n` MT-Bench and HumanEval prompts, `--max-new-tokens` each;
   * from 90_evaluate/eval.json: per set, tau, per-position acceptance, lossless rate and tokens/s against plain
-    decoding, for the trained drafter, the untrained one, the shifted-layer control, the trained drafter served with
-    the off-by-one feature convention, and prompt lookup.
+    decoding, for every variant the evaluation ran: the trained drafter, the untrained one, the zeroed control, the
+    trained drafter served its features one position late (`served_late`; runs before it had `served_offset`, one
+    layer early), and prompt lookup.
 
 Prints a table, writes bench/results/quality.json and bench/results/quality.png.
 

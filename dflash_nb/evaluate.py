@@ -20,16 +20,17 @@ from .targets import decoder_layers, load_target, resolve_target, target_fingerp
 
 # %% auto #0
 __all__ = ['MT_BENCH_HUB', 'HUMANEVAL_HUB', 'HUMANEVAL_INSTRUCTION', 'PROMPT_SET_FILES', 'PROMPT_SETS', 'MIN_TIMED_PROMPTS',
-           'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'CONTROL_WORDS', 'VARIANTS', 'CONTROLS',
-           'gumbel_noise', 'Sampler', 'TargetSession', 'DFlashDraftSession', 'ZeroedFeatures', 'ScriptedDrafter',
-           'PromptLookupDrafter', 'Generation', 'plain_generate', 'speculative_generate', 'build_tree', 'tree_mask',
-           'LosslessError', 'first_difference', 'check_lossless', 'items_from_records', 'load_prompt_file',
-           'load_prompt_set', 'held_out_prompts', 'trained_row_ids', 'render_prompt', 'timing_stats', 'timing_verdict',
-           'summarize', 'variant_runs', 'rotated', 'evaluate_prompts', 'evaluate_set', 'plot_acceptance',
-           'column_legend', 'results_table', 'set_verdict', 'lossless_verdict', 'caveats', 'verdict', 'report_md',
-           'recorded_target', 'drafter_target', 'check_drafter_fits', 'open_drafter', 'load_pair', 'check_variants',
-           'build_variants', 'load_controls', 'gather_prompt_sets', 'RecordLog', 'run_sets', 'write_outputs',
-           'evaluate_drafter', 'register_cli']
+           'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'CONTROL_WORDS', 'NEAR_ONE', 'USEFUL_RUN',
+           'VARIANTS', 'CONTROLS', 'WARMUP', 'gumbel_noise', 'Sampler', 'TargetSession', 'DFlashDraftSession',
+           'ZeroedFeatures', 'LateFeatures', 'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate',
+           'speculative_generate', 'build_tree', 'tree_mask', 'LosslessError', 'first_difference', 'check_lossless',
+           'items_from_records', 'load_prompt_file', 'load_prompt_set', 'held_out_prompts', 'trained_row_ids',
+           'render_prompt', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated',
+           'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend', 'results_table', 'set_verdict',
+           'lossless_verdict', 'drafter_facts', 'drafter_line', 'training_line', 'advice_line', 'caveats', 'verdict',
+           'report_md', 'recorded_target', 'drafter_target', 'check_drafter_fits', 'open_drafter', 'load_pair',
+           'check_variants', 'build_variants', 'load_controls', 'gather_prompt_sets', 'RecordLog', 'run_sets',
+           'default_out_dir', 'write_outputs', 'evaluate_drafter', 'register_cli']
 
 # %% ../nbs/90_evaluate.ipynb #64251329
 def _mix(seed: int, position: int) -> int:
@@ -251,7 +252,20 @@ class ZeroedFeatures:
         "The inner drafter's block, drafted from zero features."
         return self.inner.draft(anchor, torch.zeros_like(features), positions, **kw)
 
-# %% ../nbs/90_evaluate.ipynb #f5120e57
+# %% ../nbs/90_evaluate.ipynb #371a2d2e
+class LateFeatures:
+    """The `served_late` control: a drafter served every feature one position late — position p gets the features of
+    p-1, position 0 zeros (same protocol, same cache)."""
+    def __init__(self, inner): self.inner, self.last = inner, None     # any drafter of the protocol
+    def __getattr__(self, name): return getattr(self.inner, name)      # block_size, target_layer_ids
+    def reset(self): self.inner.reset(); self.last = None
+    def draft(self, anchor, features, positions, **kw):
+        "The inner drafter's block, drafted from the features shifted one position late."
+        prev = torch.zeros_like(features[:1]) if self.last is None else self.last.to(features)
+        self.last = features[-1:].clone()
+        return self.inner.draft(anchor, torch.cat([prev, features[:-1]]), positions, **kw)
+
+# %% ../nbs/90_evaluate.ipynb #846530e4
 class ScriptedDrafter:
     """A hand-made drafter: proposes `reference[p]` for the first `k_correct` slots of every block and a wrong
     token after. Its logits rank the proposal first and the reference token second (a draft tree recovers it)."""
@@ -273,7 +287,7 @@ def draft(self: ScriptedDrafter, anchor, features, positions) -> tuple:
         logits[k - 1, ref] = 1.0; logits[k - 1, toks[-1]] = 2.0
     return torch.tensor(toks), logits
 
-# %% ../nbs/90_evaluate.ipynb #9fb7e9e9
+# %% ../nbs/90_evaluate.ipynb #cba01273
 class PromptLookupDrafter:
     "Training-free drafts: what followed the first earlier occurrence of the context's last n-gram."
     needs_tokens = True
@@ -294,7 +308,7 @@ def draft(self: PromptLookupDrafter, anchor, features=None, positions=None,
             if ctx[i:i + n] == tail and got: return torch.tensor(got), None
     return torch.tensor([], dtype=torch.long), None
 
-# %% ../nbs/90_evaluate.ipynb #b547f7ea
+# %% ../nbs/90_evaluate.ipynb #0e063565
 @dataclass
 class Generation:
     "One generation: tokens, per-cycle acceptance lengths (acc+1), drafts per cycle, forward counts, timings."
@@ -314,7 +328,7 @@ class Generation:
         "Mean accepted tokens per cycle, bonus included."
         return sum(self.accept_lengths) / max(len(self.accept_lengths), 1)
 
-# %% ../nbs/90_evaluate.ipynb #5106f8bc
+# %% ../nbs/90_evaluate.ipynb #b001b06a
 def _sync(device):
     "Wait for queued CUDA work (timings)."
     if str(device).startswith('cuda'): torch.cuda.synchronize()
@@ -327,7 +341,7 @@ def _finish(tokens, max_new_tokens: int, eos_ids) -> tuple:
         if int(t) in eos_ids: return out, 'eos'
     return out, 'max_new_tokens'
 
-# %% ../nbs/90_evaluate.ipynb #7c7500c4
+# %% ../nbs/90_evaluate.ipynb #75f30d04
 @torch.no_grad()
 def plain_generate(model,                         # the target
                    prompt_ids,                    # the prompt's token ids
@@ -350,7 +364,7 @@ def plain_generate(model,                         # the target
         return Generation(out, target_forwards=s.forwards, target_tokens=s.tokens, seconds=dt,
                           prefill_seconds=t_pre, stop=stop)
 
-# %% ../nbs/90_evaluate.ipynb #238f4e46
+# %% ../nbs/90_evaluate.ipynb #5d5ea4aa
 def _linear_cycle(s: TargetSession, drafter, context: list, ctx_f, ctx_p, start: int, sampler) -> tuple:
     """One draft-verify cycle from the anchor `context[-1]` at position `start`: `(committed tokens, accepted
     drafts, the new context features, tokens drafted)`."""
@@ -365,7 +379,7 @@ def _linear_cycle(s: TargetSession, drafter, context: list, ctx_f, ctx_p, start:
     s.keep(acc + 1, block, snap)
     return drafts[:acc] + [post[acc]], acc, (feats[:acc + 1] if feats is not None else None), len(drafts)
 
-# %% ../nbs/90_evaluate.ipynb #c687c551
+# %% ../nbs/90_evaluate.ipynb #11d0abcd
 @torch.no_grad()
 def speculative_generate(model,                          # the target
                          drafter,                        # a drafter of the protocol above
@@ -395,7 +409,7 @@ def speculative_generate(model,                          # the target
         g.target_forwards, g.refeed_forwards, g.target_tokens = s.forwards, s.refeeds, s.tokens
     return g
 
-# %% ../nbs/90_evaluate.ipynb #bca48a5a
+# %% ../nbs/90_evaluate.ipynb #5f548c61
 def build_tree(logprobs: torch.Tensor, # `[D, V]` per-slot log-probs (slot d = depth d+1)
                budget: int,            # most nodes
                topk: int,              # most children per node
@@ -413,7 +427,7 @@ def build_tree(logprobs: torch.Tensor, # `[D, V]` per-slot log-probs (slot d = d
         if d + 1 < D: heapq.heappush(heap, (-(-negs + top_lp[d + 1][0]), d + 1, 0, node, -negs))
     return tokens, parents, depths
 
-# %% ../nbs/90_evaluate.ipynb #6f6fb2e2
+# %% ../nbs/90_evaluate.ipynb #b6c7c489
 def tree_mask(parents: list, ctx_len: int, device='cpu', dtype=torch.float32) -> torch.Tensor:
     "Additive attention mask `[1, 1, n+1, ctx_len+n+1]` of the anchor + tree nodes over the cached context."
     n = len(parents)
@@ -427,7 +441,7 @@ def tree_mask(parents: list, ctx_len: int, device='cpu', dtype=torch.float32) ->
     m.masked_fill_(~full, torch.finfo(dtype).min)
     return m[None, None].to(device)
 
-# %% ../nbs/90_evaluate.ipynb #fcc039c2
+# %% ../nbs/90_evaluate.ipynb #dadd03cd
 def _tree_forward(s: TargetSession, ids: list, parents: list, depths: list, start: int) -> tuple:
     "ONE target forward over the anchor + nodes `ids`, with the tree mask and positions `start + depth`."
     pos = torch.tensor([[start] + [start + d for d in depths]], device=s.device)
@@ -448,7 +462,7 @@ def _tree_walk(logits, toks: list, parents: list, start: int, sampler) -> tuple:
         if nxt is None: return path, choice
         path.append(nxt); node = nxt
 
-# %% ../nbs/90_evaluate.ipynb #39e62eff
+# %% ../nbs/90_evaluate.ipynb #b94396da
 def _tree_cycle(s: TargetSession, drafter, anchor: int, ctx_f, ctx_p, start: int, sampler, tree: dict):
     "A DDTree cycle: `(committed tokens, accepted drafts, the new context features, nodes drafted)`."
     if s.hybrid: raise NotImplementedError('DDTree verification needs a pure attention target cache')
@@ -464,7 +478,7 @@ def _tree_cycle(s: TargetSession, drafter, anchor: int, ctx_f, ctx_p, start: int
     new_f = feats[[0] + [c + 1 for c in path]] if feats is not None else None
     return [toks[c] for c in path] + [choice], len(path), new_f, len(toks)
 
-# %% ../nbs/90_evaluate.ipynb #5ab5b754
+# %% ../nbs/90_evaluate.ipynb #0719486b
 class LosslessError(AssertionError):
     "A speculative output unlike plain decoding; the message names the prompt, variant and first difference."
 
@@ -481,7 +495,7 @@ def _logit_gap(model, prompt, prefix, a, b) -> str:
     la, lb = float(lg[-1, a]), float(lg[-1, b])
     return f'; target logits there: speculative {la:.4f}, plain {lb:.4f} (gap {lb - la:.2e})'
 
-# %% ../nbs/90_evaluate.ipynb #9f411cff
+# %% ../nbs/90_evaluate.ipynb #4feb544e
 def check_lossless(gen: Generation, plain: Generation, # a speculative output and plain decoding's
                    prompt_len: int,                     # prompt tokens (for the absolute position)
                    where: str,                          # names the prompt and variant in the message
@@ -496,7 +510,7 @@ def check_lossless(gen: Generation, plain: Generation, # a speculative output an
     raise LosslessError(f'lossless check failed: {where}: output differs from plain decoding at generated token '
                         f'{i} (position {prompt_len + i}): {a} vs plain {b}{gap}')
 
-# %% ../nbs/90_evaluate.ipynb #4b99e833
+# %% ../nbs/90_evaluate.ipynb #92b79e26
 MT_BENCH_HUB = 'HuggingFaceH4/mt_bench_prompts'
 HUMANEVAL_HUB = 'openai/openai_humaneval'
 HUMANEVAL_INSTRUCTION = ('Complete the following Python function. Reply with the full function in a code block.'
@@ -509,7 +523,7 @@ def _spread(rows: list, n: int | None) -> list:
     if n is None or n >= len(rows): return list(rows)
     return [rows[int(i * len(rows) / n)] for i in range(n)]
 
-# %% ../nbs/90_evaluate.ipynb #4ffa024f
+# %% ../nbs/90_evaluate.ipynb #3a6fe891
 def items_from_records(records: list, # `core.read_prompt_file` records
                       ) -> list[dict]: # evaluation items
     """Evaluation items: MT-Bench questions keep all their `turns`, HumanEval stubs are wrapped in
@@ -530,7 +544,7 @@ def load_prompt_file(path,               # a JSONL prompt file; `pkg:NAME` = a f
     path = expand_path(path)
     return _spread(items_from_records(read_prompt_file(path)), n), str(path)
 
-# %% ../nbs/90_evaluate.ipynb #0bf16fcf
+# %% ../nbs/90_evaluate.ipynb #d900dea5
 def _hub_prompt_set(name: str) -> tuple[list, str]:
     "All items of the MT-Bench or HumanEval set from the hub, and the dataset id."
     from datasets import load_dataset          # datasets on first use (see the imports)
@@ -559,7 +573,7 @@ def load_prompt_set(name: str,             # 'mt_bench' or 'humaneval'
         return [], f'unavailable: no fixture and the hub failed ({type(e).__name__}: {str(e)[:200]})'
     return _spread(rows, n), source
 
-# %% ../nbs/90_evaluate.ipynb #38be0d0f
+# %% ../nbs/90_evaluate.ipynb #bf8657e3
 def held_out_prompts(dataset_dir,      # a tokenized dataset (stage 50): `id`, `input_ids`, `loss_mask`
                      exclude_ids=(),   # the training rows' ids
                      n: int | None = None,
@@ -582,7 +596,7 @@ def trained_row_ids(features_dir) -> list[str]:
     p = Path(features_dir) / 'index.json'
     return [str(i) for i in read_json(p)['samples']] if p.exists() else []
 
-# %% ../nbs/90_evaluate.ipynb #e16704eb
+# %% ../nbs/90_evaluate.ipynb #00356bd2
 def render_prompt(tokenizer, messages: list,       # the conversation up to the last user turn
                   enable_thinking: bool | None = False, # None: the template's default
                   tools=None) -> list[int]:       # token ids with the generation prompt
@@ -596,7 +610,7 @@ def render_prompt(tokenizer, messages: list,       # the conversation up to the 
     text = ''.join(f"{who(m)}: {m['content']}\n" for m in messages) + 'Assistant:'
     return tokenizer(text)['input_ids']
 
-# %% ../nbs/90_evaluate.ipynb #ec3aaed3
+# %% ../nbs/90_evaluate.ipynb #b5915b6e
 def _quantile(xs: list, q: float) -> float:
     "The `q`-quantile of the non-empty `xs`, linearly interpolated (numpy's default)."
     s = sorted(xs); i = q * (len(s) - 1); lo = int(i)
@@ -614,7 +628,7 @@ def timing_stats(gens: list,   # one variant's generations
     return dict(zip(keys, (r(med(a for a, _ in pairs)), r(med(b for _, b in pairs)), r(med(sp)),
                            [r(_quantile(sp, 0.25)), r(_quantile(sp, 0.75))], [r(min(sp)), r(max(sp))])))
 
-# %% ../nbs/90_evaluate.ipynb #98e84b91
+# %% ../nbs/90_evaluate.ipynb #11ab70fa
 def _pooled(gens: list, plains: list) -> dict:
     "Pooled ms per token, forwards per token, and the cost of one of the variant's forwards in plain steps."
     tok, ptok = sum(len(g.tokens) for g in gens), sum(len(p.tokens) for p in plains)
@@ -627,7 +641,7 @@ def _pooled(gens: list, plains: list) -> dict:
             'forward_cost': cost and round(cost, 4),
             'tpot_ms': round(1000 * ts / max(tok, 1), 3), 'plain_tpot_ms': round(1000 * tp / max(ptok, 1), 3)}
 
-# %% ../nbs/90_evaluate.ipynb #07851e62
+# %% ../nbs/90_evaluate.ipynb #c48c964a
 MIN_TIMED_PROMPTS = 3    # fewer prompts than this: no spread, no verdict on the speed
 SPEEDUP_SLACK = 1.1      # a speedup above speedup_bound x this contradicts the forwards per token
 
@@ -641,7 +655,7 @@ def timing_verdict(m: dict, # a variant's summary (`summarize`)
     lo, hi = m['speedup_iqr'] if n >= 4 else m['speedup_range']
     return 'within noise' if lo <= 1 <= hi else 'faster' if lo > 1 else 'slower'
 
-# %% ../nbs/90_evaluate.ipynb #d1f01c80
+# %% ../nbs/90_evaluate.ipynb #0f7dff12
 def _pooled_tau(gens: list) -> float:
     "Accepted tokens per cycle over all cycles of `gens`."
     acc = [a for g in gens for a in g.accept_lengths]
@@ -665,7 +679,7 @@ def summarize(gens: list,       # one variant's generations
          'identical': round(sum(g.tokens == p.tokens for g, p in zip(gens, plains)) / max(len(gens), 1), 4)}
     return {**m, 'timing': timing_verdict(m)}
 
-# %% ../nbs/90_evaluate.ipynb #fe59877c
+# %% ../nbs/90_evaluate.ipynb #d8762819
 def variant_runs(variants: dict,          # `{name: (drafter, feature_shift)}`
                  tree: dict | None = None, # DDTree settings: adds `NAME+ddtree` for drafters with logits
                 ) -> list[tuple]:         # `[(run name, drafter or None, feature_shift, tree or None)]`
@@ -681,7 +695,7 @@ def rotated(xs: list, k: int) -> list:
     k = k % max(len(xs), 1)
     return list(xs[k:]) + list(xs[:k])
 
-# %% ../nbs/90_evaluate.ipynb #6e12f3d7
+# %% ../nbs/90_evaluate.ipynb #c34efd71
 def _generate(model, run: tuple, prompt: list, max_new_tokens: int, sampler, eos_ids) -> Generation:
     "One run `(name, drafter, feature_shift, tree)` on one prompt; plain decoding when the drafter is None."
     _, dr, shift, tree = run
@@ -696,7 +710,7 @@ def _from_record(d: dict) -> Generation:
     "A generation from its record."
     return Generation(**{k: v for k, v in d.items() if k in Generation.__dataclass_fields__})
 
-# %% ../nbs/90_evaluate.ipynb #7843a94d
+# %% ../nbs/90_evaluate.ipynb #93c8a7eb
 def _run_turn(runs: list, prompt: list, where: dict, model, max_new_tokens: int, sampler, eos_ids, done: dict,
               on_record, warm: set) -> dict:
     "`{run name: Generation}` of one prompt turn; `where` = `{'set', 'id', 'turn'}` names its records."
@@ -704,8 +718,8 @@ def _run_turn(runs: list, prompt: list, where: dict, model, max_new_tokens: int,
     for order, run in enumerate(runs):
         key = f'{rid}|{run[0]}'
         if key in done: gens[run[0]] = _from_record(done[key]); continue
-        if run[0] not in warm:                       # warm-up, not timed
-            _generate(model, run, prompt, min(4, max_new_tokens), sampler(), eos_ids); warm.add(run[0])
+        if run[0] not in warm:                       # warm-up: the whole first prompt, not timed
+            _generate(model, run, prompt, max_new_tokens, sampler(), eos_ids); warm.add(run[0])
         gens[run[0]] = _generate(model, run, prompt, max_new_tokens, sampler(), eos_ids)
         new.append((order, run[0]))
     for order, name in new if on_record else ():
@@ -714,7 +728,7 @@ def _run_turn(runs: list, prompt: list, where: dict, model, max_new_tokens: int,
                    'prompt_tokens': len(prompt), **same, **_gen_record(gens[name])})
     return gens
 
-# %% ../nbs/90_evaluate.ipynb #2edfba23
+# %% ../nbs/90_evaluate.ipynb #d25e0538
 def _turns(it: dict) -> list:
     "The user turns of an item: `[None]` for one ready prompt (`input_ids` or `messages`), else its `turns`."
     return [None] if ('input_ids' in it or 'messages' in it) else list(it['turns'])
@@ -732,7 +746,7 @@ def _eos_ids(model, tokenizer) -> list:
     e = getattr(model.generation_config, 'eos_token_id', None) or tokenizer.eos_token_id
     return [e] if isinstance(e, int) else list(e or [])
 
-# %% ../nbs/90_evaluate.ipynb #6c5d6ce2
+# %% ../nbs/90_evaluate.ipynb #97e1d92e
 def evaluate_prompts(model, tokenizer, items: list, # each `{'id'}` and `turns`, `messages` or `input_ids`
                      variants: dict,                 # `{name: (drafter, feature_shift)}`
                      max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
@@ -742,11 +756,12 @@ def evaluate_prompts(model, tokenizer, items: list, # each `{'id'}` and `turns`,
                      tree: dict | None = None, log=print,
                      enforce_lossless: bool = False, # raise `LosslessError` at the first output unlike plain's
                      limits: dict | None = None,     # `{name: n}`: a variant on the first n items only
+                     warm: set | None = None,        # runs warmed up already (updated; shared across sets)
                     ) -> dict:                       # `{'plain': [Generation], name: [Generation]}`, item order
     "Plain and speculative generations of every item (one entry per turn), runs rotated from item to item."
     ctx = dict(model=model, max_new_tokens=max_new_tokens, sampler=lambda: Sampler(temperature, seed),
                eos_ids=_eos_ids(model, tokenizer) if eos_ids is None else eos_ids, done=dict(done or {}),
-               on_record=on_record, warm=set())
+               on_record=on_record, warm=set() if warm is None else warm)
     runs, limits = variant_runs(variants, tree), dict(limits or {})
     out = {r[0]: [] for r in runs}
     for i, it in enumerate(progress(items, desc=f'evaluate {set_name}', unit='prompt')):
@@ -768,7 +783,7 @@ def _check_turn(gens: dict, prompt: list, where: str, model):
         if name == 'plain': continue
         check_lossless(g, gens['plain'], len(prompt), f'{where}, variant {name}', model, prompt)
 
-# %% ../nbs/90_evaluate.ipynb #4e2e761b
+# %% ../nbs/90_evaluate.ipynb #2aecc795
 def _usable(tokenizer, set_name: str, items: list, quarantine, enable_thinking, max_prompt_tokens: int):
     "The items with 1..`max_prompt_tokens` prompt tokens; the others go to `quarantine` with the reason."
     ok = []
@@ -792,7 +807,7 @@ def _summaries(gens: dict, variants: dict, block_size: int) -> dict:
             out[v]['trained_tau_paired'] = _pooled_tau(gens['trained'][:len(gs)])
     return out
 
-# %% ../nbs/90_evaluate.ipynb #7b8a10f1
+# %% ../nbs/90_evaluate.ipynb #ed391860
 def evaluate_set(model, tokenizer, set_name: str, items: list, variants: dict,
                  block_size: int,        # slots of `accept_at` for variants without a `block_size`
                  max_new_tokens: int,
@@ -815,7 +830,7 @@ def evaluate_set(model, tokenizer, set_name: str, items: list, variants: dict,
            'variants': _summaries(gens, variants, block_size)}
     return res, gens
 
-# %% ../nbs/90_evaluate.ipynb #b24f6615
+# %% ../nbs/90_evaluate.ipynb #84e2494d
 def _plot_set(top, bottom, name: str, variants: dict):
     "The two panels of one prompt set."
     for i, (v, m) in enumerate(variants.items()):
@@ -842,7 +857,7 @@ def plot_acceptance(results: dict, # `{set: result}` of `evaluate_set`
     plt.close(fig)
     return fig
 
-# %% ../nbs/90_evaluate.ipynb #06eb56c3
+# %% ../nbs/90_evaluate.ipynb #72a64858
 COLUMNS = {
     'prompts': 'prompt turns the variant decoded (the controls: the first `control_prompts` of each set)',
     'tau': 'accepted tokens per draft-verify cycle, bonus included, over all cycles of the set '
@@ -851,7 +866,8 @@ COLUMNS = {
     'P(slot k)': '`accept_at[k-1]`: the fraction of cycles whose first k drafts were all accepted',
     'fwd/token': 'target forwards (prefill, verify, hybrid re-feeds) per generated token; plain decoding 1.0',
 
-    'tokens/s': "median over prompts of the variant's generated tokens per second (prefill included)",
+    'tokens/s': "median over prompts of the variant's generated tokens per second (prefill included; each run "
+                "generated its first prompt once, untimed, before)",
     'speedup': 'median over prompts of the variant tokens/s over plain tokens/s on the same prompt '
                '[interquartile range; min-max under 4 prompts]',
     'timing': 'faster or slower: the spread is clear of 1.0; within noise: it includes 1.0; contradicts '
@@ -862,7 +878,7 @@ def column_legend() -> str:
     "The table's columns, explained once (markdown)."
     return '\n'.join(f'- **{k}**: {v}' for k, v in COLUMNS.items())
 
-# %% ../nbs/90_evaluate.ipynb #d8dc2a0c
+# %% ../nbs/90_evaluate.ipynb #0500ef66
 def _fmt(x, spec: str = '.3f', unit: str = '') -> str:
     "A number, or a dash for nothing measured."
     return '—' if x is None else format(x, spec) + unit
@@ -895,7 +911,7 @@ def results_table(results: dict) -> str:
         lines += head + [_row(v, m) for v, m in r['variants'].items()]
     return '\n'.join(lines)
 
-# %% ../nbs/90_evaluate.ipynb #390ac6c6
+# %% ../nbs/90_evaluate.ipynb #c8b58618
 TAU_MARGIN = 0.05    # tau differences smaller than this read as "on par" in the verdict
 FEW_PROMPTS = 50     # fewer prompts in a set than this: the verdict says the error bars are wide
 
@@ -918,12 +934,12 @@ def _vs(a: float, b: float, other: str) -> str:
     if a < b - TAU_MARGIN: return f'accepts less than {other} (tau {a:.3f} vs {b:.3f})'
     return f'is on par with {other} (tau {a:.3f} vs {b:.3f})'
 
-# %% ../nbs/90_evaluate.ipynb #0f3f998b
+# %% ../nbs/90_evaluate.ipynb #cf149cc5
 CONTROL_WORDS = {   # what the trained drafter beating each control, or not, says about it
     'untrained': ('learned from its training', 'is no better than its random initialization'),
     'zeroed': ("uses the target's features", "does not use the target's features: fed zeros, it accepts as much"),
-    'served_offset': ('depends on the exact feature layers',
-                      'accepts as much served one layer off: adjacent layers carry the same information')}
+    'served_late': ("uses the target's features at their own positions",
+                    'accepts as much with the features one position late: it does not use them where they belong')}
 
 def _control_lines(vs: dict) -> list[str]:
     "What each control (and control drafter) says about the trained drafter, on the prompts it ran on."
@@ -932,7 +948,7 @@ def _control_lines(vs: dict) -> list[str]:
         t = m.get('trained_tau_paired')
         if t is None or v == 'prompt_lookup' or '+' in v: continue
         yes, no = CONTROL_WORDS.get(v, ('accepts more than this control', 'accepts no more than it'))
-        out.append(f"Against `{v}` (tau {m['tau']:.3f}; trained {t:.3f} on the same {m['prompts']} prompts) "
+        out.append(f"Against `{v}` (tau {m['tau']:.3f}; trained {t:.3f} on the same {_count(m['prompts'], 'prompt')}) "
                    f"the drafter {yes if t > m['tau'] + TAU_MARGIN else no}")
     return out
 
@@ -944,10 +960,11 @@ def set_verdict(name: str, r: dict) -> str:
     s = (f"- **{name}** ({_count(m['prompts'], 'prompt')}): the drafter (tau {m['tau']:.3f}, "
          f"{m['target_forwards_per_token']:.3f} target forwards per token) {_vs_plain(m)}")
     if 'prompt_lookup' in vs: s += f"; it {_vs(m['tau'], vs['prompt_lookup']['tau'], 'prompt lookup')}"
-    if m['tau'] <= 1 + TAU_MARGIN: return s + '. It accepts almost no drafts: the controls cannot tell anything.'
-    return '\n  '.join([s + '.'] + [c + '.' for c in _control_lines(vs)])
+    ctl = _control_lines(vs)                       # only the controls that ran: no sentence about the others
+    if m['tau'] <= 1 + TAU_MARGIN: s += '. It accepts almost no drafts' + (', so the controls say little' if ctl else '')
+    return '\n  '.join([s + '.'] + [c + '.' for c in ctl])
 
-# %% ../nbs/90_evaluate.ipynb #6ba5082e
+# %% ../nbs/90_evaluate.ipynb #f110a1e8
 def lossless_verdict(results: dict, temperature: float, lossless: str = 'enforce') -> str:
     "Whether every output equalled plain decoding, in words (a markdown item)."
     ms = [m for r in results.values() for m in (r.get('variants') or {}).values()]
@@ -957,7 +974,54 @@ def lossless_verdict(results: dict, temperature: float, lossless: str = 'enforce
     if bad: return f'- **Not lossless**: {bad} of {n} outputs differ from plain decoding ({how}).'
     return f'- **Lossless**: all {n} outputs of every variant equal plain decoding token for token ({how}).'
 
-# %% ../nbs/90_evaluate.ipynb #0e8a7351
+# %% ../nbs/90_evaluate.ipynb #83d7fe63
+NEAR_ONE = 1.15                                # a trained tau at most this in every set: "tau near 1"
+USEFUL_RUN = 'dflash-nb run smollm2_quality'   # the shipped run that trains a drafter worth serving (on 2 CPU cores)
+
+def drafter_facts(drafter_dir) -> dict:
+    "Layers and block size of a drafter folder, and the steps, minutes and rows of its training when known."
+    d = Path(drafter_dir)
+    cfg = read_json(d / 'config.json') if (d / 'config.json').exists() else {}
+    facts = {'layers': cfg.get('num_hidden_layers'), 'block_size': cfg.get('block_size')}
+    for m in (d / 'metrics.json', d.parent / 'metrics.json'):     # the train stage writes it beside `drafter/`
+        if not m.exists(): continue
+        t = read_json(m)
+        secs = t.get('seconds')
+        return {**facts, 'steps': t.get('steps'), 'minutes': None if secs is None else round(secs / 60, 1),
+                'rows': t.get('rows_used', t.get('rows_in')), 'metrics': str(m)}
+    return facts
+
+def drafter_line(f: dict) -> str:
+    "What the drafter is, in words (a markdown item)."
+    what = f"{_count(f['layers'], 'layer') if f.get('layers') else '? layers'}, block size {f.get('block_size')}"
+    if f.get('steps') is None:
+        return f'- **The drafter**: {what}; how it was trained is not known here (no `metrics.json` in or beside its folder).'
+    mins = '' if f.get('minutes') is None else f" in {f['minutes']:g} minute{'s' * (f['minutes'] != 1)}"
+    rows = '' if f.get('rows') is None else f" on {_count(f['rows'], 'row')}"
+    return f"- **The drafter**: {what}, trained {_count(f['steps'], 'step')}{mins}{rows} (`{f['metrics']}`)."
+
+# %% ../nbs/90_evaluate.ipynb #3400d685
+def training_line(sets: dict) -> str | None:
+    "The trained drafter's tau beside the untrained control's, held-out prompts first (a markdown item), or None."
+    for name in sorted(sets, key=lambda n: n != 'held_out'):
+        u = ((sets[name].get('variants') or {}).get('untrained') or {})
+        if u.get('trained_tau_paired') is None: continue
+        where = ("held-out prompts (this run's rows the drafter did not train on)" if name == 'held_out'
+                 else f'{name} prompts')
+        return (f"- **What training bought**, on {where}: tau {u['trained_tau_paired']:.3f} trained vs "
+                f"{u['tau']:.3f} untrained (its random initialization), on the same {_count(u['prompts'], 'prompt')}.")
+    return None
+
+def advice_line(ev: dict) -> str | None:
+    "When the trained tau is near 1 in every set: why, and what to run for a useful drafter (a markdown item)."
+    taus = [r['variants']['trained']['tau'] for r in ev['sets'].values() if 'trained' in (r.get('variants') or {})]
+    if not taus or max(taus) > NEAR_ONE: return None
+    return (f"- **Tau near 1** (at most {max(taus):.2f}): expected of a drafter this small and this briefly trained, "
+            f"not a fault of the method. For a useful one run `{USEFUL_RUN}` (SmolLM2-135M, 2,000 self-distilled rows, "
+            'a 3-layer drafter, about 90 minutes on 2 CPU cores; its config is the recipe to adapt for another '
+            "target) and evaluate its `80_train/drafter`.")
+
+# %% ../nbs/90_evaluate.ipynb #0342dd1b
 def _cpu_caveat(sets: list) -> str:
     "Why CPU timing says little about serving, with the measured cost of a cycle."
     costs = [r['variants']['trained']['forward_cost'] for r in sets
@@ -980,12 +1044,15 @@ def caveats(ev: dict, # the evaluation (`eval.json`)
     if ev.get('control_prompts'): out.append(f"The controls ran on the first {ev['control_prompts']} prompts.")
     return out
 
-# %% ../nbs/90_evaluate.ipynb #b73b7dfd
+# %% ../nbs/90_evaluate.ipynb #5f18efb6
 def verdict(ev: dict, # the evaluation (`eval.json`)
            ) -> str:  # the `## Verdict` section (markdown)
-    "Per set the drafter against plain decoding, prompt lookup and the controls; lossless or not; the caveats."
-    lines = ['## Verdict', '', *[set_verdict(n, r) for n, r in ev['sets'].items()],
-             lossless_verdict(ev['sets'], ev['temperature'], ev.get('lossless', 'enforce'))]
+    "What the drafter is and what training bought; per set the drafter against plain decoding, prompt lookup and the controls; lossless or not; what to run for a useful drafter; the caveats."
+    head = [drafter_line(ev['drafter_facts'])] if ev.get('drafter_facts') else []
+    lines = ['## Verdict', '', *head, *filter(None, [training_line(ev['sets'])]),
+             *[set_verdict(n, r) for n, r in ev['sets'].items()],
+             lossless_verdict(ev['sets'], ev['temperature'], ev.get('lossless', 'enforce')),
+             *filter(None, [advice_line(ev)])]
     note = (ev.get('target_check') or {}).get('note')
     if note: lines.append(f'- **Target mismatch**: {note}.')
     return '\n'.join(lines + ['', 'What these numbers cannot show:', *[f'- {c}' for c in caveats(ev)]])
@@ -999,7 +1066,7 @@ def report_md(ev: dict) -> str:
     return '\n'.join([head, '', '## Columns', '', column_legend(), '', '## Results', results_table(ev['sets']),
                       '', verdict(ev), ''])
 
-# %% ../nbs/90_evaluate.ipynb #387d8d3a
+# %% ../nbs/90_evaluate.ipynb #c2392a75
 def recorded_target(drafter_dir) -> dict | None:
     "The target a drafter names: `{'spec', 'fingerprint'}` of its `config.json`'s `dflash_nb_target`, or None."
     try: d = read_json(Path(drafter_dir) / 'config.json').get('dflash_nb_target')
@@ -1014,7 +1081,7 @@ def _fingerprint(spec: str) -> str | None:
     try: return target_fingerprint(spec)
     except (FileNotFoundError, OSError): return None
 
-# %% ../nbs/90_evaluate.ipynb #e4aa071e
+# %% ../nbs/90_evaluate.ipynb #cf3af4eb
 def drafter_target(drafter_dir,              # a drafter folder
                    target: str | None = None, # a target spec given explicitly; None: the drafter's
                   ) -> tuple[str, dict]:     # `(spec, {'spec', 'fingerprint', 'recorded', 'note'})`
@@ -1033,7 +1100,7 @@ def drafter_target(drafter_dir,              # a drafter folder
         if target is None: raise ValueError(note + '; pass --target SPEC to evaluate against it anyway')
     return spec, {'spec': spec, 'fingerprint': fp, 'recorded': rec, 'note': note}
 
-# %% ../nbs/90_evaluate.ipynb #dccf32d2
+# %% ../nbs/90_evaluate.ipynb #aa67170d
 def check_drafter_fits(dcfg,                # a `DFlashConfig`
                        target_config,       # the target's config (or a model)
                        where: str = 'drafter'):
@@ -1056,7 +1123,7 @@ def open_drafter(path, device='cpu', dtype=torch.float32):
         why = ' '.join(str(e).split())[:300]
         raise ValueError(f'{p}: not a readable DFlash drafter folder ({type(e).__name__}: {why})') from None
 
-# %% ../nbs/90_evaluate.ipynb #bc151260
+# %% ../nbs/90_evaluate.ipynb #89dfe274
 def load_pair(drafter_dir, spec: str, device: str = 'auto', dtype=None) -> tuple:
     "`(model, tokenizer, drafter)`: the drafter checked to fit the target, moved to its device and dtype."
     from transformers import AutoConfig             # transformers on first use (see the imports)
@@ -1066,14 +1133,14 @@ def load_pair(drafter_dir, spec: str, device: str = 'auto', dtype=None) -> tuple
     w = next(model.parameters())
     return model, tok, dr.to(w.device, w.dtype).eval()
 
-# %% ../nbs/90_evaluate.ipynb #6285ec64
+# %% ../nbs/90_evaluate.ipynb #07e620ca
 VARIANTS = {
     'trained': 'the drafter folder, features served by the DFlash convention (layer L = hidden_states[L+1])',
     'untrained': "the same config at its random initialization (the training's seed)",
     'zeroed': "the trained drafter fed zeros instead of the target's features",
-    'served_offset': 'the trained drafter served the features one layer early (hidden_states[L])',
+    'served_late': 'the trained drafter served the features one position late (position p gets p-1\'s)',
     'prompt_lookup': 'no drafter: n-gram lookup in prompt + output'}
-CONTROLS = ('untrained', 'zeroed', 'served_offset')   # like the control drafters: the first `control_prompts` only
+CONTROLS = ('untrained', 'zeroed', 'served_late')   # like the control drafters: the first `control_prompts` only
 
 def check_variants(names):
     "Raise ValueError (one line) on a variant name not in `VARIANTS`."
@@ -1090,12 +1157,12 @@ def build_variants(drafter, model, names,        # a loaded drafter, the target,
     emb, head, w = model.get_input_embeddings(), model.get_output_embeddings(), next(drafter.parameters())
     session = lambda d: DFlashDraftSession(d, emb, head, block_size)
     fresh = lambda: DFlashDrafter(drafter.config).init_weights(init_seed).to(w.device, w.dtype).eval()
-    make = {'trained': lambda: (session(drafter), 0), 'served_offset': lambda: (session(drafter), -1),
+    make = {'trained': lambda: (session(drafter), 0), 'served_late': lambda: (LateFeatures(session(drafter)), 0),
             'zeroed': lambda: (ZeroedFeatures(session(drafter)), 0), 'untrained': lambda: (session(fresh()), 0),
             'prompt_lookup': lambda: (PromptLookupDrafter(block_size or drafter.config.block_size), 0)}
     return {**{n: make[n]() for n in names}, **{n: (session(d), 0) for n, d in (controls or {}).items()}}
 
-# %% ../nbs/90_evaluate.ipynb #19f22a92
+# %% ../nbs/90_evaluate.ipynb #f959f301
 def load_controls(control_drafters: dict | None, # `{name: drafter folder}`
                   model,                         # the target (the drafters go to its device and dtype)
                  ) -> dict:                      # `{name: loaded drafter}`
@@ -1110,7 +1177,7 @@ def load_controls(control_drafters: dict | None, # `{name: drafter folder}`
         out[name] = d
     return out
 
-# %% ../nbs/90_evaluate.ipynb #c6c2dc94
+# %% ../nbs/90_evaluate.ipynb #fd8ef0e3
 def _builtin_set(name: str, n, allow_hub: bool, held_out) -> tuple:
     "`(items, source, rejected)` of a built-in set (`held_out` = `(dataset_dir, training ids)` of 'held_out')."
 
@@ -1140,7 +1207,7 @@ def gather_prompt_sets(names=(),               # built-in sets: `PROMPT_SETS`
         if 'turns' in it: it['turns'] = it['turns'][:max(int(mt_bench_turns), 1)]
     return sets
 
-# %% ../nbs/90_evaluate.ipynb #f7da7a72
+# %% ../nbs/90_evaluate.ipynb #b7932c5d
 class RecordLog:
     "`records.jsonl` in `folder`: new records appended; earlier ones reused when `key` hashes the same."
     def __init__(self, folder, key: dict, resume: bool = True):
@@ -1156,26 +1223,33 @@ class RecordLog:
     def __call__(self, rec: dict): self._f.write(json.dumps(rec) + '\n'); self._f.flush()
     def close(self): self._f.close()
 
-# %% ../nbs/90_evaluate.ipynb #9f940bb7
+# %% ../nbs/90_evaluate.ipynb #0129b242
 def run_sets(model, tokenizer, sets: dict, # `gather_prompt_sets`
              variants: dict, quarantine, records: RecordLog, **kw, # to `evaluate_set` (max_new_tokens, ...)
             ) -> dict:                      # `{set: result}`
     "Evaluate every prompt set; a set without items is skipped with its reason."
-    results = {}
+    results, warm = {}, set()
     for name, (items, source, rejected) in sets.items():
         for row, why in rejected: quarantine.add({'set': name, **row}, why)
         if not items: results[name] = {'skipped': source, 'source': source, 'quarantined': len(rejected)}; continue
         results[name], _ = evaluate_set(model, tokenizer, name, items, variants, quarantine=quarantine,
-                                        source=source, done=records.done, on_record=records, **kw)
+                                        source=source, done=records.done, on_record=records, warm=warm, **kw)
         results[name]['quarantined'] += len(rejected)
     return results
 
-# %% ../nbs/90_evaluate.ipynb #b2968648
+# %% ../nbs/90_evaluate.ipynb #f61ce2a4
+WARMUP = 'each run generated its first prompt once, untimed, before its timed generations'
+
 def _records_key(drafter_dir, spec: str, sets: dict, controls: dict, settings: dict) -> dict:
     "What the records of an evaluation depend on: the drafter files, the target, the prompts, the settings."
     return {'drafter': file_hash(drafter_dir), 'target': [spec, _fingerprint(spec)], 'settings': settings,
             'prompts': {k: obj_hash(v[0]) for k, v in sets.items()},
             'controls': {k: file_hash(expand_path(v)) for k, v in controls.items()}}
+
+def default_out_dir(drafter_dir) -> Path:
+    "Where an evaluation writes without `--out`: beside the drafter, `DRAFTER_eval` (never the working directory)."
+    d = Path(drafter_dir).resolve()
+    return d.parent / f'{d.name}_eval'
 
 def write_outputs(out: Path, ev: dict):
     "`eval.json`, `acceptance.png` and `report.md` of an evaluation."
@@ -1183,11 +1257,11 @@ def write_outputs(out: Path, ev: dict):
     plot_acceptance(ev['sets'], out / 'acceptance.png')
     write_text(out / 'report.md', report_md(ev))
 
-# %% ../nbs/90_evaluate.ipynb #483406f3
+# %% ../nbs/90_evaluate.ipynb #352cf65a
 def evaluate_drafter(drafter_dir,                      # a drafter folder (DFlash checkpoint format)
                      target: str | None = None,        # target spec; None: the one the drafter names
                      prompt_files=(),                  # JSONL prompt files, one set each
-                     out_dir='eval',                   # the output folder
+                     out_dir=None,                     # the output folder; None: `default_out_dir(drafter_dir)`
                      max_new_tokens: int = 64,
                      max_prompts: int | None = None,   # per set, evenly spaced; None: all
                      temperature: float = 0.0,         # 0: greedy; above: keyed Gumbel sampling (lossless)
@@ -1210,6 +1284,7 @@ def evaluate_drafter(drafter_dir,                      # a drafter folder (DFlas
                      log=print) -> dict:               # the evaluation, as written to eval.json
     "Evaluate a drafter folder against its target on prompt sets; write the outputs and `report.md` to `out_dir`."
     check_variants(variants)
+    out = Path(out_dir) if out_dir is not None else default_out_dir(drafter_dir)
     names = list(prompt_sets) if prompt_sets is not None else [] if prompt_files else ['mt_bench', 'humaneval']
     sets = gather_prompt_sets(names, prompt_files, max_prompts, mt_bench_turns, allow_hub, held_out)
     if prompt_sets is None and not any(s[0] for s in sets.values()):
@@ -1223,12 +1298,11 @@ def evaluate_drafter(drafter_dir,                      # a drafter folder (DFlas
     built = build_variants(dr, model, variants, block_size, init_seed, load_controls(controls, model))
     limited = [v for v in built if v in CONTROLS or v in controls]
     gen = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, enable_thinking=enable_thinking,
-               max_prompt_tokens=max_prompt_tokens, lossless=lossless,
-               limits=dict.fromkeys(limited, control_prompts),
+               max_prompt_tokens=max_prompt_tokens, lossless=lossless, limits=dict.fromkeys(limited, control_prompts),
                tree={'budget': ddtree_budget, 'topk': ddtree_topk} if ddtree_budget else None)
     key = {**gen, 'block_size': block_size, 'init_seed': init_seed, 'variants': list(built),
            'dtype': str(dr.fc.weight.dtype)}
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     records = RecordLog(out, _records_key(drafter_dir, spec, sets, controls, key), resume)
     q = Quarantine(out / 'quarantine.jsonl')
     try: results = run_sets(model, tok, sets, built, q, records, block_size=block_size or B, log=log, **gen)
@@ -1238,12 +1312,13 @@ def evaluate_drafter(drafter_dir,                      # a drafter folder (DFlas
           'device': str(dr.fc.weight.device), 'dtype': str(dr.fc.weight.dtype), 'temperature': temperature,
           'max_new_tokens': max_new_tokens, 'lossless': lossless, 'block_size': block_size or B,
           'target_layer_ids': dr.config.target_layer_ids, 'drafter_layers': dr.config.num_hidden_layers,
+          'drafter_facts': drafter_facts(drafter_dir), 'out_dir': str(out), 'warmup': WARMUP,
           'control_prompts': control_prompts if limited else None, 'quarantined': len(q), 'sets': results,
           'variants': {v: VARIANTS.get(v) or f'control drafter {controls[v]}' for v in built}}
     write_outputs(out, ev)
     return ev
 
-# %% ../nbs/90_evaluate.ipynb #62a747de
+# %% ../nbs/90_evaluate.ipynb #e41765c0
 def _name_dir(s: str) -> tuple:
     "`NAME=DIR` of `--control`."
     name, sep, folder = s.partition('=')
@@ -1261,10 +1336,11 @@ def _cli_run(a) -> int:
                               mt_bench_turns=a.mt_bench_turns, control_drafters=dict(a.control),
                               control_prompts=a.control_prompts, resume=a.resume, cpu_threads=a.threads, log=None)
     except LosslessError as e: print(f'error: {e}', file=sys.stderr); return 1
-    print(f"wrote {Path(a.out) / 'eval.json'} and {Path(a.out) / 'report.md'}:\n"); print(report_md(ev))
+    out = Path(ev['out_dir'])
+    print(f"wrote {out / 'eval.json'} and {out / 'report.md'}:\n"); print(report_md(ev))
     return 0
 
-# %% ../nbs/90_evaluate.ipynb #dfd9f23d
+# %% ../nbs/90_evaluate.ipynb #dbdcc405
 def register_cli(sub):
     "Add `dflash-nb evaluate DRAFTER_DIR [--target SPEC] [--prompts FILE]...` to the CLI."
     p = sub.add_parser('evaluate', help='speculative decoding with a DFlash drafter folder against its target: '
@@ -1290,5 +1366,6 @@ def register_cli(sub):
     p.add_argument('--lossless', default='enforce', choices=['enforce', 'report'],
                    help='enforce: fail at T=0 when an output differs from plain decoding')
     p.add_argument('--resume', action='store_true', help='reuse the records of an interrupted, identical run')
-    p.add_argument('--out', default='eval', help='output folder: eval.json, records.jsonl, report.md, a plot')
+    p.add_argument('--out', default=None, help='output folder: eval.json, records.jsonl, report.md, a plot '
+                                               '(default: DRAFTER_DIR_eval beside the drafter folder)')
     p.set_defaults(func=_cli_run)

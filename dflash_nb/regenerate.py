@@ -21,11 +21,12 @@ from .core import (Stage, atomic_write, file_hash, iter_jsonl, read_json, setup_
 _log = logging.getLogger('dflash_nb.regenerate')
 
 # %% auto #0
-__all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'RETRY_STATUS', 'GenConfig', 'GenRequest', 'GenResult', 'split_reasoning',
-           'parse_tool_calls', 'make_turn', 'is_selected', 'RowJob', 'left_pad', 'slab_cache', 'decoder_supported',
-           'greedy_decode', 'length_buckets', 'HFBackend', 'api_base', 'endpoint_list', 'HTTPError', 'http_json',
-           'Server', 'ServerPool', 'HTTPBackend', 'read_response', 'regenerate_chunk', 'regenerate_file',
-           'assistant_token_counts', 'token_stats', 'length_histogram', 'make_backend', 'register_cli']
+__all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'GenConfig', 'GenRequest', 'GenResult',
+           'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected', 'RowJob', 'left_pad', 'slab_cache',
+           'decoder_supported', 'greedy_decode', 'batch_cost', 'length_buckets', 'HFBackend', 'api_base',
+           'endpoint_list', 'HTTPError', 'http_json', 'Server', 'ServerPool', 'HTTPBackend', 'read_response',
+           'regenerate_chunk', 'regenerate_file', 'assistant_token_counts', 'token_stats', 'length_histogram',
+           'make_backend', 'register_cli']
 
 # %% ../nbs/40_regenerate.ipynb #ef3f0f79
 @dataclass
@@ -333,21 +334,38 @@ def greedy_decode(model,               # a causal LM that `decoder_supported`
             nxt = step(nxt[:, None], L + t, pos)
     return torch.stack(new, 1).tolist()
 
-# %% ../nbs/40_regenerate.ipynb #de45e146
+# %% ../nbs/40_regenerate.ipynb #eff94893
+BATCH_COST = {'step': 40.0,        # per decoding step and batch: the weights streamed once (SmolLM2 bf16, CPU)
+              'row_step': 1.0,     # per row and step: the unit (~1.5 ms of one CPU thread here)
+              'context': 0.001,    # per row, step and context position attended (padding included)
+              'prefill': 0.4}      # per prefilled position, padding included
+
+def batch_cost(rows: int, longest: int, max_new_tokens: int, cost: dict | None = None) -> float:
+    "The estimated cost of one batch: `rows` prompts padded to `longest`, decoded for `max_new_tokens` steps."
+    c, T = cost or BATCH_COST, int(max_new_tokens)
+    return (c['prefill'] * rows * longest + (T + 1) * c['step'] +
+            T * rows * (c['row_step'] + c['context'] * (longest + T / 2)))
+
 def length_buckets(lengths: list,                      # prompt lengths in tokens
                    batch_size: int,                    # most rows per batch
                    max_batch_tokens: int | None = None,  # most cache positions per batch (None: no bound)
-                   max_new_tokens: int = 0             # tokens each row may add
+                   max_new_tokens: int = 0,            # tokens each row may add
+                   cost: dict | None = None            # `BATCH_COST` by default
                   ) -> list:  # batches of indices into `lengths`, longest prompts first
-    "Cut the prompts, sorted by length, into batches of similar length."
-    order, batches, cur = sorted(range(len(lengths)), key=lambda i: -lengths[i]), [], []
-    too_many = lambda: max_batch_tokens and (lengths[cur[0]] + max_new_tokens) * (len(cur) + 1) > max_batch_tokens
-    for i in order:
-        if cur and (len(cur) >= batch_size or too_many()): batches.append(cur); cur = []
-        cur.append(i)
-    return batches + [cur] if cur else batches
+    "Cut the prompts, sorted by length, into the batches of least total `batch_cost`."
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    L, n, B = [lengths[i] for i in order], len(order), max(int(batch_size), 1)
+    best, cut = [0.0] + [float('inf')] * n, [0] * (n + 1)     # best[j]: the cheapest cut of the first j prompts
+    for i in range(n):                                          # a batch starts at i (its longest prompt: L[i])
+        for j in range(i + 1, min(n, i + B) + 1):
+            if j > i + 1 and max_batch_tokens and (L[i] + max_new_tokens) * (j - i) > max_batch_tokens: break
+            c = best[i] + batch_cost(j - i, L[i], max_new_tokens, cost)
+            if c < best[j]: best[j], cut[j] = c, i
+    bounds, j = [], n
+    while j: bounds.append((cut[j], j)); j = cut[j]
+    return [order[i:j] for i, j in reversed(bounds)]
 
-# %% ../nbs/40_regenerate.ipynb #b2654448
+# %% ../nbs/40_regenerate.ipynb #032dc9a4
 class HFBackend:
     "In-process generation with transformers: prompts bucketed by length, batched, left-padded; CPU or GPU."
     name = 'hf'
@@ -372,7 +390,7 @@ class HFBackend:
 
     def info(self) -> dict: return {'backend': self.name, 'model': self.spec}
 
-# %% ../nbs/40_regenerate.ipynb #d7534136
+# %% ../nbs/40_regenerate.ipynb #63e23822
 @patch
 def _stop_ids(self: HFBackend) -> list:
     "End-of-sequence ids of the tokenizer and generation config, and the end-of-turn markers in the vocabulary."
@@ -392,7 +410,7 @@ def render(self: HFBackend, req: GenRequest, gen: GenConfig) -> str:
     return self.tok.apply_chat_template(req.messages, tools=req.tools or None, add_generation_prompt=True,
                                         tokenize=False, **kw)
 
-# %% ../nbs/40_regenerate.ipynb #f52a2d87
+# %% ../nbs/40_regenerate.ipynb #cf354077
 @patch
 def generate(self: HFBackend, reqs: list, gen: GenConfig, progress=None) -> list:
     "Generate every request; returns one `GenResult` per request, in order."
@@ -411,7 +429,7 @@ def generate(self: HFBackend, reqs: list, gen: GenConfig, progress=None) -> list
         if progress: progress(len(b), sum(out[i].new_tokens for i, _, _ in b))
     return out
 
-# %% ../nbs/40_regenerate.ipynb #f4728d4a
+# %% ../nbs/40_regenerate.ipynb #3a9058a7
 @patch
 def _run_batch(self: HFBackend, b: list, gen: GenConfig) -> list:
     "One batch `[(index, ids, opened_think)]` -> its results (halved and retried on CUDA out of memory)."
@@ -439,7 +457,7 @@ def _new_tokens(self: HFBackend, prompts: list, gen: GenConfig) -> list:
         seq = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kw)
     return seq[:, ids.shape[1]:].tolist()
 
-# %% ../nbs/40_regenerate.ipynb #cddeb7de
+# %% ../nbs/40_regenerate.ipynb #e69864c0
 @patch
 def _results(self: HFBackend, b: list, new: list, gen: GenConfig) -> list:
     "Per row of batch `b`, the `GenResult` of its generated ids `new`."
@@ -455,7 +473,7 @@ def _results(self: HFBackend, b: list, new: list, gen: GenConfig) -> list:
         res.append(GenResult(text='<think>' + text if opened else text, finish_reason=finish, new_tokens=ntok))
     return res
 
-# %% ../nbs/40_regenerate.ipynb #2e0d9f55
+# %% ../nbs/40_regenerate.ipynb #0a9b0c9c
 def api_base(endpoint: str) -> str:
     "`http://host:port`, `…/v1` or `…/v1/chat/completions` -> the `…/v1` base."
     e = endpoint.strip().rstrip('/')
@@ -473,7 +491,7 @@ def endpoint_list(endpoint  # a URL, a comma-separated string of URLs, or a list
     if bad: raise ValueError(f'endpoint {bad[0]!r} is not an http(s) URL')
     return list(dict.fromkeys(api_base(e) for e in items))
 
-# %% ../nbs/40_regenerate.ipynb #eccc753e
+# %% ../nbs/40_regenerate.ipynb #b76bb5d5
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 class HTTPError(RuntimeError):
@@ -501,7 +519,7 @@ def http_json(url: str,                # full URL
     try: return json.loads(raw)
     except ValueError: raise HTTPError(f'invalid JSON in the response: {raw[:200]!r}', retry=True) from None
 
-# %% ../nbs/40_regenerate.ipynb #4212b0eb
+# %% ../nbs/40_regenerate.ipynb #5a501929
 def _wire_messages(messages) -> list:
     "Canonical messages as the OpenAI API wants them: tool-call arguments as JSON strings."
     def wire(c):
@@ -511,7 +529,7 @@ def _wire_messages(messages) -> list:
     return [{**m, 'tool_calls': [wire(c) for c in m['tool_calls']]} if m.get('tool_calls') else dict(m)
             for m in messages]
 
-# %% ../nbs/40_regenerate.ipynb #10350c3a
+# %% ../nbs/40_regenerate.ipynb #fdb9dbf3
 class Server:
     "One server of a pool: its `/v1` base, requests in flight, failed returns, and when it is back in rotation."
     def __init__(self, base: str):
@@ -530,7 +548,7 @@ class ServerPool:
 
     def stats(self) -> list: return [{'endpoint': s.base, **s.counts} for s in self.servers]
 
-# %% ../nbs/40_regenerate.ipynb #bafabeb4
+# %% ../nbs/40_regenerate.ipynb #edad7e3a
 @patch
 def acquire(self: ServerPool, wait_s: float = 0.0) -> Server:
     "A server for the next request (see above); waits while all servers in rotation are busy."
@@ -563,7 +581,7 @@ def release(self: ServerPool, s: Server, outcome: str = 'ok', why: str = ''):
             _log.warning('server %s failed (%s): out of rotation for %.3g s', s.base, why[:120], out)
         self.cond.notify_all()
 
-# %% ../nbs/40_regenerate.ipynb #92f41e50
+# %% ../nbs/40_regenerate.ipynb #47181b44
 class HTTPBackend:
     "Client of OpenAI-compatible servers: bounded concurrency per server, retries on another server."
     name = 'http'
@@ -583,7 +601,7 @@ class HTTPBackend:
 
     def stats(self) -> list: return self.pool.stats()
 
-# %% ../nbs/40_regenerate.ipynb #eb70a561
+# %% ../nbs/40_regenerate.ipynb #291fbcff
 @patch
 def request(self: HTTPBackend, method: str, path: str, body: dict | None = None) -> dict:
     "One API call on the pool, with retries (see above); raises `HTTPError` after the last attempt."
@@ -618,7 +636,7 @@ def served_model(self: HTTPBackend) -> str:
 def _no_model(self: HTTPBackend):
     raise HTTPError(f'{self.pool.servers[0].base}/models lists no model', retry=False)
 
-# %% ../nbs/40_regenerate.ipynb #5bdfc4a0
+# %% ../nbs/40_regenerate.ipynb #3cdf934e
 @patch
 def payload(self: HTTPBackend, req: GenRequest, gen: GenConfig) -> dict:
     "The JSON body of a chat completion request."
@@ -659,7 +677,7 @@ def read_response(r: dict  # a chat completion response
         return GenResult(error=f'http: unexpected response shape ({type(e).__name__}: {e}): {str(r)[:200]}',
                          finish_reason='error')
 
-# %% ../nbs/40_regenerate.ipynb #de6a6ca6
+# %% ../nbs/40_regenerate.ipynb #4ef163e4
 @patch
 def generate_one(self: HTTPBackend, req: GenRequest, gen: GenConfig) -> GenResult:
     "One request -> one result (errors become `GenResult.error`)."
@@ -679,7 +697,7 @@ def generate(self: HTTPBackend, reqs: list, gen: GenConfig, progress=None) -> li
         list(ex.map(work, range(len(reqs))))
     return out
 
-# %% ../nbs/40_regenerate.ipynb #a55c58bc
+# %% ../nbs/40_regenerate.ipynb #78a920f3
 def _chunks(path, size: int, limit: int | None = None) -> Iterator[list]:
     buf, n = [], 0
     for r in iter_jsonl(path, errors='yield'):
@@ -692,7 +710,7 @@ def _count_rows(path, limit=None) -> int:
     with open(path, 'rb') as f: n = sum(1 for line in f if line.strip())
     return n if limit is None else min(n, limit)
 
-# %% ../nbs/40_regenerate.ipynb #3cc5fbb9
+# %% ../nbs/40_regenerate.ipynb #370811b5
 def _failed(row, reason: str, **extra) -> dict:
     rid = row.get('id') if isinstance(row, dict) else None
     return {'kind': 'failed', 'reason': reason, 'id': rid, 'row': row, **extra}
@@ -714,7 +732,7 @@ def _screen(rows: list, select: str, mode: str, tool_turns: str, seen_ids: set) 
             else: recs[i] = {'kind': 'row', 'status': 'passed', 'row': row}
     return recs, jobs
 
-# %% ../nbs/40_regenerate.ipynb #cc60c3d6
+# %% ../nbs/40_regenerate.ipynb #e5aa261d
 def _run_jobs(jobs: dict, backend, gen: GenConfig, progress=None):
     "Drive the `RowJob`s to the end, one backend call per round of turns."
     active = dict(jobs)
@@ -741,7 +759,7 @@ def _job_record(job: RowJob, info: dict, gen: GenConfig, keep_truncated: bool) -
         return _failed(job.row, f'truncated: a turn hit max_new_tokens={gen.max_new_tokens}', regenerated=new)
     return {'kind': 'row', 'status': 'regenerated', 'row': new}
 
-# %% ../nbs/40_regenerate.ipynb #7c20ea02
+# %% ../nbs/40_regenerate.ipynb #f5930738
 def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSONL; `_error` records: bad lines)
                      backend,                    # an `HFBackend`, an `HTTPBackend` (`generate` and `info`)
                      gen: GenConfig,             # generation settings
@@ -762,7 +780,7 @@ def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSON
     for i, job in jobs.items(): recs[i] = _job_record(job, info, gen, keep_truncated)
     return recs
 
-# %% ../nbs/40_regenerate.ipynb #43e4ead2
+# %% ../nbs/40_regenerate.ipynb #1026faa2
 def _settings_key(input_path, chunk_size, gen, how: dict, limit, backend) -> dict:
     return {'input_sha256': file_hash(input_path), 'chunk_size': int(chunk_size), 'gen': asdict(gen), **how,
             'limit': limit, 'backend': backend.name, 'model': backend.info().get('model')}
@@ -779,7 +797,7 @@ def _open_parts(parts: Path, key: dict) -> Path:
 
 def _part(parts: Path, k: int) -> Path: return parts / f'part-{k:06d}.jsonl'
 
-# %% ../nbs/40_regenerate.ipynb #1145e289
+# %% ../nbs/40_regenerate.ipynb #67f16dc6
 def _ids_taken(part: Path) -> set:
     "Ids of the rows of a finished part that passed the screen (rows written, and rows that failed later)."
     return {rec['row']['id'] if rec['kind'] == 'row' else rec['id'] for rec in iter_jsonl(part)
@@ -794,7 +812,7 @@ def _seen_before(input_path, chunk_size: int, limit=None) -> list:
         seen.update(ids)
     return out
 
-# %% ../nbs/40_regenerate.ipynb #1ab25e9d
+# %% ../nbs/40_regenerate.ipynb #23c16522
 def _chunk_worker(init_kwargs, input_path, parts, todo, gen, how, chunk_size, limit, seen):
     "Worker process: build its own backend and regenerate the chunks `todo` into `parts`."
     gen = GenConfig(**gen)
@@ -837,7 +855,7 @@ def _watch(procs, todo, parts, meter):
     if bad: raise RuntimeError(f'regeneration worker(s) {bad} failed (exit codes {codes}); '
                                'finished chunks are kept: run again to resume')
 
-# %% ../nbs/40_regenerate.ipynb #20a357af
+# %% ../nbs/40_regenerate.ipynb #5a52f139
 def _run_here(backend, input_path, parts: Path, gen, how: dict, chunk_size, limit, meter) -> tuple:
     "Regenerate the missing chunks in this process; returns (chunks resumed, chunks run)."
     seen, resumed, run = set(), 0, 0
@@ -865,7 +883,7 @@ class _Meter:
     def close(self):
         if self.bar is not None: self.bar.close()
 
-# %% ../nbs/40_regenerate.ipynb #e75265f4
+# %% ../nbs/40_regenerate.ipynb #62b45848
 def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     "Merge the parts into the output and the failures file; returns (counts, failure reasons)."
     counts = dict.fromkeys(('rows_in', 'rows_out', 'regenerated', 'passed', 'failed', 'truncated_kept',
@@ -890,7 +908,7 @@ def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     write_jsonl(output_path, ok_rows()); write_jsonl(failures_path, failed_rows())
     return counts, reasons
 
-# %% ../nbs/40_regenerate.ipynb #bdbc8273
+# %% ../nbs/40_regenerate.ipynb #0810b285
 def _check_how(mode, select, tool_turns, keep_truncated, chunk_size) -> dict:
     if mode not in MODES: raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
     if select not in SELECTS: raise ValueError(f'select must be one of {SELECTS}, got {select!r}')
@@ -936,7 +954,7 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
             'tokens_per_s': round((meter.tokens or counts['new_tokens']) / dt, 3), 'output': str(output_path),
             'failures': str(failures_path), **backend.info(), **servers}
 
-# %% ../nbs/40_regenerate.ipynb #906daae9
+# %% ../nbs/40_regenerate.ipynb #f69b621b
 def assistant_token_counts(rows: Iterable[dict],  # canonical rows
                            tokenizer              # the target's tokenizer
                           ) -> dict:  # {row id: tokens of its assistant text}
@@ -956,7 +974,7 @@ def token_stats(counts: Iterable[int]  # token counts
     return {'rows': len(xs), 'total': sum(xs), 'mean': round(sum(xs) / len(xs), 2), 'median': xs[len(xs) // 2],
             'min': xs[0], 'max': xs[-1], 'zero': sum(1 for x in xs if x == 0)}
 
-# %% ../nbs/40_regenerate.ipynb #201b81ef
+# %% ../nbs/40_regenerate.ipynb #071e4f55
 def length_histogram(new_tokens: list,               # generated tokens per turn
                      path,                           # PNG to write
                      max_new_tokens: int | None = None,  # draw the limit
@@ -977,7 +995,7 @@ def length_histogram(new_tokens: list,               # generated tokens per turn
     plt.close(fig)
     return Path(path)
 
-# %% ../nbs/40_regenerate.ipynb #a842c353
+# %% ../nbs/40_regenerate.ipynb #bb395376
 def make_backend(backend: str = 'hf',         # hf (in-process) | http (OpenAI-compatible servers)
                  model: str | None = None,    # target spec of the hf backend
                  endpoint=None,               # http: a URL, a comma-separated string or a list of URLs
@@ -1000,7 +1018,7 @@ def make_backend(backend: str = 'hf',         # hf (in-process) | http (OpenAI-c
     return HFBackend(model, device=device, dtype=dtype, batch_size=batch_size,
                      max_batch_tokens=max_batch_tokens, threads=threads)
 
-# %% ../nbs/40_regenerate.ipynb #62d76006
+# %% ../nbs/40_regenerate.ipynb #19081a43
 def _bool(s):
     if s is None or isinstance(s, bool): return s
     s = str(s).lower()
@@ -1041,7 +1059,7 @@ def _cli_options(p):
     p.add_argument('--seed', type=int, default=0, help='sampling seed')
     p.add_argument('--quiet', action='store_true', help='no progress bar')
 
-# %% ../nbs/40_regenerate.ipynb #bba32c37
+# %% ../nbs/40_regenerate.ipynb #df082750
 def _cli_run(a) -> int:
     seed_everything(a.seed)
     gen = GenConfig(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, stop=a.stop,

@@ -16,7 +16,7 @@ def test_quality_config_resolves():
     assert not [s for s in srcs if REGISTRY[s].category == 'eval' or re.search('mt.?bench|humaneval', s)]
     assert train['keep_checkpoints'] >= 4 and train['max_steps'] // train['ckpt_every'] >= 4
     assert ev['max_prompts'] >= 20 and {'mt_bench', 'humaneval'} <= set(ev['prompt_sets'])
-    assert {'trained', 'untrained', 'zeroed', 'served_offset', 'prompt_lookup'} <= set(ev['variants'])
+    assert {'trained', 'untrained', 'zeroed', 'served_late', 'prompt_lookup'} <= set(ev['variants'])
     assert [f.endswith('unseen_prompts.jsonl') for f in ev['prompt_files']] == [True]
     from dflash_nb.core import expand_path
     from pathlib import Path

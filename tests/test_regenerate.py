@@ -88,20 +88,55 @@ PROMPTS = ['Say hi.', 'Name a color.', 'Write a haiku about the sea.', 'What is 
            'Explain in detail how a bicycle gear system works, step by step, for a ten-year-old.', 'Translate "cat" to French.',
            'List three prime numbers.', 'Describe the water cycle.']
 
-@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
-def test_decoding_loop_matches_generate(dtype, hf_backend):
-    """The in-place decoding loop gives exactly `generate`'s tokens on the same batch, in the same dtype: prompts of
-    different lengths (padding, masks, positions), rows that stop early next to rows that hit the limit."""
+@pytest.fixture(scope='module')
+def bf16_backend(model_dir):
+    "The quality run's setting: SmolLM2 in bfloat16 (one thread here)."
     import torch
     n = torch.get_num_threads()
-    fast = hf_backend if dtype == 'float32' else HFBackend('smollm2', dtype=dtype, batch_size=8, threads=1)
+    yield HFBackend('smollm2', dtype='bfloat16', batch_size=8, threads=1)
+    torch.set_num_threads(n)
+
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_decoding_loop_matches_generate(dtype, hf_backend, request):
+    """The in-place decoding loop gives exactly `generate`'s tokens on the same batch, in the same dtype: prompts of
+    different lengths (padding, masks, positions), rows that stop early next to rows that hit the limit."""
+    fast = hf_backend if dtype == 'float32' else request.getfixturevalue('bf16_backend')
     ref = HFBackend(fast.model, fast.tok, batch_size=8, decoder='generate')
     assert (fast.no_loop, ref.no_loop) == (None, 'turned off')
     reqs, g = [GenRequest([{'role': 'user', 'content': p}]) for p in PROMPTS], GenConfig(max_new_tokens=24)
     got, want = fast.generate(reqs, g), ref.generate(reqs, g)
-    torch.set_num_threads(n)
     assert got == want
     assert {r.finish_reason for r in got} == {'stop', 'length'}
+
+def _user(text): return {'role': 'user', 'content': text}
+
+MULTI = [  # the quality run's shapes: multi-turn rows regenerated turn by turn, short prompts and one long outlier
+    {'id': 'two', 'source': 's', 'messages': [_user('Name a fruit.'), {'role': 'assistant', 'content': 'old'},
+                                              _user('Now a vegetable.'), {'role': 'assistant', 'content': 'old'}]},
+    {'id': 'three', 'source': 's', 'messages': [_user('Say hi.'), _user('Say bye.'), _user('Count to three.')]},
+    {'id': 'long', 'source': 's', 'messages': [_user('Summarize: ' + 'the river runs to the sea and back. ' * 60)]},
+    *[{'id': f'one{i}', 'source': 's', 'messages': [_user(p)]} for i, p in enumerate(PROMPTS[:5])]]
+
+def test_multi_turn_all_mode_matches_generate(bf16_backend):
+    """`mode: all` over multi-turn rows, bfloat16, batches cut around a long prompt: every turn of every row is
+    `generate`'s, turn by turn (later turns see the earlier regenerated answers)."""
+    from dflash_nb.regenerate import regenerate_chunk
+    ref = HFBackend(bf16_backend.model, bf16_backend.tok, batch_size=8, decoder='generate')
+    g = GenConfig(max_new_tokens=12)
+    got, want = (regenerate_chunk(MULTI, be, g, mode='all') for be in (bf16_backend, ref))
+    assert [r['row']['messages'] for r in got] == [r['row']['messages'] for r in want]
+    assert [len(r['row']['meta']['regenerated']['turns']) for r in got] == [2, 3, 1, 1, 1, 1, 1, 1]
+
+def test_a_long_prompt_gets_its_own_batch():
+    """The quality run's chunk: one 744-token prompt among 127 of about 50 tokens, batch 128. Padding all of them
+    to 744 made the prefill 7x the real positions; the outlier goes alone."""
+    from dflash_nb.regenerate import length_buckets
+    lengths = [50 + i % 20 for i in range(127)] + [744]
+    batches = length_buckets(lengths, 128, max_new_tokens=128)
+    assert [len(b) for b in batches] == [1, 127] and batches[0] == [127]
+    padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+    assert padded < 1.5 * sum(lengths)
+    assert [len(b) for b in length_buckets([60] * 256, 128, max_new_tokens=128)] == [128, 128]   # no needless cut
 
 def test_hf_final_mode_and_drop_truncated(tmp_path, hf_backend):
     rows = [{'id': 'a', 'source': 's', 'messages': [{'role': 'user', 'content': 'Tell me a long story about a dragon.'},
