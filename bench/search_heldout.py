@@ -10,6 +10,8 @@ features, without running the target. `bench/bench_quality.py` and `dflash-nb ev
         [--labels text|target] [--loss ce|kl] [--kl_topk 8] [--layers 3] [--lr 1e-3] [--anchors 16] [--bs 1]
         [--gamma 2] [--loss_slots 6] [--amp bf16|none] [--max_grad_norm 1.0] [--minutes 20] [--cpu_minutes M]
         [--every 200] [--threads 1] [--sched_steps N] [--max_rows N] [--head_bf16]
+        [--optimizer adamw|muon] [--lr_schedule cosine|linear] [--position_weights decay|dpace] [--loss_norm weights|count]
+        [--weight_decay 0.01] [--muon_lr LR] [--muon_adjust_lr match_rms_adamw|original]
 
 The held-out rows are the last `--n_heldout` rows of the `--heldout` run's features; rows with the same ids are left
 out of every `--train` run. Costs are CPU-seconds of this process (`time.process_time`; training and held-out
@@ -94,6 +96,10 @@ def main():
     p.add_argument('--warmup', type=float, default=0.04); p.add_argument('--epochs', type=int, default=100)
     p.add_argument('--max_rows', type=int, default=None); p.add_argument('--head_bf16', action='store_true')
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--optimizer', default='adamw'); p.add_argument('--lr_schedule', default='cosine')
+    p.add_argument('--position_weights', default='decay'); p.add_argument('--loss_norm', default='weights')
+    p.add_argument('--weight_decay', type=float, default=0.0); p.add_argument('--muon_lr', type=float, default=None)
+    p.add_argument('--muon_adjust_lr', default='match_rms_adamw')
     a = p.parse_args()
     torch.set_num_threads(a.threads); seed_everything(a.seed)
     data, held = load_rows(a.train, a.heldout, a.n_heldout, a.max_rows)
@@ -108,7 +114,9 @@ def main():
     cfg = TrainConfig(epochs=a.epochs, lr=a.lr, num_anchors=a.anchors, max_steps=a.sched_steps or a.steps, log_every=50,
                       ckpt_every=0, seed=a.seed, warmup_ratio=a.warmup, gamma=a.gamma, batch_size=a.bs, amp=a.amp,
                       max_minutes=a.minutes, loss_slots=a.loss_slots, max_grad_norm=a.max_grad_norm, labels=a.labels,
-                      loss=a.loss, kl_topk=a.kl_topk, tensorboard=False)
+                      loss=a.loss, kl_topk=a.kl_topk, tensorboard=False, optimizer=a.optimizer, lr_schedule=a.lr_schedule,
+                      position_weights=a.position_weights, loss_norm=a.loss_norm, weight_decay=a.weight_decay,
+                      muon_lr=a.muon_lr, muon_adjust_lr=a.muon_adjust_lr)
     tr = Trainer(dr, emb, head, data, cfg, out_dir=None, rows=rows, log=lambda m: None)
     out = ROOT / 'bench' / 'results' / 'search_heldout' / f'{a.name}.json'; out.parent.mkdir(parents=True, exist_ok=True)
     train_cpu = eval_cpu = 0.0; t0 = time.time(); curve = []
