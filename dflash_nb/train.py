@@ -316,7 +316,7 @@ def build_schedulers(opts: list, cfg: TrainConfig, total_steps: int) -> list:
     if make is None: raise ValueError(f"lr_schedule must be 'cosine' or 'linear', got {cfg.lr_schedule!r}")
     return [make(o, math.ceil(cfg.warmup_ratio * total_steps), total_steps) for o in opts]
 
-# %% ../nbs/80_train.ipynb #349d8859
+# %% ../nbs/80_train.ipynb #e41c8d28
 class Trainer:
     "Train `drafter` on `data` (rows with features, or with `feature_fn` computing them from the target)."
     def __init__(self, drafter: DFlashDrafter, embed, lm_head, data, cfg: TrainConfig, out_dir=None, feature_fn=None,
@@ -362,7 +362,7 @@ class Trainer:
         self.compiles0 = compile_count()
         self.writers = ScalarWriters(self.out_dir, cfg, self.log) if self.rank == 0 and self.out_dir else None
 
-# %% ../nbs/80_train.ipynb #530157d1
+# %% ../nbs/80_train.ipynb #7a2f815d
 @patch
 def epoch_batches(self: Trainer, epoch: int) -> list[list[int]]:
     "This rank's micro-batches (lists of data indices) for `epoch`: a seeded permutation, rank-strided."
@@ -392,7 +392,7 @@ def _batch(self: Trainer, idx, epoch):
     if self.bucketing: b = pad_batch(b, bucket_size(b['input_ids'].shape[1], self.seq_buckets), self.cfg.batch_size)
     return b
 
-# %% ../nbs/80_train.ipynb #293c3209
+# %% ../nbs/80_train.ipynb #a2ed2567
 @patch
 def model_state(self: Trainer) -> dict:
     "The full (unsharded) drafter weights; under FSDP a collective (every rank calls it; rank 0 gets the tensors)."
@@ -414,7 +414,7 @@ def state_dict(self: Trainer) -> dict:
             'history': self.history, 'window': {k: v for k, v in (self.win or {}).items() if k != 't'}, 'rng': _rng_state(), 'train_config': asdict(self.cfg),
             'drafter_config': self.model.config.to_json_dict('float32'), 'world_size': self.world}
 
-# %% ../nbs/80_train.ipynb #b43ea3b9
+# %% ../nbs/80_train.ipynb #ffc9b049
 @patch
 def save_checkpoint(self: Trainer) -> Path | None:
     "Write `checkpoints/step-NNNNNNNN/state.pt` (rank 0) and prune old ones."
@@ -449,7 +449,7 @@ def load_checkpoint(self: Trainer, path):
     _set_rng_state(st['rng'])
     self.log(f'resumed from {path} (step {self.step}, epoch {self.epoch}, step {self.step_in_epoch} of the epoch)')
 
-# %% ../nbs/80_train.ipynb #600b650c
+# %% ../nbs/80_train.ipynb #9232eef8
 @patch
 def _barrier(self: Trainer):
     if self.world > 1: torch.distributed.barrier(group=self.group)
@@ -463,7 +463,7 @@ def _all_sum(self: Trainer, t):
     torch.distributed.all_reduce(t, group=self.group)
     return t
 
-# %% ../nbs/80_train.ipynb #3dd7d7cb
+# %% ../nbs/80_train.ipynb #58b30edf
 @patch
 def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> dict:
     """Train until `epochs` or `max_steps` or `max_minutes`; resumes from the latest checkpoint when `resume`.
@@ -525,7 +525,7 @@ def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> di
             'buckets': {'seq': self.seq_buckets, 'anchors': self.anchor_buckets} if self.bucketing else None,
             'last': self.history[-1] if self.history else None}
 
-# %% ../nbs/80_train.ipynb #488a77f7
+# %% ../nbs/80_train.ipynb #bccee368
 @patch
 def _stop_for_time(self: Trainer, t0) -> bool:
     flag = torch.tensor([float(time.time() - t0 > self.cfg.max_minutes * 60)])
@@ -559,7 +559,7 @@ def _log_window(self: Trainer, w):
         if self.writers is not None: self.writers.write(e)
     return self._new_window()
 
-# %% ../nbs/80_train.ipynb #6b954f66
+# %% ../nbs/80_train.ipynb #db104dc3
 @patch
 def export(self: Trainer, path, dtype: str = 'bfloat16', extra_files=None) -> Path:
     "Export the drafter in the DFlash checkpoint format (rank 0 writes; every rank calls it: a collective under FSDP)."
@@ -577,7 +577,7 @@ class _DDPView(nn.Module):
     def fc(self): return self.ddp.module.fc
     def forward(self, *a, **kw): return self.ddp(*a, **kw)
 
-# %% ../nbs/80_train.ipynb #e2a4907f
+# %% ../nbs/80_train.ipynb #4a824bb2
 @patch
 def target_labels(self: Trainer, b: dict):
     "The `target_labels` argument of `dflash_loss` for batch `b` under this trainer's `labels` and `loss`."
@@ -594,7 +594,7 @@ def target_labels(self: Trainer, b: dict):
                          'labels (raise hidden_states.label_topk)')
     return b['target_ids'][..., :cfg.kl_topk], b['target_logp'][..., :cfg.kl_topk]
 
-# %% ../nbs/80_train.ipynb #45b2dbed
+# %% ../nbs/80_train.ipynb #7fcf3bfe
 _LAYER_PARTS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
                 'self_attn.k_norm', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm',
                 'post_attention_layernorm')
@@ -649,7 +649,7 @@ def init_drafter_from_target(drafter: DFlashDrafter, target, layers=None, featur
     if log: log(f'drafter initialized from target layers {layers} (context = feature of layer {ids[f]}); kept: {info["kept"]}')
     return info
 
-# %% ../nbs/80_train.ipynb #9131b7e3
+# %% ../nbs/80_train.ipynb #4e55b729
 def placement_roles(cfg: TrainConfig) -> dict:
     """This rank's role: `{'role': 'trainer' | 'features', 'group', 'server', 'clients'}`. With
     `placement='separate'` every rank must call it (it creates the trainers' process group)."""
@@ -711,7 +711,7 @@ def serve_features(feature_fn, clients, n_features: int, hidden_size: int, dtype
                 dist.send(lab[0].to(comm, torch.long).contiguous(), c); dist.send(lab[1].to(comm, torch.float32).contiguous(), c)
     return served
 
-# %% ../nbs/80_train.ipynb #e8b3aa96
+# %% ../nbs/80_train.ipynb #f9eee29b
 def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_attention_heads: int = 24,
                    num_key_value_heads: int = 4, head_dim: int = 256, vocab_size: int = 248_320, num_hidden_layers: int = 5,
                    n_features: int = 5, seq_len: int = 3072, num_anchors: int = 512, block_size: int = 16,
@@ -759,7 +759,7 @@ def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_
             'compiles': compile_count() - tr.compiles0, 'loss': round(loss if times else float('nan'), 5),
             'drafter_params': sum(p.numel() for p in tr.model.parameters())}
 
-# %% ../nbs/80_train.ipynb #1e924d20
+# %% ../nbs/80_train.ipynb #47fd825c
 def plot_curves(history, path=None):
     "Loss, implied acceptance length and per-slot accuracy (first and last logged window) as one PNG figure."
     import matplotlib; matplotlib.use('Agg')
@@ -778,7 +778,7 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80_train.ipynb #c416ce77
+# %% ../nbs/80_train.ipynb #3a906f53
 def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder holds the upstream outputs)
                  P: dict,       # the checked stage parameters
                 ) -> tuple:     # `(data, layer_ids)`: the rows and the DFlash layer ids they carry or need
@@ -796,7 +796,7 @@ def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder hold
         raise ValueError(f"target_layer_ids {P['target_layer_ids']} differ from the stored features {data.layer_ids}")
     return data, data.layer_ids
 
-# %% ../nbs/80_train.ipynb #acba324c
+# %% ../nbs/80_train.ipynb #5b51d07c
 def target_side(P: dict,              # the checked stage parameters
                 tconf: TrainConfig,   # the trainer's settings
                 layer_ids,            # the feature layer ids (None: the DFlash rule)
@@ -829,7 +829,7 @@ def check_label_source(P: dict, tconf: TrainConfig, data) -> int:
         raise ValueError("placement 'separate' serves online features: it needs source='online'")
     return label_topk
 
-# %% ../nbs/80_train.ipynb #c2a91346
+# %% ../nbs/80_train.ipynb #021954e6
 def quarantine_rows(stage: Stage, data, P: dict, tconf: TrainConfig, rank: int, world: int) -> tuple[list, Quarantine]:
     "`(keep, quarantine)`: the trainable rows, and the others with their reasons (written by rank 0)."
     keep, rejected = eligible_rows(data, P['block_size'], tconf.full_block_anchors)
@@ -845,7 +845,7 @@ def quarantine_rows(stage: Stage, data, P: dict, tconf: TrainConfig, rank: int, 
     if world > 1: torch.distributed.barrier()
     return keep, q
 
-# %% ../nbs/80_train.ipynb #0106959d
+# %% ../nbs/80_train.ipynb #5a6841ca
 def train_summary(res: dict, trainer, data, keep, q, P: dict, world: int, mask_id: int) -> dict:
     "The stage's summary of a finished `fit` (`metrics.json`)."
     last = trainer.history[-1]
@@ -872,7 +872,7 @@ def finish_train_stage(stage: Stage, trainer, summary: dict, log):
     last = summary['final']
     log(f"trained {summary['steps']} steps ({summary['stopped']}): loss {last['loss']:.4f}, acc@1 {last['acc'][0]}, tau {last['tau']:.2f}")
 
-# %% ../nbs/80_train.ipynb #0d320a48
+# %% ../nbs/80_train.ipynb #dafbe510
 def train_stage(run_dir,                     # the run folder (stage 60's features or stage 50's dataset in it)
                 params: dict | None = None,  # a `train:` config section; missing parameters take their declared defaults
                 log=None,                    # `str -> None` (default: the stage's log)
@@ -907,7 +907,7 @@ def train_stage(run_dir,                     # the run folder (stage 60's featur
     if world > 1: torch.distributed.barrier()
     return summary
 
-# %% ../nbs/80_train.ipynb #6674d901
+# %% ../nbs/80_train.ipynb #ce43897d
 def register_cli(sub):
     "Add `dflash-nb train RUN_DIR [CONFIG] [--set train.k=v]` (works under torchrun) to the CLI."
     p = sub.add_parser('train', help='run the 80_train stage on a run folder (e.g. under torchrun for several GPUs)')
