@@ -208,8 +208,11 @@ def run_speculators(a, S) -> dict:
 
 
 def run_ours(a, S) -> dict:
-    "Our trainer at the recipe, 4 rows x 4 anchors a step, held-out tau every `--every` steps (training CPU counted apart)."
-    from dflash_nb.core import seed_everything
+    """Our trainer at the recipe, 4 rows x 4 anchors a step, held-out tau every `--every` steps (training CPU counted apart);
+    as many steps as speculators took at the same recipe and seed when it ran first (it rounds up to whole epochs)."""
+    from dflash_nb.core import seed_everything, read_json
+    spec = S['work'] / f'result_spec_{a.recipe}_{a.seed}.json'
+    if spec.exists(): a.steps = read_json(spec)['steps']
     from dflash_nb.drafter import DFlashDrafter
     from dflash_nb.train import Trainer, TrainConfig
     from search_heldout import heldout_tau, Rows
@@ -252,13 +255,13 @@ def report(work: Path, a):
     rows, summary = [], {}
     for rec in RECIPES:
         sp = [r for r in runs if r['recipe'] == rec and r['side'] == 'spec']; ou = [r for r in runs if r['recipe'] == rec and r['side'] == 'ours']
+        rows += [(rec, r) for r in sp + ou]
         if not sp or not ou: continue
         st = mean(r['heldout_tau'] for r in sp)
         reach = [cpu_to_reach(r['curve'], st) for r in ou]
         summary[rec] = {'spec_tau': round(st, 4), 'ours_tau': round(mean(r['heldout_tau'] for r in ou), 4),
                         'spec_cpu_s': round(mean(r['cpu_s'] for r in sp), 1), 'ours_cpu_s': round(mean(r['cpu_s'] for r in ou), 1),
                         'ours_cpu_s_to_spec_tau': reach, 'seeds': {'spec': [r['seed'] for r in sp], 'ours': [r['seed'] for r in ou]}}
-        for r in sp + ou: rows.append((rec, r))
     res['summary'] = summary
     write_json(ROOT / 'bench' / 'results' / 'vs_speculators.json', res)
     name = lambda s: (f"{s['optimizer']}" + (f" (Muon wd {s['muon_weight_decay']}, {s['muon_adjust_lr']}; AdamW wd {s['weight_decay']})"
