@@ -1,16 +1,33 @@
 #!/usr/bin/env python
-"""Our trainer beside speculators 0.9.0's DFlash trainer, on the same exported rows, the same drafter (3 layers,
-block 16, SmolLM2's layers [1, 8, 14, 20, 27]), the same lr, schedule, loss (CE on the target's argmax, decay
-gamma 2, all 15 slots) and the same number of optimizer steps; then both drafters measured by the same code:
-held-out teacher-forced tau and slot accuracies on rows neither saw (`search_heldout.heldout_tau`), and CPU-seconds
-per optimizer step.
+"""Our trainer beside speculators 0.9.0's DFlash trainer, on the same exported rows and the same drafter (3 layers,
+block 16, SmolLM2's layers [1, 8, 14, 20, 27], CE on the target's argmax over all 15 slots, 16 blocks a step, lr 1e-3,
+clip 1.0), at two recipes that name every setting on both sides (`RECIPES`):
 
-    python bench/bench_vs_speculators.py --run RUN [--rows 360] [--heldout 40] [--steps 600] [--out WORK]
+  * `speculators`: speculators at its own defaults (Muon on the 2-D matrices + AdamW, linear schedule with its 1%
+    warmup, D-PACE position weights, the loss divided by the supervised count, weight decay 0.1 / 0.01), and ours
+    at the same recipe;
+  * `adamw`: both on AdamW (weight decay 0.01), cosine with 4% warmup, the fixed decay gamma 2, the count;
+  * `ours` (ours only): our defaults (Muon, cosine, the decay gamma 2 on slots 1-6, the weights' sum), measured
+    against speculators at its defaults.
+
+Both drafters are measured by the same code: held-out teacher-forced tau and slot accuracies on rows neither saw
+(`search_heldout.heldout_tau`), and CPU-seconds (user + sys of the process: speculators' minus its start-up, ours
+the training loop alone). Ours is also measured every `--every` steps, for the CPU-seconds it needs to reach
+speculators' tau.
+
+    python bench/bench_vs_speculators.py --run RUN --prepare                       # export the rows once
+    python bench/bench_vs_speculators.py --run RUN --side spec|ours --recipe R --seed S [--steps 600]
+    python bench/bench_vs_speculators.py --run RUN --report                         # table + JSON + markdown
+
+Each `--side` run writes `WORK/result_{side}_{recipe}_{seed}.json` (WORK: `--out`, default runs/vs_speculators), so
+the runs can go in parallel, one thread each; `--report` gathers them into bench/results/vs_speculators.json and
+bench/results/vs_speculators.md.
 
 RUN holds self-distilled rows (the target's own greedy answers) with stored features that include the last layer
 (`include_last`: speculators computes its labels from it) and at least the top-1 target labels (ours reads them):
-`RUN/50_tokenization/dataset` and `RUN/60_hidden_states/features`. The first `--rows` rows train both; the last
-`--heldout` rows measure both. Writes bench/results/vs_speculators.json and prints a table.
+`RUN/50_tokenization/dataset` and `RUN/60_hidden_states/features` (bench/configs/selfdistill_520.yaml makes one:
+`dflash-nb run bench/configs/selfdistill_520.yaml --until 80_train`). The first `--rows` rows train both; the last
+`--heldout` rows measure both.
 
 What it takes to run speculators' trainer on a CPU-only machine (patched at run time in its own process, nothing
 installed is edited; see `SPEC_TRAIN`):
@@ -36,6 +53,37 @@ sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / 'bench')); sys.path
 import interop_venvs
 VENV = 'spec09train'
 interop_venvs.VENVS.setdefault(VENV, interop_venvs.VENVS['spec09'] + ['python-dotenv==1.2.4'])
+
+
+# Every setting that differs between trainers, named once per recipe: ours takes them as TrainConfig fields, speculators
+# as its CLI flags (SPEC_FLAGS). speculators' defaults (0.9.0, `train/config/schema.py`): optimizer muon, muon_lr = lr,
+# momentum 0.95, muon weight decay 0.1, AdamW weight decay 0.01, 5 Newton-Schulz steps, match_rms_adamw, scheduler
+# linear with 1% warmup when no warmup is given, D-PACE (alpha 0.5) for DFlash, its loss divided by the supervised count.
+RECIPES = {
+    'speculators': dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
+                        muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
+                        position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count'),
+    'adamw': dict(optimizer='adamw', lr_schedule='cosine', warmup_ratio=0.04, weight_decay=0.01,
+                  position_weights='decay', gamma=2.0, loss_norm='count'),
+    # ours only (speculators cannot divide by the weights' sum): our defaults with the quality config's loss settings
+    'ours': dict(optimizer='muon', lr_schedule='cosine', warmup_ratio=0.04, weight_decay=0.01, muon_lr=None,
+                 muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
+                 position_weights='decay', gamma=2.0, loss_norm='weights', loss_slots=6),
+}
+COMMON = dict(lr=1e-3, max_grad_norm=1.0, loss='ce', labels='target', loss_slots=None, num_hidden_layers=3, block_size=16)
+
+def spec_flags(r: dict) -> list:
+    "speculators' CLI flags for recipe `r` (its loss is always divided by the supervised count)."
+    assert r['loss_norm'] == 'count', "speculators divides by the supervised count only"
+    f = ['--optimizer', r['optimizer'], '--weight-decay', r['weight_decay'], '--scheduler-type', r['lr_schedule'],
+         '--scheduler-warmup-ratio', r['warmup_ratio'], '--dflash-decay-gamma', r['gamma'],
+         '--per-position-loss-weight', {'decay': 'fixed-exp-decay', 'dpace': 'dpace'}[r['position_weights']]]
+    if r['position_weights'] == 'dpace': f += ['--dpace-alpha', r['dpace_alpha']]
+    if r['optimizer'] == 'muon':
+        f += ['--muon-momentum', r['muon_momentum'], '--muon-weight-decay', r['muon_weight_decay'],
+              '--muon-ns-steps', r['ns_steps'], '--muon-adjust-lr-fn', r['muon_adjust_lr']]
+        if r['muon_lr'] is not None: f += ['--muon-lr', r['muon_lr']]
+    return f
 
 SPEC_TRAIN = r'''
 import sys, torch
@@ -102,21 +150,19 @@ def prepare(run: Path, work: Path, n_rows: int, n_held: int):
     if not (work / 'export' / 'export.json').exists(): export_speculators(r, work / 'export', version='0.9')
     return src, train_ids, held_ids
 
-
-def spec_args(work: Path, a, mask_id: int, layer_ids, epochs: int, total_steps: int, dry: bool = False) -> list:
+def spec_args(work: Path, a, mask_id: int, layer_ids, epochs: int, total_steps: int, dry: bool = False, tag: str = '') -> list:
     from dflash_nb.core import to_aux_layer_ids
     from dflash_nb.targets import resolve_target
     args = ['--speculator-type', 'dflash', '--verifier-name-or-path', resolve_target('smollm2'),
-            '--data-path', work / 'export', '--save-path', work / ('spec_dry' if dry else 'spec_ckpt'),
+            '--data-path', work / 'export', '--save-path', work / (f'spec_dry{tag}' if dry else f'spec_ckpt{tag}'),
             '--num-layers', 3, '--full-attention-indices', 0, 1, 2, '--block-size', 16, '--target-layer-ids', *to_aux_layer_ids(layer_ids),
             '--mask-token-id', mask_id, '--draft-vocab-size', 49152, '--max-anchors', 16, '--total-seq-len', 1024,
-            '--lr', a.lr, '--scheduler-type', 'cosine', '--scheduler-warmup-ratio', 0.04,
+            '--lr', COMMON['lr'], *spec_flags(RECIPES[a.recipe]),
             '--scheduler-total-steps', total_steps, '--epochs', epochs, '--loss-fn', 'ce', '--loss-implementation', 'eager',
-            '--dflash-decay-gamma', 2.0, '--per-position-loss-weight', 'fixed-exp-decay', '--draft-attn-impl', 'sdpa',
-            '--num-workers', 0, '--hidden-states-dtype', 'bfloat16', '--train-data-ratio', (a.rows + 0.5) / (a.rows + 1), '--seed', 0,
+            '--draft-attn-impl', 'sdpa',
+            '--num-workers', 0, '--hidden-states-dtype', 'bfloat16', '--train-data-ratio', (a.rows + 0.5) / (a.rows + 1), '--seed', a.seed,
             '--checkpoint-freq', epochs, '--log-freq', 50, '--no-resume-from-checkpoint']
     return [str(x) for x in args] + (['--dry-run'] if dry else [])
-
 
 def run_spec(script: str, args: list, log: Path) -> float:
     "Run `script` in the spec09 venv with `args`; returns its CPU seconds (user + sys of the child)."
@@ -130,71 +176,141 @@ def run_spec(script: str, args: list, log: Path) -> float:
     if r.returncode: raise SystemExit(f'speculators exited {r.returncode}: see {log}')
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
+def setup(a):
+    "Everything both sides read: the exported rows, the held-out rows, the target's head, the drafter config."
+    from transformers import AutoConfig
+    from dflash_nb.drafter import build_config, resolve_mask_token_id
+    from dflash_nb.targets import load_tokenizer, resolve_target
+    from dflash_nb.train import load_target_head
+    run = Path(a.run).resolve(); work = Path(a.out or ROOT / 'runs' / 'vs_speculators').resolve(); work.mkdir(parents=True, exist_ok=True)
+    store, train_ids, held_ids = prepare(run, work, a.rows, a.heldout)
+    tok = load_tokenizer('smollm2'); tcfg = AutoConfig.from_pretrained(resolve_target('smollm2'))
+    mask_id = resolve_mask_token_id(tok, tcfg.vocab_size, '<empty_output>')
+    dcfg = build_config(tcfg, mask_id, num_hidden_layers=3, block_size=16, target_layer_ids=store.layer_ids)
+    emb, head = load_target_head('smollm2')
+    return dict(run=run, work=work, store=store, train_ids=train_ids, held=[store[i] for i in held_ids], mask_id=mask_id,
+                dcfg=dcfg, emb=emb, head=head)
+
+
+def run_speculators(a, S) -> dict:
+    "speculators' steps per epoch, a dry run (its start-up cost), the training; its final drafter measured."
+    from interop_venvs import run_in
+    from dflash_nb.drafter import load_drafter
+    from search_heldout import heldout_tau
+    work, tag = S['work'], f'_{a.recipe}_{a.seed}'
+    spe = json.loads(run_in(VENV, SPEC_STEPS, *spec_args(work, a, S['mask_id'], S['store'].layer_ids, 1, 1)).split('JSON', 1)[1])['steps_per_epoch']
+    epochs = max(1, math.ceil(a.steps / spe)); steps = epochs * spe
+    dry = run_spec(SPEC_TRAIN, spec_args(work, a, S['mask_id'], S['store'].layer_ids, epochs, steps, dry=True, tag=tag), work / f'spec_dry{tag}.log')
+    t0 = time.time()
+    cpu = run_spec(SPEC_TRAIN, spec_args(work, a, S['mask_id'], S['store'].layer_ids, epochs, steps, tag=tag), work / f'spec_train{tag}.log')
+    ck = sorted((p.parent for p in (work / f'spec_ckpt{tag}').rglob('config.json') if 'speculators_model_type' in p.read_text()),
+                key=lambda p: p.stat().st_mtime)[-1]
+    tau, acc = heldout_tau(load_drafter(ck).float(), S['held'], S['emb'], S['head'], S['mask_id'], S['dcfg'])
+    return {'steps': steps, 'cpu_s': round(cpu - dry, 1), 'startup_cpu_s': round(dry, 1), 'wall_s': round(time.time() - t0, 1),
+            'steps_per_epoch': spe, 'epochs': epochs, 'heldout_tau': round(tau, 4), 'heldout_acc': [round(x, 4) for x in acc[:6]],
+            'settings': {**COMMON, **RECIPES[a.recipe], 'warmup_steps': steps // 100 if RECIPES[a.recipe]['warmup_ratio'] == 0.01 else None,
+                         'batch': '16 anchors over rows packed into 1,024 tokens', 'amp': 'bf16 autocast (its hidden_states_dtype)',
+                         'flags': spec_flags(RECIPES[a.recipe])}}
+
+
+def run_ours(a, S) -> dict:
+    """Our trainer at the recipe, 4 rows x 4 anchors a step, held-out tau every `--every` steps (training CPU counted apart);
+    as many steps as speculators took at the same recipe and seed when it ran first (it rounds up to whole epochs)."""
+    from dflash_nb.core import seed_everything, read_json
+    spec = S['work'] / f'result_spec_{a.recipe}_{a.seed}.json'
+    if spec.exists(): a.steps = read_json(spec)['steps']
+    from dflash_nb.drafter import DFlashDrafter
+    from dflash_nb.train import Trainer, TrainConfig
+    from search_heldout import heldout_tau, Rows
+    seed_everything(a.seed)
+    data = Rows([S['store']], [(0, i) for i in S['train_ids']])
+    r = RECIPES[a.recipe]
+    cfg = TrainConfig(epochs=1000, max_steps=a.steps, num_anchors=4, batch_size=4, amp='bf16', log_every=50, ckpt_every=0,
+                      seed=a.seed, tensorboard=False, **{k: v for k, v in {**COMMON, **r}.items() if k not in ('num_hidden_layers', 'block_size')})
+    tr = Trainer(DFlashDrafter(S['dcfg']).init_weights(a.seed), S['emb'], S['head'], data, cfg, log=lambda m: None)
+    cpu, curve = 0.0, []
+    while tr.step < a.steps:
+        c0 = time.process_time(); tr.fit(resume=False, stop_after=min(a.every, a.steps - tr.step)); cpu += time.process_time() - c0
+        tau, acc = heldout_tau(tr.model, S['held'], S['emb'], S['head'], S['mask_id'], S['dcfg'])
+        curve.append({'step': tr.step, 'cpu_s': round(cpu, 1), 'heldout_tau': round(tau, 4), 'heldout_acc': [round(x, 4) for x in acc[:6]]})
+        print(a.recipe, a.seed, json.dumps(curve[-1]), flush=True)
+    last = curve[-1]
+    return {'steps': tr.step, 'cpu_s': last['cpu_s'], 'heldout_tau': last['heldout_tau'], 'heldout_acc': last['heldout_acc'],
+            'curve': curve, 'settings': {**COMMON, **r, 'warmup_steps': math.ceil(r['warmup_ratio'] * a.steps),
+                                         'batch': '4 rows x 4 anchors', 'amp': 'bf16 autocast'}}
+
+
+def cpu_to_reach(curve, tau):
+    "CPU-seconds at which a curve first reaches `tau`, interpolated between its measurements (None: never)."
+    prev = {'cpu_s': 0.0, 'heldout_tau': 1.0}
+    for c in curve:
+        if c['heldout_tau'] >= tau:
+            f = (tau - prev['heldout_tau']) / max(c['heldout_tau'] - prev['heldout_tau'], 1e-9)
+            return round(prev['cpu_s'] + f * (c['cpu_s'] - prev['cpu_s']), 1)
+        prev = c
+    return None
+
+
+def report(work: Path, a):
+    "Gather the runs into bench/results/vs_speculators.json and a markdown table (vs_speculators.md)."
+    from dflash_nb.core import read_json, write_json
+    from statistics import mean
+    runs = [read_json(p) for p in sorted(work.glob('result_*.json'))]
+    res = {'rows': a.rows, 'heldout_rows': a.heldout, 'steps': a.steps, 'runs': runs, 'recipes': RECIPES, 'common': COMMON,
+           'machine': f'{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the report (a shared machine inflates CPU-seconds)'}
+    rows, summary = [], {}
+    for rec in RECIPES:
+        sp = [r for r in runs if r['recipe'] == rec and r['side'] == 'spec']; ou = [r for r in runs if r['recipe'] == rec and r['side'] == 'ours']
+        rows += [(rec, r) for r in sp + ou]
+        against = 'speculators' if not sp else rec      # a recipe speculators cannot run: against speculators' defaults
+        sp = sp or [r for r in runs if r['recipe'] == 'speculators' and r['side'] == 'spec']
+        if not sp or not ou: continue
+        st = mean(r['heldout_tau'] for r in sp)
+        reach = [cpu_to_reach(r['curve'], st) for r in ou]
+        summary[rec] = {'spec_tau': round(st, 4), 'ours_tau': round(mean(r['heldout_tau'] for r in ou), 4),
+                        'spec_cpu_s': round(mean(r['cpu_s'] for r in sp), 1), 'ours_cpu_s': round(mean(r['cpu_s'] for r in ou), 1),
+                        'ours_cpu_s_to_spec_tau': reach, 'seeds': {'spec': [r['seed'] for r in sp], 'ours': [r['seed'] for r in ou]},
+                        'speculators_recipe': against}
+    res['summary'] = summary
+    write_json(ROOT / 'bench' / 'results' / 'vs_speculators.json', res)
+    name = lambda s: (f"{s['optimizer']}" + (f" (Muon wd {s['muon_weight_decay']}, {s['muon_adjust_lr']}; AdamW wd {s['weight_decay']})"
+                      if s['optimizer'] == 'muon' else f" wd {s['weight_decay']}"))
+    md = ['| recipe | trainer | seed | optimizer | schedule (warmup) | position weights | loss / | steps | CPU-s | CPU-s a step | held-out tau | slot 1 | slot 2 |',
+          '|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+    for rec, r in rows:
+        s = r['settings']
+        pw = 'D-PACE a=0.5' if s['position_weights'] == 'dpace' else f"decay gamma {s['gamma']}"
+        md.append(f"| {rec} | {'speculators 0.9.0' if r['side'] == 'spec' else 'ours'} | {r['seed']} | {name(s)} | "
+                  f"{s['lr_schedule']} ({s['warmup_ratio']:.0%}) | {pw} | {s['loss_norm']} | {r['steps']} | {r['cpu_s']:.0f} | "
+                  f"{r['cpu_s'] / r['steps']:.3f} | {r['heldout_tau']:.3f} | {r['heldout_acc'][0]:.3f} | {r['heldout_acc'][1]:.3f} |")
+    md += ['', '| ours at recipe | speculators at recipe | speculators tau (mean) | ours tau (mean) | speculators CPU-s | ours CPU-s | ours CPU-s to reach speculators\' tau |',
+           '|---|---|---|---|---|---|---|']
+    for rec, v in summary.items():
+        md.append(f"| {rec} | {v['speculators_recipe']} | {v['spec_tau']:.3f} | {v['ours_tau']:.3f} | {v['spec_cpu_s']:.0f} | {v['ours_cpu_s']:.0f} | {v['ours_cpu_s_to_spec_tau']} |")
+    md += ['', "All: lr 1e-3, clip 1.0, CE on the target's argmax, 3 layers, block 16, 16 blocks a step; all 15 slots except "
+           "recipe `ours` (slots 1-6, the quality config's). CPU-s: one thread each, a shared (loaded) 2-core machine."]
+    (ROOT / 'bench' / 'results' / 'vs_speculators.md').write_text('\n'.join(md) + '\n')
+    print('\n'.join(md))
+
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument('--run', required=True); p.add_argument('--out', default=None)
     p.add_argument('--rows', type=int, default=360); p.add_argument('--heldout', type=int, default=40)
-    p.add_argument('--steps', type=int, default=600); p.add_argument('--lr', type=float, default=1e-3)
-    p.add_argument('--skip_spec', action='store_true', help='reuse the speculators checkpoint and timing of an earlier run')
-    p.add_argument('--amp', default='bf16', help="ours: 'bf16' autocast on the CPU or 'none' (fp32, as speculators runs here)")
-    p.add_argument('--max_grad_norm', type=float, default=1.0, help='ours: gradient clipping norm (1e9: none)')
-    p.add_argument('--ours_steps', type=int, default=None, help="ours: optimizer steps (default: speculators' steps)")
-    p.add_argument('--tag', default='', help='results go to bench/results/vs_speculators[_TAG].json')
+    p.add_argument('--steps', type=int, default=600); p.add_argument('--every', type=int, default=100)
+    p.add_argument('--recipe', choices=list(RECIPES), default='speculators'); p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--side', choices=['spec', 'ours'], default=None)
+    p.add_argument('--prepare', action='store_true'); p.add_argument('--report', action='store_true')
     a = p.parse_args()
     torch.set_num_threads(1)
-    from transformers import AutoConfig
-    from dflash_nb.core import seed_everything, write_json, read_json
-    from dflash_nb.drafter import DFlashDrafter, build_config, resolve_mask_token_id, load_drafter
-    from dflash_nb.targets import load_tokenizer, resolve_target
-    from dflash_nb.train import Trainer, TrainConfig, load_target_head
-    from search_heldout import heldout_tau, Rows
-    run = Path(a.run).resolve(); work = Path(a.out or ROOT / 'runs' / 'vs_speculators').resolve(); work.mkdir(parents=True, exist_ok=True)
-    store, train_ids, held_ids = prepare(run, work, a.rows, a.heldout)
-    tok = load_tokenizer('smollm2'); tcfg = AutoConfig.from_pretrained(resolve_target('smollm2'))
-    mask_id = resolve_mask_token_id(tok, tcfg.vocab_size, '<empty_output>')
-    emb, head = load_target_head('smollm2')
-    held = [store[i] for i in held_ids]
-    # 1. speculators: its steps per epoch, a dry run (start-up cost), then the training
-    res = {'rows': len(train_ids), 'heldout_rows': len(held_ids), 'run': str(run)}
-    if not a.skip_spec:
-        from interop_venvs import run_in
-        spe = json.loads(run_in(VENV, SPEC_STEPS, *spec_args(work, a, mask_id, store.layer_ids, 1, 1)).split('JSON', 1)[1])['steps_per_epoch']
-        epochs = max(1, math.ceil(a.steps / spe)); steps = epochs * spe
-        dry = run_spec(SPEC_TRAIN, spec_args(work, a, mask_id, store.layer_ids, epochs, steps, dry=True), work / 'spec_dry.log')
-        t0 = time.time()
-        cpu = run_spec(SPEC_TRAIN, spec_args(work, a, mask_id, store.layer_ids, epochs, steps), work / 'spec_train.log')
-        write_json(work / 'spec_timing.json', {'steps_per_epoch': spe, 'epochs': epochs, 'steps': steps, 'cpu_s': cpu,
-                                               'startup_cpu_s': dry, 'wall_s': time.time() - t0})
-    st = read_json(work / 'spec_timing.json')
-    ck = sorted((p.parent for p in (work / 'spec_ckpt').rglob('config.json') if 'speculators_model_type' in p.read_text()),
-                key=lambda p: p.stat().st_mtime)[-1]
-    spec = load_drafter(ck)
-    # 2. ours: the same rows, the same number of steps, 4 rows x 4 anchors a step
-    seed_everything(0)
-    data = Rows([store], [(0, i) for i in train_ids])
-    dcfg = build_config(tcfg, mask_id, num_hidden_layers=3, block_size=16, target_layer_ids=store.layer_ids)
-    cfg = TrainConfig(epochs=1000, max_steps=a.ours_steps or st['steps'], lr=a.lr, warmup_ratio=0.04, num_anchors=4,
-                      batch_size=4, gamma=2.0, amp=a.amp, max_grad_norm=a.max_grad_norm,
-                      labels='target', loss='ce', log_every=50, ckpt_every=0, seed=0, tensorboard=False)
-    tr = Trainer(DFlashDrafter(dcfg).init_weights(0), emb, head, data, cfg, log=lambda m: None)
-    c0 = time.process_time(); tr.fit(); ours_cpu = time.process_time() - c0
-    # 3. both measured by the same code
-    out = {}
-    for name, model, cpu, steps in (('speculators', spec, st['cpu_s'] - st['startup_cpu_s'], st['steps']),
-                                    ('ours', tr.model, ours_cpu, tr.step)):
-        tau, acc = heldout_tau(model.float(), held, emb, head, mask_id, dcfg)
-        out[name] = {'steps': steps, 'cpu_s': round(cpu, 1), 'cpu_s_per_step': round(cpu / steps, 4),
-                     'heldout_tau': round(tau, 4), 'heldout_acc': [round(x, 4) for x in acc[:6]]}
-    res.update(out, speculators_timing=st, ratio_cpu_per_step=round(out['speculators']['cpu_s_per_step'] / out['ours']['cpu_s_per_step'], 2),
-               machine=f'{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end (a shared machine inflates CPU-seconds)')
-    res['ours_settings'] = {'amp': a.amp, 'max_grad_norm': a.max_grad_norm, 'steps': a.ours_steps or st['steps'],
-                            'batch_size': 4, 'num_anchors': 4}
-    write_json(ROOT / 'bench' / 'results' / f"vs_speculators{'_' + a.tag if a.tag else ''}.json", res)
-    print(f"{'trainer':<14}{'steps':>7}{'CPU s/step':>12}{'held-out tau':>14}{'slot 1':>8}{'slot 2':>8}")
-    for k, v in out.items():
-        print(f"{k:<14}{v['steps']:>7}{v['cpu_s_per_step']:>12.3f}{v['heldout_tau']:>14.3f}{v['heldout_acc'][0]:>8.3f}{v['heldout_acc'][1]:>8.3f}")
-    print(f"speculators / ours CPU-seconds per step: {res['ratio_cpu_per_step']}x")
+    from dflash_nb.core import write_json
+    S = setup(a)
+    if a.report: return report(S['work'], a)
+    if a.side is None: return
+    out = (run_speculators if a.side == 'spec' else run_ours)(a, S)
+    write_json(S['work'] / f'result_{a.side}_{a.recipe}_{a.seed}.json', {'side': a.side, 'recipe': a.recipe, 'seed': a.seed, **out,
+               'load_average_end': os.getloadavg()[0]})
+    print(a.side, a.recipe, a.seed, json.dumps({k: out[k] for k in ('steps', 'cpu_s', 'heldout_tau')}))
 
 
 if __name__ == '__main__':

@@ -10,6 +10,8 @@ features, without running the target. `bench/bench_quality.py` and `dflash-nb ev
         [--labels text|target] [--loss ce|kl] [--kl_topk 8] [--layers 3] [--lr 1e-3] [--anchors 16] [--bs 1]
         [--gamma 2] [--loss_slots 6] [--amp bf16|none] [--max_grad_norm 1.0] [--minutes 20] [--cpu_minutes M]
         [--every 200] [--threads 1] [--sched_steps N] [--max_rows N] [--head_bf16]
+        [--optimizer adamw|muon] [--lr_schedule cosine|linear] [--position_weights decay|dpace] [--loss_norm weights|count]
+        [--weight_decay 0.01] [--muon_lr LR] [--muon_adjust_lr match_rms_adamw|original]
 
 The held-out rows are the last `--n_heldout` rows of the `--heldout` run's features; rows with the same ids are left
 out of every `--train` run. Costs are CPU-seconds of this process (`time.process_time`; training and held-out
@@ -55,9 +57,12 @@ def load_rows(train_runs, heldout_run, n_heldout, max_rows=None):
 
 
 @torch.no_grad()
-def heldout_tau(model, held, emb, head, mask_id, dcfg, n_anchors=64):
-    "Teacher-forced tau and per-slot accuracy on the held-out rows (labels: the rows' own next tokens)."
-    model.eval(); B = dcfg.block_size; lens = []; acc = torch.zeros(B - 1); cnt = torch.zeros(B - 1)
+def heldout_tau(model, held, emb, head, mask_id, dcfg, n_anchors=64, full_slots=2):
+    """Teacher-forced tau and the accuracy of slots 1..`full_slots` on the held-out rows (labels: the rows' own next
+    tokens). tau = the mean of 1 + the leading correct slots of each block (an unsupervised slot neither counts nor
+    stops the run). Past `full_slots` the LM head runs only on blocks still correct so far: the same tau for a
+    fraction of the vocabulary projections (which dominate the cost)."""
+    model.eval(); B = dcfg.block_size; lens = []; acc = torch.zeros(full_slots); cnt = torch.zeros(full_slots)
     for i, r in enumerate(held):
         b = collate([r], None); T = b['input_ids'].shape[1]
         an = sample_anchors(b['loss_mask'][0, :b['lengths'][0]], n_anchors, B, 123, 0, i, True)
@@ -67,16 +72,19 @@ def heldout_tau(model, held, emb, head, mask_id, dcfg, n_anchors=64):
         ids = torch.full_like(labels, mask_id); ids[..., 0] = b['input_ids'].gather(1, anchors)
         n = anchors.shape[1]
         h = model(emb(ids.view(1, n * B)), b['features'], torch.arange(T)[None], pos.view(1, n * B),
-                  build_masks(dcfg, anchors, T, None, 'sdpa'))
-        pred = head(h.view(1, n, B, -1)[:, :, 1:].to(head.weight.dtype)).argmax(-1)
-        s = sup[:, :, 1:]
-        hit = (pred == labels[:, :, 1:]) & s
-        acc += hit.sum((0, 1)).float(); cnt += s.sum((0, 1)).float()
-        lead = torch.cumprod((hit | ~s).int(), -1) * s.int()   # leading correct slots among the supervised ones
-        lens += (1 + lead.sum(-1)).flatten().tolist()
+                  build_masks(dcfg, anchors, T, None, 'sdpa')).view(n, B, -1)[:, 1:]
+        s, lab = sup[0, :, 1:], labels[0, :, 1:]
+        alive, lead = torch.ones(n, dtype=torch.bool), torch.zeros(n)
+        for k in range(B - 1):
+            need = s[:, k] & (alive | (k < full_slots))
+            hit = torch.zeros(n, dtype=torch.bool)
+            if need.any(): hit[need] = head(h[need, k].to(head.weight.dtype)).argmax(-1) == lab[need, k]
+            if k < full_slots: acc[k] += hit.sum().float(); cnt[k] += s[:, k].sum().float()
+            alive = alive & (hit | ~s[:, k]); lead += (alive & s[:, k]).float()
+            if not alive.any() and k + 1 >= full_slots: break
+        lens += (1 + lead).tolist()
     model.train()
     return sum(lens) / len(lens), (acc / cnt.clamp(min=1)).tolist()
-
 
 def main():
     p = argparse.ArgumentParser()
@@ -94,6 +102,10 @@ def main():
     p.add_argument('--warmup', type=float, default=0.04); p.add_argument('--epochs', type=int, default=100)
     p.add_argument('--max_rows', type=int, default=None); p.add_argument('--head_bf16', action='store_true')
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--optimizer', default='adamw'); p.add_argument('--lr_schedule', default='cosine')
+    p.add_argument('--position_weights', default='decay'); p.add_argument('--loss_norm', default='weights')
+    p.add_argument('--weight_decay', type=float, default=0.0); p.add_argument('--muon_lr', type=float, default=None)
+    p.add_argument('--muon_adjust_lr', default='match_rms_adamw')
     a = p.parse_args()
     torch.set_num_threads(a.threads); seed_everything(a.seed)
     data, held = load_rows(a.train, a.heldout, a.n_heldout, a.max_rows)
@@ -108,7 +120,9 @@ def main():
     cfg = TrainConfig(epochs=a.epochs, lr=a.lr, num_anchors=a.anchors, max_steps=a.sched_steps or a.steps, log_every=50,
                       ckpt_every=0, seed=a.seed, warmup_ratio=a.warmup, gamma=a.gamma, batch_size=a.bs, amp=a.amp,
                       max_minutes=a.minutes, loss_slots=a.loss_slots, max_grad_norm=a.max_grad_norm, labels=a.labels,
-                      loss=a.loss, kl_topk=a.kl_topk, tensorboard=False)
+                      loss=a.loss, kl_topk=a.kl_topk, tensorboard=False, optimizer=a.optimizer, lr_schedule=a.lr_schedule,
+                      position_weights=a.position_weights, loss_norm=a.loss_norm, weight_decay=a.weight_decay,
+                      muon_lr=a.muon_lr, muon_adjust_lr=a.muon_adjust_lr)
     tr = Trainer(dr, emb, head, data, cfg, out_dir=None, rows=rows, log=lambda m: None)
     out = ROOT / 'bench' / 'results' / 'search_heldout' / f'{a.name}.json'; out.parent.mkdir(parents=True, exist_ok=True)
     train_cpu = eval_cpu = 0.0; t0 = time.time(); curve = []

@@ -24,10 +24,10 @@ __all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'FLEX_COMPILE', 'FLEX_C
            'rope_cos_sin', 'apply_rope', 'attend', 'DFlashAttention', 'DFlashMLP', 'DFlashDecoderLayer', 'DraftCache',
            'DFlashDrafter', 'dflash_mask_mod', 'dense_mask', 'flex_available', 'build_masks', 'anchor_candidates',
            'sample_anchors', 'pad_anchors', 'linear_buckets', 'bucket_size', 'slot_weights', 'block_labels',
-           'per_slot_stats', 'acceptance_length', 'ce_chunks', 'soft_targets', 'ChunkedLinearCE',
-           'linear_cross_entropy_stats', 'full_soft_loss', 'slot_targets', 'slot_cross_entropy', 'dflash_loss',
-           'inference_masks', 'draft_block', 'draft_weight_names', 'export_drafter', 'drafter_config_dict',
-           'load_drafter']
+           'per_slot_stats', 'acceptance_length', 'dpace_weights', 'position_loss', 'ce_chunks', 'soft_targets',
+           'ChunkedLinearCE', 'linear_cross_entropy_stats', 'full_soft_loss', 'slot_targets', 'slot_cross_entropy',
+           'dflash_loss', 'inference_masks', 'draft_block', 'draft_weight_names', 'export_drafter',
+           'drafter_config_dict', 'load_drafter']
 
 # %% ../nbs/70_drafter.ipynb #def03c71
 def hub_like(name) -> bool:
@@ -530,7 +530,35 @@ def acceptance_length(acc) -> float:
     acc = torch.tensor([0.0 if a is None else float(a) for a in acc], dtype=torch.float64)
     return float(1.0 + torch.cumprod(acc, 0).sum())
 
-# %% ../nbs/70_drafter.ipynb #062a5b41
+# %% ../nbs/70_drafter.ipynb #02a6065e
+def dpace_weights(conf, sup, alpha: float = 0.5):
+    """D-PACE weights `[..., K]` of a block's slots 1..K from each slot's probability of its label `conf` and the
+    supervised slots `sup` (bool): `sup_k * sum_{j >= k, sup_j} prod_{i <= j} c_i` with `c = (1 - alpha) conf + alpha`
+    on supervised slots and 1 elsewhere. No gradient flows through the weights."""
+    if not 0.0 < alpha <= 1.0: raise ValueError(f'dpace_alpha must be in (0, 1], got {alpha}')
+    with torch.no_grad():
+        s = sup.to(conf.dtype)
+        c = torch.where(sup, (1.0 - alpha) * conf + alpha, torch.ones_like(conf))
+        reach = torch.cumprod(c, -1) * s                               # prod_{i <= j} c_i on supervised j
+        return reach.flip(-1).cumsum(-1).flip(-1) * s                  # summed over j >= k
+
+def position_loss(xent, sup, gamma: float, position_weights: str = 'decay', dpace_alpha: float = 0.5,
+                  loss_norm: str = 'weights'):
+    """`(loss, weight_sum)` of a micro-batch from the per-slot losses `xent [N]` of the supervised slots
+    `sup [b, n, B-1]` (slots 1..B-1): weighted by `position_weights` ('decay': `exp(-(k-1)/gamma)`; 'dpace': above),
+    divided by the weights' sum (`loss_norm='weights'`) or by the supervised count (`'count'`)."""
+    if position_weights == 'decay':
+        w = slot_weights(sup.shape[-1] + 1, gamma).to(xent.device)[1:].expand_as(sup)[sup]
+    elif position_weights == 'dpace':
+        conf = torch.ones(sup.shape, dtype=torch.float32, device=xent.device)
+        conf[sup] = torch.exp(-xent.detach().float())                  # the drafter's probability of the label
+        w = dpace_weights(conf, sup, dpace_alpha)[sup]
+    else: raise ValueError(f"position_weights must be 'decay' or 'dpace', got {position_weights!r}")
+    if loss_norm not in ('weights', 'count'): raise ValueError(f"loss_norm must be 'weights' or 'count', got {loss_norm!r}")
+    den = w.sum() if loss_norm == 'weights' else sup.sum().to(w.dtype)
+    return (xent * w).sum() / (den + 1e-6), w.sum().detach()
+
+# %% ../nbs/70_drafter.ipynb #445c118e
 CE_CHUNK_ELEMS = 2 ** 26     # logits elements per chunk (256 MB in fp32)
 
 def ce_chunks(n: int, V: int, chunk_rows: int | None = None, chunk_vocab: int | None = None,
@@ -542,7 +570,7 @@ def ce_chunks(n: int, V: int, chunk_rows: int | None = None, chunk_vocab: int | 
     cr = chunk_rows or max(max_elems // cv, 1)
     return max(1, min(int(cr), max(n, 1))), cv
 
-# %% ../nbs/70_drafter.ipynb #bd93708f
+# %% ../nbs/70_drafter.ipynb #da62f2a2
 def soft_targets(target, k: int | None = None) -> tuple:
     """`(ids [N, K], logp [N, K], rest [N] or None)` of a loss target: hard labels `[N]` (K = 1, log-probability 0,
     no bucket), or the target's `(top-k ids, top-k log-probs)` (the first `k` columns when `k` is given) with `rest`
@@ -554,7 +582,7 @@ def soft_targets(target, k: int | None = None) -> tuple:
     logp = logp.to(torch.promote_types(logp.dtype, torch.float32))
     return ids.long(), logp, (1 - logp.exp().sum(-1)).clamp(0, 1)
 
-# %% ../nbs/70_drafter.ipynb #9b71e2f3
+# %% ../nbs/70_drafter.ipynb #a23c15a9
 def _acc(cdt): return torch.float64 if cdt == torch.float64 else torch.float32   # reduction dtype
 
 def _ce_logits(x, W, v0, v1, cdt): return (x @ W[v0:v1].to(cdt).t()).to(_acc(cdt))
@@ -573,7 +601,7 @@ def _target_cells(ids, v0: int, v1: int):
     rows = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(ids)
     return rows[inside], ids[inside] - v0, inside
 
-# %% ../nbs/70_drafter.ipynb #57bc646e
+# %% ../nbs/70_drafter.ipynb #2323409e
 def _kl_chunk(x, W, ids, logp, rest, cv: int, cdt, grad: bool):
     """`(loss [r], argmax [r], lse [r], lse outside the top-k [r] or None, target logits [r, K], d loss/dx [r, H] or
     None)` of rows `x [r, H]` (already in `cdt`) against `soft_targets`."""
@@ -636,7 +664,7 @@ def _kl_grad_chunk(x, W, ids, logp, rest, lse, lser, zt, g, cv: int, cdt, need_w
         if need_w: dW[v0:v1] += (pc.t() @ x).to(dW.dtype)
     return dx, dW
 
-# %% ../nbs/70_drafter.ipynb #3458e2be
+# %% ../nbs/70_drafter.ipynb #cc96f935
 class ChunkedLinearCE(torch.autograd.Function):
     "Per-row loss (CE, or the bucketed KL of soft targets) and argmax of `x @ W.T` in chunks; differentiable in `x` and `W`."
     @staticmethod
@@ -682,7 +710,7 @@ def linear_cross_entropy_stats(x, weight, target, chunk_rows: int | None = None,
     cr, cv = ce_chunks(x.shape[0], weight.shape[0], chunk_rows, chunk_vocab)
     return ChunkedLinearCE.apply(x, weight, *soft_targets(target), cr, cv, cdt)
 
-# %% ../nbs/70_drafter.ipynb #a0096df5
+# %% ../nbs/70_drafter.ipynb #1f164ac2
 def full_soft_loss(logits, target):
     "Per-row CE (hard labels `[N]`) or bucketed forward KL (`(top-k ids, top-k log-probs)`) from the full logits `[N, V]`."
     ids, logp, rest = soft_targets(target)
@@ -691,7 +719,7 @@ def full_soft_loss(logits, target):
     lqr = lq.scatter(1, ids, -math.inf).logsumexp(-1)
     return (logp.exp() * (logp - lq.gather(1, ids))).sum(-1) + torch.xlogy(rest, rest) - rest * lqr
 
-# %% ../nbs/70_drafter.ipynb #47279a40
+# %% ../nbs/70_drafter.ipynb #a0b18573
 def slot_targets(pos, sup, target_labels):
     """The target's labels of the supervised slots `sup [b, n, B-1]` of blocks at positions `pos [b, n, B]`: its
     prediction at `pos - 1` of the token at `pos`, from `target_labels` `[b, T]` (argmax ids) -> `[N]`, or
@@ -703,7 +731,7 @@ def slot_targets(pos, sup, target_labels):
         return t.to(pos.device).gather(1, idx).view(*sup.shape, *t.shape[2:])[sup]
     return take(target_labels) if isinstance(target_labels, torch.Tensor) else tuple(take(t) for t in target_labels)
 
-# %% ../nbs/70_drafter.ipynb #70dcb564
+# %% ../nbs/70_drafter.ipynb #6501ddc2
 def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
     """Loss `[N]` (fp32: CE of labels `[N]`, or KL of `(top-k ids, top-k log-probs)`) and argmax `[N]` of the LM head on
     hidden states `h [N, H]`: `'chunked'` (never the full logits) or `'full'`."""
@@ -715,11 +743,13 @@ def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
 
 def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, features, anchors, valid,
                 gamma: float | None = None, lengths=None, document_ids=None, backend: str = 'sdpa', ce: str = 'chunked',
-                loss_slots: int | None = None, target_labels=None, crop: bool = False) -> dict:
+                loss_slots: int | None = None, target_labels=None, crop: bool = False, position_weights: str = 'decay',
+                dpace_alpha: float = 0.5, loss_norm: str = 'weights') -> dict:
     """Loss and per-slot statistics of one micro-batch (see the normalization note above); `ce`: 'chunked' | 'full' logits.
     `loss_slots = K` supervises slots `1..K` only (the block keeps all B positions; later slots cost no logits).
     `target_labels`: None (the text's tokens), the target's argmax `[b, T]`, or its `(top-k ids, log-probs)` (KL).
-    `crop`: feed only the context positions before the last anchor (no block sees the others): the same result."""
+    `crop`: feed only the context positions before the last anchor (no block sees the others): the same result.
+    `position_weights`, `dpace_alpha`, `loss_norm`: see `position_loss` (D-PACE needs a CE: not with a KL's labels)."""
     cfg = drafter.config
     B, (b, T) = cfg.block_size, input_ids.shape
     Tc = max(int(anchors.max()), 1) if crop else T       # context positions at or after the last anchor are never seen
@@ -738,15 +768,15 @@ def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, fe
     slot = torch.arange(B - 1, device=h.device).expand_as(s)[s]         # logits only for supervised slots
     y = labels[:, :, 1:][s] if target_labels is None else slot_targets(pos, s, target_labels)
     xent, pred = slot_cross_entropy(h[s], lm_head, y, ce)
-    w = slot_weights(B, gamma).to(xent.device)[1:][slot]
-    wsum = w.sum()
-    loss = (xent * w).sum() / (wsum + 1e-6)
+    if position_weights == 'dpace' and isinstance(target_labels, tuple):
+        raise ValueError("position_weights 'dpace' reads the drafter's probability of its label: it needs loss 'ce', not 'kl'")
+    loss, wsum = position_loss(xent, s, gamma, position_weights, dpace_alpha, loss_norm)
     hit = (pred == (y if isinstance(y, torch.Tensor) else y[0][:, 0])).double()
     st = {'correct': torch.zeros(B - 1, dtype=torch.float64, device=h.device).index_add_(0, slot, hit),
           'count': torch.bincount(slot, minlength=B - 1).double()}
-    return {'loss': loss, 'weight_sum': wsum.detach(), 'ce_sum': xent.detach().sum(), **st}
+    return {'loss': loss, 'weight_sum': wsum, 'ce_sum': xent.detach().sum(), **st}
 
-# %% ../nbs/70_drafter.ipynb #68ce55d1
+# %% ../nbs/70_drafter.ipynb #6ecf28f1
 def inference_masks(cfg: DFlashConfig, ctx_positions, start):
     "Masks for one block at positions `start + 0..B-1` over cached context keys at `ctx_positions [b, S]`."
     if 'sliding_attention' not in cfg.layer_types: return None
@@ -784,7 +814,7 @@ def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features
     h = drafter(noise, new_features.to(dev), new_positions.to(dev), blk_pos, masks, cache=cache)
     return lm_head(h[:, 1:].to(lm_head.weight.dtype)).float()
 
-# %% ../nbs/70_drafter.ipynb #b3e903ce
+# %% ../nbs/70_drafter.ipynb #ace1e701
 def draft_weight_names(cfg: DFlashConfig) -> list[str]:
     "The exact tensor names of a DFlash checkpoint for `cfg` (11 per layer + fc, hidden_norm, norm)."
     per = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
@@ -812,7 +842,7 @@ def export_drafter(drafter: DFlashDrafter, out_dir, dtype: str = 'bfloat16', ext
     for eng, why in engine_problems(cfg).items(): warnings.warn(f'{out}: {eng} would serve this drafter differently: {"; ".join(why)}')
     return out
 
-# %% ../nbs/70_drafter.ipynb #b66aab0f
+# %% ../nbs/70_drafter.ipynb #a58d24b5
 _FOREIGN_KEYS = ('embed_tokens.weight', 'lm_head.weight', 'verifier_lm_head.weight', 'verifier_norm.weight', 'd2t', 't2d')
 
 def _verifier_layers(d: dict):
@@ -850,7 +880,7 @@ def drafter_config_dict(d: dict, num_target_layers: int | None = None) -> tuple[
     out['dflash_config'] = dc
     return out, fmt
 
-# %% ../nbs/70_drafter.ipynb #80d4411b
+# %% ../nbs/70_drafter.ipynb #12270221
 def _read_weights(path: Path) -> dict:
     from safetensors.torch import load_file
     idx = path / 'model.safetensors.index.json'

@@ -27,3 +27,10 @@ def test_unseen_prompts():
     assert len(recs) >= 20 and len({r['id'] for r in recs}) == len(recs)
     texts = [r['messages'][-1]['content'] for r in recs]
     assert all(len(t) > 20 for t in texts) and len(set(texts)) == len(texts)
+
+def test_quality_training_length_binds():
+    "max_steps ends the training, not epochs: even if only half the prompts became training rows (1,829 of 2,000 did)."
+    import math
+    p = check_config(load_config(CFG), discover_stages())
+    train, rows = p['80_train'], p['10_sources']['total'] // 2
+    assert train['epochs'] * math.ceil(rows / train['batch_size'] / train['grad_accum']) >= train['max_steps']
