@@ -475,10 +475,9 @@ def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> di
     net = self.ddp or self.model
     self.model.train()
     B = self.model.config.block_size
-    t0, step0 = time.time(), self.step
+    t0, step0, stopped = time.time(), self.step, 'done'
     win = self.win if self.win is not None else self._new_window()
     win['t'] = time.time()
-    stopped = 'done'
     from dflash_nb.core import progress; pbar = progress(total=self.total_steps - self.step, desc='train', unit='step') if self.rank == 0 else None
     while self.epoch < cfg.epochs and self.step < self.total_steps:
         ep, batches = self.epoch, self.epoch_batches(self.epoch)

@@ -79,7 +79,8 @@ out, mode = sys.argv[1], sys.argv[2]
 opt = sys.argv[4] if len(sys.argv) > 4 else 'adamw'     # muon: Muon + AdamW, bf16 autocast, D-PACE, the count, linear
 tc = TrainConfig(epochs=5, batch_size=1, grad_accum=int(sys.argv[3]) if len(sys.argv) > 3 else 1, num_anchors=3,
                  lr=3e-3, log_every=2, ckpt_every=2, warmup_ratio=0.1, optimizer=opt, max_grad_norm=0.5,
-                 **(dict(amp='bf16', position_weights='dpace', loss_norm='count', lr_schedule='linear') if opt == 'muon' else {}))
+                 gamma=None, loss_slots=None, max_steps=None, max_minutes=None,   # not the demo's values (the declared defaults)
+                 **(dict(amp='bf16', position_weights='dpace', loss_norm='count', lr_schedule='linear') if opt == 'muon' else dict(amp='none')))
 emb, head = tiny_head()
 t = Trainer(tiny_drafter(), emb, head, Rows(delay=0.02 if mode == 'slow' else 0.0), tc, out_dir=out, log=lambda m: None)
 t.fit()
@@ -254,7 +255,7 @@ def par_config(parallel, placement, accum, optimizer='adamw'):
     from dflash_nb.train import TrainConfig
     return TrainConfig(epochs=3, batch_size=1, grad_accum=accum, num_anchors=3, lr=3e-3, log_every=2, ckpt_every=4,
                        warmup_ratio=0.1, parallel=parallel, placement=placement, feature_ranks=int(placement == 'separate'),
-                       optimizer=optimizer)
+                       optimizer=optimizer, amp='none', gamma=None, loss_slots=None, max_steps=None, max_minutes=None)
 import contextlib
 @contextlib.contextmanager
 def fp32_newton_schulz():
