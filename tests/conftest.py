@@ -13,6 +13,18 @@ def dflash(*args, cwd=None, env=None, check=True):
         raise AssertionError(f'dflash-nb {" ".join(map(str, args))} exited {r.returncode}\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}')
     return r
 
+def clean_copy(dst: Path) -> Path:
+    "The working tree's tracked and untracked-but-not-ignored files (no build/, no .venv/), symlinks kept."
+    files = subprocess.run(['git', 'ls-files', '-z', '-co', '--exclude-standard'], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split('\0')
+    for f in filter(None, files):
+        src, out = ROOT / f, dst / f
+        if not src.exists() and not src.is_symlink(): continue          # deleted in the working tree
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink(): out.symlink_to(os.readlink(src))
+        else: shutil.copy2(src, out)
+    return dst
+
 @pytest.fixture(scope='session')
 def demo_run():
     """The embedded demo chain, run once per session into the shared smoke run (runs/_smoke), so that the notebook

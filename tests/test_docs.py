@@ -12,6 +12,7 @@ import base64, json, os, re, shutil, struct, subprocess, sys, tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 import pytest
+from conftest import clean_copy
 
 from dflash_nb.core import cache_dir, fixtures_dir, write_jsonl
 
@@ -226,18 +227,6 @@ def _copy_tree(src: Path, dst: Path):
         except OSError: shutil.copy2(a, b)
     shutil.copytree(src, dst, copy_function=link, symlinks=False)
 
-def _clean_copy(dst: Path) -> Path:
-    "The working tree's tracked and untracked-but-not-ignored files, symlinks kept (as tests/test_wheel.py copies it)."
-    files = subprocess.run(['git', 'ls-files', '-z', '-co', '--exclude-standard'], cwd=ROOT, check=True,
-                           capture_output=True).stdout.decode().split('\0')
-    for f in filter(None, files):
-        src, out = ROOT / f, dst / f
-        if not src.exists() and not src.is_symlink(): continue
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink(): out.symlink_to(os.readlink(src))
-        else: shutil.copy2(src, out)
-    return dst
-
 MARK = 'QZX'   # in the name of each folder of the build: no page may show it
 
 def build_paths_shown(site: Path) -> list[str]:
@@ -260,7 +249,7 @@ def test_build_paths_never_shown(tmp_path):
     folders and a run shown: no page shows any of them, however its prefix was replaced."""
     from dflash_nb.core import cache_dir
     ck, home, tmp, cache = (tmp_path / f'{n}_{MARK}' for n in ('checkout', 'home', 'tmp', 'cache'))
-    _clean_copy(ck); home.mkdir(); tmp.mkdir(); cache.mkdir()
+    clean_copy(ck); home.mkdir(); tmp.mkdir(); cache.mkdir()
     for sub in ('models', 'downloads'):   # the converted SmolLM2 and its wheel: no conversion, no network
         if (cache_dir() / sub).is_dir(): _copy_tree(cache_dir() / sub, cache / sub)
     env = {k: v for k, v in os.environ.items() if k not in ('DFLASH_NB_NBS', 'DFLASH_NB_SMOKE_DIR')}

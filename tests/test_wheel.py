@@ -10,9 +10,10 @@ of the chain (which finds training fresh), `evaluate` on the drafter folder, and
 
 `python tests/test_wheel.py` runs the same steps outside pytest and prints each step's wall and CPU seconds.
 """
-import json, os, resource, shutil, subprocess, sys, sysconfig, time
+import json, os, resource, subprocess, sys, sysconfig, time
 from pathlib import Path
 import pytest
+from conftest import clean_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,18 +31,6 @@ def smoke_sets() -> list[str]:
     vocab = json.loads((Path(resolve_target('tiny-qwen3')) / 'config.json').read_text())['vocab_size']
     return [a for s in SMOKE + [f'train.mask_token={vocab - 1}'] for a in ('--set', s)]
 SKIP_IN_BASE = ('__editable__', 'dflash_nb', 'dflash-nb', '_dflash_nb')   # the editable install stays out
-
-def clean_copy(dst: Path) -> Path:
-    "The working tree's tracked and untracked-but-not-ignored files (no build/, no .venv/), symlinks kept."
-    files = subprocess.run(['git', 'ls-files', '-z', '-co', '--exclude-standard'], cwd=ROOT, check=True,
-                           capture_output=True).stdout.decode().split('\0')
-    for f in filter(None, files):
-        src, out = ROOT / f, dst / f
-        if not src.exists() and not src.is_symlink(): continue          # deleted in the working tree
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink(): out.symlink_to(os.readlink(src))
-        else: shutil.copy2(src, out)
-    return dst
 
 def build_wheel(tmp: Path) -> Path:
     "Build the wheel from a clean copy of the working tree; returns its path."
