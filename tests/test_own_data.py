@@ -118,7 +118,7 @@ def test_plan_says_when_a_run_keeps_the_demos_settings(tmp_path):
     p = _plan(_config(tmp_path))
     assert 'mix: 5 rows' in p and 'mix: 56 rows' not in p, p
     w = next(l for l in p.splitlines() if 'settings sized for the demo' in l)
-    for s in ('sources.total 56 (a real run: 100000)', 'train.num_hidden_layers 1 (a real run: 5)', 'train.max_minutes 1.0',
+    for s in ('sources.total 56 (a real run: 100000)', 'train.num_hidden_layers 1 (a real run: 5)', 'train.max_minutes 3.0',
               'train.num_anchors 16', 'dflash-nb new'):
         assert s in w, (s, w)
     p = _plan(_config(tmp_path), 'convert.repairs=[move_system_first]')
