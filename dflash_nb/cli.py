@@ -12,11 +12,12 @@ import yaml
 
 from .core import PKG_DIR, ConfigError, load_config, quarantine_line, read_manifest
 from .pipeline import ChainError, chain_status, check_config, discover_stages, run_chain
+from .params import resolve_params
 
 # %% auto #0
-__all__ = ['CONFIGS_DIR', 'REAL_RUN_VALUES', 'RUN_ONLY', 'COMMAND_MODULES', 'shipped_configs', 'find_config', 'HelpFormatter',
-           'add_config_args', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'real_run_values', 'new_config',
-           'cmd_new', 'add_builtin_commands', 'declared_commands', 'add_module_commands', 'build_parser', 'main']
+__all__ = ['CONFIGS_DIR', 'RUN_ONLY', 'COMMAND_MODULES', 'shipped_configs', 'find_config', 'HelpFormatter', 'add_config_args',
+           'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'demo_values', 'new_config', 'cmd_new',
+           'add_builtin_commands', 'declared_commands', 'add_module_commands', 'build_parser', 'main']
 
 # %% ../nbs/03_cli.ipynb #630bc18a
 CONFIGS_DIR = PKG_DIR / 'configs'   # the run configs shipped with the package
@@ -103,11 +104,13 @@ def cmd_docs(a: argparse.Namespace,  # `out`, `run`, `only`
     return 0
 
 # %% ../nbs/03_cli.ipynb #e636b964
-REAL_RUN_VALUES = CONFIGS_DIR / 'real_run_values.yml'   # the settings where a real run differs from the demo
+RUN_ONLY = ('target', 'seed', 'device', 'repairs')   # given once, in the `run` section
 
-def real_run_values() -> dict:
-    "{section: {key: value}}: a real run's value of each setting whose declared default is sized for the demo."
-    return yaml.safe_load(REAL_RUN_VALUES.read_text(encoding='utf-8'))
+def demo_values(stages=None) -> dict:
+    "{section: {key: value}}: the demo config's value of each stage setting it sets apart from the declared default."
+    stages, cfg = stages or discover_stages(), load_config()
+    vals = {st.short: {k: v for k, v in resolve_params(st, cfg).items() if k not in RUN_ONLY and v != st.defaults[k]} for st in stages}
+    return {k: v for k, v in vals.items() if v}
 
 def _flow(v) -> str:
     "`v` as one line of YAML (flow style)."
@@ -124,18 +127,15 @@ def _summary(nb_path) -> str:
     return ''
 
 # %% ../nbs/03_cli.ipynb #6521a66b
-RUN_ONLY = ('target', 'seed', 'device', 'repairs')   # given once, in the `run` section
-
-def _section(st, values: dict, real: dict, notes: dict | None = None, skip=RUN_ONLY) -> list[str]:
+def _section(st, values: dict, demo: dict, notes: dict | None = None, skip=RUN_ONLY) -> list[str]:
     """The lines of stage `st`'s section: each declared parameter (but `skip`) with its help; `values` (said in
-    `notes`) over `real` (a real run's, said with the demo's) over the declared defaults."""
+    `notes`) over the declared defaults (a real run's; said with the demo's value where `demo` has one)."""
     notes, first = notes or {}, _summary(st.path).split('. ')[0].rstrip('.')
     out = [f'{st.short}:{"":<{max(1, 22 - len(st.short))}}# {st.name}: {first}']
     for k, p in st.params.items():
         if k == 'run_dir' or k in skip: continue
         if k in values: v, note = values[k], notes.get(k, '')
-        elif k in real: v, note = real[k], f'a real run (the demo: {_flow(p.default)}): '
-        else: v, note = p.default, ''
+        else: v, note = p.default, f'a real run (the demo: {_flow(demo[k])}): ' if k in demo else ''
         out.append(f'  {k}: {_flow(v)}  # {note}{p.help}')
     return out
 
@@ -159,10 +159,10 @@ def new_config(file,                 # your data file (any layout `dflash-nb sou
     stages = stages or discover_stages()
     name = name or re.sub(r'[^A-Za-z0-9_-]+', '_', Path(file).name.split('.')[0]) or 'mine'
     spec, found, n = _file_source(file, name)
-    real = real_run_values()
+    demo = demo_values(stages)
     lines = [f'# Run config for {Path(file).name} on {target}, written by `dflash-nb new`. Every key is a stage parameter',
              '# (`dflash-nb params STAGE`); "a real run" marks a value that differs from the demo\'s CPU-sized default',
-             f'# (dflash_nb/configs/real_run_values.yml). Check it: `dflash-nb plan FILE`; run it: `dflash-nb run FILE`.', '',
+             f'# (the declared defaults; the demo config has the others). Check it: `dflash-nb plan FILE`; run it: `dflash-nb run FILE`.', '',
              'run:                     # the run: its folder runs/NAME, the target, and the keys every stage shares',
              f'  name: {_flow(name)}', f'  target: {_flow(target)}', '  seed: 0', '  device: auto           # cuda > mps > cpu',
              '  repairs: []            # meaning-changing repairs opted in for every stage that validates rows: '
@@ -172,7 +172,7 @@ def new_config(file,                 # your data file (any layout `dflash-nb sou
             'total': f'all {n} records of your file: ', 'survey': "your file only (the demo surveys the registry): "}
     for st in stages:
         mine_ = (mine, said) if st.short == 'sources' else ({}, {})
-        lines += _section(st, mine_[0], real.get(st.short, {}), mine_[1]) + ['']
+        lines += _section(st, mine_[0], demo.get(st.short, {}), mine_[1]) + ['']
     text = '\n'.join(lines)
     check_config(yaml.safe_load(text), stages)   # what `new` writes is a valid config, or a bug here
     return text

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from fastcore.basics import patch
 
+from .params import add_declared_options
 from .core import (Quarantine, check_target_layer_ids, expand_path, file_hash, fixtures_dir,
                             get_device, iter_jsonl, obj_hash, progress, prompt_set_name, read_json,
                             read_prompt_file, seed_everything, write_json, write_text)
@@ -21,16 +22,16 @@ from .targets import decoder_layers, load_target, resolve_target, target_fingerp
 # %% auto #0
 __all__ = ['MT_BENCH_HUB', 'HUMANEVAL_HUB', 'HUMANEVAL_INSTRUCTION', 'PROMPT_SET_FILES', 'PROMPT_SETS', 'MIN_TIMED_PROMPTS',
            'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'CONTROL_WORDS', 'NEAR_ONE', 'USEFUL_RUN',
-           'VARIANTS', 'CONTROLS', 'WARMUP', 'gumbel_noise', 'Sampler', 'TargetSession', 'DFlashDraftSession',
-           'ZeroedFeatures', 'LateFeatures', 'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate',
-           'speculative_generate', 'build_tree', 'tree_mask', 'LosslessError', 'first_difference', 'check_lossless',
-           'items_from_records', 'load_prompt_file', 'load_prompt_set', 'held_out_prompts', 'trained_row_ids',
-           'render_prompt', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated',
-           'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend', 'results_table', 'set_verdict',
-           'lossless_verdict', 'drafter_facts', 'drafter_line', 'training_line', 'advice_line', 'caveats', 'verdict',
-           'report_md', 'recorded_target', 'drafter_target', 'check_drafter_fits', 'open_drafter', 'load_pair',
-           'check_variants', 'build_variants', 'load_controls', 'gather_prompt_sets', 'RecordLog', 'run_sets',
-           'default_out_dir', 'write_outputs', 'evaluate_drafter', 'register_cli']
+           'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'gumbel_noise', 'Sampler', 'TargetSession',
+           'DFlashDraftSession', 'ZeroedFeatures', 'LateFeatures', 'ScriptedDrafter', 'PromptLookupDrafter',
+           'Generation', 'plain_generate', 'speculative_generate', 'build_tree', 'tree_mask', 'LosslessError',
+           'first_difference', 'check_lossless', 'items_from_records', 'load_prompt_file', 'load_prompt_set',
+           'held_out_prompts', 'trained_row_ids', 'render_prompt', 'timing_stats', 'timing_verdict', 'summarize',
+           'variant_runs', 'rotated', 'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend',
+           'results_table', 'set_verdict', 'lossless_verdict', 'drafter_facts', 'drafter_line', 'training_line',
+           'advice_line', 'caveats', 'verdict', 'report_md', 'recorded_target', 'drafter_target', 'check_drafter_fits',
+           'open_drafter', 'load_pair', 'check_variants', 'build_variants', 'load_controls', 'gather_prompt_sets',
+           'RecordLog', 'run_sets', 'default_out_dir', 'write_outputs', 'evaluate_drafter', 'register_cli']
 
 # %% ../nbs/90_evaluate.ipynb #64251329
 def _mix(seed: int, position: int) -> int:
@@ -1329,18 +1330,20 @@ def _cli_run(a) -> int:
     "`dflash-nb evaluate`: print the report (the verdict last); a lossless failure: one `error:` line, exit status 1."
 
     try:
-        variants = [v.strip() for v in a.variants.split(',') if v.strip()]
         ev = evaluate_drafter(a.drafter_dir, a.target, a.prompts, a.out, a.max_new_tokens, a.max_prompts,
-                              a.temperature, a.block_size, variants, a.seed, a.device,
+                              a.temperature, a.block_size, a.variants, a.seed, a.device,
                               max_prompt_tokens=a.max_prompt_tokens, lossless=a.lossless,
                               mt_bench_turns=a.mt_bench_turns, control_drafters=dict(a.control),
-                              control_prompts=a.control_prompts, resume=a.resume, cpu_threads=a.threads, log=None)
+                              control_prompts=a.control_prompts, resume=a.resume, cpu_threads=a.cpu_threads, log=None)
     except LosslessError as e: print(f'error: {e}', file=sys.stderr); return 1
     out = Path(ev['out_dir'])
     print(f"wrote {out / 'eval.json'} and {out / 'report.md'}:\n"); print(report_md(ev))
     return 0
 
 # %% ../nbs/90_evaluate.ipynb #dbdcc405
+DECLARED_OPTIONS = ('max_new_tokens', 'max_prompts', 'temperature', 'variants', 'control_prompts', 'device', 'cpu_threads',
+                    'seed', 'max_prompt_tokens', 'mt_bench_turns', 'lossless')
+
 def register_cli(sub):
     "Add `dflash-nb evaluate DRAFTER_DIR [--target SPEC] [--prompts FILE]...` to the CLI."
     p = sub.add_parser('evaluate', help='speculative decoding with a DFlash drafter folder against its target: '
@@ -1350,21 +1353,10 @@ def register_cli(sub):
     p.add_argument('--prompts', action='append', default=[], metavar='FILE',
                    help='JSONL prompt file (canonical rows, {"prompt"} lines, MT-Bench, HumanEval; .gz too), '
                         'one set per file; repeatable; without it the MT-Bench and HumanEval fixtures')
-    p.add_argument('--max-new-tokens', type=int, default=64, help='tokens per answer (2048 in the paper)')
-    p.add_argument('--max-prompts', type=int, default=None, help='prompts per set, evenly spaced; all if omitted')
-    p.add_argument('--temperature', type=float, default=0.0, help='0: greedy; above: keyed Gumbel sampling')
     p.add_argument('--block-size', type=int, default=None, help="verify only the first B-1 drafts of each block")
-    p.add_argument('--variants', default='trained,prompt_lookup', help='comma-separated: ' + ', '.join(VARIANTS))
+    add_declared_options(p, '90_evaluate', DECLARED_OPTIONS, flags={'cpu_threads': ['--threads']})
     p.add_argument('--control', action='append', default=[], type=_name_dir, metavar='NAME=DIR',
                    help='a drafter trained elsewhere, evaluated as the variant NAME; repeatable')
-    p.add_argument('--control-prompts', type=int, default=None, help='the controls on the first N prompts per set')
-    p.add_argument('--device', default='auto', help='auto | cpu | cuda | cuda:N | mps')
-    p.add_argument('--threads', type=int, default=None, help="torch threads on a CPU; 1 is far faster on a busy one")
-    p.add_argument('--seed', type=int, default=0, help="the sampler's seed and the untrained drafter's")
-    p.add_argument('--max-prompt-tokens', type=int, default=4096, help='longer prompts are quarantined')
-    p.add_argument('--mt-bench-turns', type=int, default=1, help='MT-Bench turns to ask (2: the full protocol)')
-    p.add_argument('--lossless', default='enforce', choices=['enforce', 'report'],
-                   help='enforce: fail at T=0 when an output differs from plain decoding')
     p.add_argument('--resume', action='store_true', help='reuse the records of an interrupted, identical run')
     p.add_argument('--out', default=None, help='output folder: eval.json, records.jsonl, report.md, a plot '
                                                '(default: DRAFTER_DIR_eval beside the drafter folder)')

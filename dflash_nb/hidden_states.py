@@ -11,15 +11,16 @@ from typing import Iterator
 from .core import (Quarantine, atomic_write, check_target_layer_ids, default_target_layer_ids, obj_hash,
                             read_json, to_aux_layer_ids, write_json)
 from .core import progress as progress_bar
+from .params import add_declared_options
 from .targets import decoder_layers, text_config
 from .features import FeatureStore, target_outputs
 
 # %% auto #0
-__all__ = ['log', 'STORAGE_DTYPES', 'PLAN_VERSION', 'resolve_layer_ids', 'InsufficientDiskError', 'bytes_per_token',
-           'storage_estimate', 'check_disk', 'plan_shards', 'make_batches', 'batch_checks', 'sample_problems',
-           'row_problems', 'dataset_fingerprint', 'make_plan', 'shard_complete', 'prepare_out_dir', 'label_checks',
-           'collate', 'extract_dataset', 'merge_index', 'init_distributed', 'extract_to_disk', 'plot_layer_norms',
-           'register_cli', 'synthetic_dataset']
+__all__ = ['log', 'STORAGE_DTYPES', 'PLAN_VERSION', 'DECLARED_OPTIONS', 'resolve_layer_ids', 'InsufficientDiskError',
+           'bytes_per_token', 'storage_estimate', 'check_disk', 'plan_shards', 'make_batches', 'batch_checks',
+           'sample_problems', 'row_problems', 'dataset_fingerprint', 'make_plan', 'shard_complete', 'prepare_out_dir',
+           'label_checks', 'collate', 'extract_dataset', 'merge_index', 'init_distributed', 'extract_to_disk',
+           'plot_layer_norms', 'register_cli', 'synthetic_dataset']
 
 # %% ../nbs/60_hidden_states.ipynb #677ac590
 log = logging.getLogger('dflash_nb')
@@ -505,6 +506,9 @@ def plot_layer_norms(stats: dict, path=None):
     return fig
 
 # %% ../nbs/60_hidden_states.ipynb #f717b776
+DECLARED_OPTIONS = ('num_features', 'include_last', 'storage_dtype', 'device', 'dtype', 'max_batch_tokens', 'max_batch_size',
+                    'shard_mb', 'max_samples', 'label_topk')
+
 def register_cli(sub):
     "Add `dflash-nb hidden-states extract|info`."
     p = sub.add_parser('hidden-states', help='extract and inspect target features')
@@ -514,12 +518,7 @@ def register_cli(sub):
     e.add_argument('--target', required=True); e.add_argument('--out', required=True)
     e.add_argument('--layer-ids', default=None, help='comma-separated DFlash ids (default: the DFlash rule)')
     e.add_argument('--aux-layer-ids', default=None, help='comma-separated vLLM/speculators aux ids (= DFlash id + 1)')
-    e.add_argument('--num-features', type=int, default=5); e.add_argument('--include-last', action='store_true')
-    e.add_argument('--storage-dtype', default='bfloat16', choices=STORAGE_DTYPES)
-    e.add_argument('--device', default='auto'); e.add_argument('--dtype', default='auto')
-    e.add_argument('--max-batch-tokens', type=int, default=16384); e.add_argument('--max-batch-size', type=int, default=64)
-    e.add_argument('--shard-mb', type=float, default=1024); e.add_argument('--max-samples', type=int, default=None)
-    e.add_argument('--label-topk', type=int, default=0, help="the target's top-k labels per position (0: none)")
+    add_declared_options(e, '60_hidden_states', DECLARED_OPTIONS)
     def run(a):
         from dflash_nb.core import from_aux_layer_ids
         ids = [int(x) for x in a.layer_ids.split(',')] if a.layer_ids else None

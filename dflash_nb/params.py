@@ -4,18 +4,20 @@
 
 # %% ../nbs/06_params.ipynb #1f1a503d
 from __future__ import annotations
-import ast, io, os, re, tokenize
-from dataclasses import dataclass, field, replace
+import argparse, ast, copy, functools, io, os, re, tokenize
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+import yaml
 from fastcore.basics import patch
 
 from .core import DEVICE_RE, DEVICE_WORDS, ConfigError, STAGE_LOG_ENV, STAGE_NAME_RE, expand_path, nbs_dir
 
 # %% auto #0
 __all__ = ['TYPES', 'GLOBAL_PARAMS', 'Param', 'parse_type', 'parse_comment', 'parse_declarations', 'check_path', 'StageSpec',
-           'parameters_source', 'discover_stages', 'find_stage', 'resolve_params', 'check_stage_params', 'stage_params',
-           'open_stage', 'param_rows', 'params_markdown', 'cmd_params', 'register_cli']
+           'parameters_source', 'discover_stages', 'find_stage', 'declaration', 'declared', 'check_fields',
+           'resolve_params', 'check_stage_params', 'stage_params', 'param_rows', 'params_markdown', 'cmd_params',
+           'register_cli', 'add_declared_options']
 
 # %% ../nbs/06_params.ipynb #efa3d4ff
 TYPES = ('int', 'float', 'bool', 'str', 'list', 'dict', 'path', 'dir', 'device', 'any')
@@ -196,6 +198,27 @@ def find_stage(name: str, stages=None) -> StageSpec:
         if name in (s.name, s.short): return s
     raise ConfigError(f'no stage {name!r}; stages are: {", ".join(s.name for s in stages)}')
 
+# %% ../nbs/06_params.ipynb #214df0bc
+@functools.cache
+def _declared(stage: str, nbs: str) -> StageSpec: return find_stage(stage, discover_stages(nbs))
+
+def declaration(stage: str) -> StageSpec:
+    "Stage `stage`'s declarations, read once per notebooks folder (on first use: importing a module reads nothing)."
+    return _declared(stage, str(nbs_dir()))
+
+def declared(stage: str, name: str):
+    "A dataclass field whose default is stage `stage`'s declared default of `name`, read when an instance is made."
+    return field(default_factory=lambda: copy.deepcopy(declaration(stage).params[name].default),
+                 metadata={'stage': stage, 'param': name})
+
+# %% ../nbs/06_params.ipynb #544db96d
+def check_fields(obj) -> None:
+    "Check (and normalize) each `declared` field of dataclass `obj` with its declaration's check; ConfigError names it."
+    for f in fields(obj):
+        if 'param' not in f.metadata: continue
+        st = declaration(f.metadata['stage'])
+        setattr(obj, f.name, st.params[f.metadata['param']].check(getattr(obj, f.name), f"{st.short}.{f.metadata['param']}"))
+
 # %% ../nbs/06_params.ipynb #02a86ca4
 GLOBAL_PARAMS = ('target', 'seed', 'device', 'dtype', 'repairs')   # run-section keys injected into every stage that declares them
 
@@ -226,27 +249,6 @@ def stage_params(name: str, cfg: dict | None = None, cwd=None, stages=None) -> d
     st = find_stage(name, stages)
     return check_stage_params(st, resolve_params(st, cfg or {}), cfg, cwd)
 
-# %% ../nbs/06_params.ipynb #c3f8df35
-def open_stage(name: str, ns: dict, stages=None):
-    "Check a stage notebook's parameter values (its globals `ns`, updated with the checked values) and open its Stage."
-    from dflash_nb.core import Stage
-    st = find_stage(name, stages)
-    by_hand = ns.get('run_dir') is not None and not os.environ.get(STAGE_LOG_ENV)   # the chain sets it
-    if by_hand:   # into a run folder by hand: its config.yaml gives every value left at the notebook's default
-        from dflash_nb.pipeline import run_config_params
-        for k, v in run_config_params(ns['run_dir'], st.name, stages).items():
-            if k in ns and ns[k] == st.params[k].default: ns[k] = v
-    params = check_stage_params(st, {k: ns[k] for k in st.params if k != 'run_dir'})
-    ns.update(params)
-    if ns.get('run_dir') is None:
-        from dflash_nb.pipeline import prepare_upstream   # a notebook run alone: earlier stages into a scratch run
-        ns['run_dir'] = prepare_upstream(st.name)
-    stage = Stage(ns['run_dir'], st.name, params=params)
-    if by_hand:
-        from dflash_nb.pipeline import begin_hand_run
-        begin_hand_run(st, stage)
-    return stage
-
 # %% ../nbs/06_params.ipynb #17bf47f8
 def param_rows(stage: StageSpec) -> list[tuple[str, str, str, str]]:
     "`(name, type, default, allowed + help)` for each parameter of `stage` except `run_dir`."
@@ -273,3 +275,32 @@ def register_cli(sub):
     p = sub.add_parser('params', help='the declared parameters of each stage: type, default, allowed values, meaning')
     p.add_argument('stage', nargs='?', help='a stage (e.g. train or 80_train); all stages when omitted')
     p.set_defaults(func=cmd_params)
+
+# %% ../nbs/06_params.ipynb #5b210807
+def _cli_type(p: Param, flag: str):
+    "argparse `type=`: a command-line string read as YAML (a string stays a string), then checked like a config value."
+    def parse(s: str):
+        text = p.type in ('str', 'path', 'dir', 'device') and s.lower() not in ('null', 'none')
+        v = s if text else (None if s.lower() == 'none' else yaml.safe_load(s))
+        try: return p.check(v, flag)
+        except ConfigError as e: raise argparse.ArgumentTypeError(str(e).split(': ', 1)[1]) from None
+    return parse
+
+class _ListOption(argparse.Action):
+    "A list option: items space- or comma-separated (`--variants trained untrained`, `--variants trained,untrained`)."
+    def __call__(self, parser, ns, values, option_string=None):
+        items = [x for v in values for x in str(v).split(',') if x]
+        try: setattr(ns, self.dest, self.const.check(items, option_string))
+        except ConfigError as e: raise argparse.ArgumentError(self, str(e).split(': ', 1)[1]) from None
+
+# %% ../nbs/06_params.ipynb #abc0df0e
+def add_declared_options(parser, stage: str, names, flags: dict | None = None) -> None:
+    "Add `--name` options to `parser` for the declared parameters `names` of `stage` (`flags`: other spellings, by name)."
+    for n in names:
+        p = declaration(stage).params[n]
+        opts = [f"--{n.replace('_', '-')}", *(flags or {}).get(n, ())]
+        kw = dict(dest=n, default=copy.deepcopy(p.default), help=f'{p.help} ({p.allowed}; default: {p.default!r})'.replace('%', '%%'))
+        if p.type == 'list': kw.update(nargs='*', action=_ListOption, const=p, metavar='ITEM')
+        elif p.type == 'bool': kw.update(nargs='?', const=True, type=_cli_type(p, opts[0]), metavar='BOOL')
+        else: kw.update(type=_cli_type(p, opts[0]), metavar=p.type.upper())
+        parser.add_argument(*opts, **kw)

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from fastcore.basics import patch
 
-from .core import (ConfigError, STAGE_LOG_ENV, atomic_write, expand_path, file_hash, load_config, nbs_dir, read_manifest,
+from .core import (ConfigError, STAGE_LOG_ENV, Stage, atomic_write, expand_path, file_hash, load_config, nbs_dir, read_manifest,
                             repo_root, setup_logging, write_json, write_text)
 from .params import (GLOBAL_PARAMS, StageSpec, check_stage_params, discover_stages, find_stage,
                               resolve_params)
@@ -20,7 +20,7 @@ from .params import (GLOBAL_PARAMS, StageSpec, check_stage_params, discover_stag
 __all__ = ['NON_STAGE_SECTIONS', 'SKIP_TAG', 'check_config', 'stage_status', 'chain_status', 'stage_view', 'record_header',
            'run_config_params', 'adopt_params', 'begin_hand_run', 'finish_hand_run', 'ipc_kernel_manager', 'LogTail',
            'ChainError', 'execute_stage', 'select_stages', 'run_chain', 'smoke_run_dir', 'prepare_upstream',
-           'make_stage_notebook']
+           'open_stage', 'make_stage_notebook']
 
 # %% ../nbs/02_pipeline.ipynb #78d18dc8
 NON_STAGE_SECTIONS = ('run', 'plan')   # `plan`: assumptions for `dflash-nb plan` (see 95_plan)
@@ -362,6 +362,25 @@ def prepare_upstream(stage: str, run_dir=None, config=None, overrides=(), progre
     run_chain(config, overrides, run_dir=run_dir, until=stage, progress=progress, record=False,
               echo=lambda m: print('[upstream]', m))
     return run_dir
+
+# %% ../nbs/02_pipeline.ipynb #cb89d1ce
+def _overlay(ns: dict, st: StageSpec, values: dict):
+    "Give `ns` each value of `values` whose key the notebook left at its declared default."
+    for k, v in values.items():
+        if k in ns and ns[k] == st.params[k].default: ns[k] = v
+
+def open_stage(name: str, ns: dict, stages=None) -> Stage:
+    "Check a stage notebook's parameter values (its globals `ns`, updated with the checked values) and open its Stage."
+    st = find_stage(name, stages)
+    scratch, by_hand = ns.get('run_dir') is None, ns.get('run_dir') is not None and not os.environ.get(STAGE_LOG_ENV)
+    if scratch: _overlay(ns, st, resolve_params(st, load_config()))   # alone: the demo's values, like its upstream
+    if by_hand: _overlay(ns, st, run_config_params(ns['run_dir'], st.name, stages))   # its run folder's config.yaml
+    params = check_stage_params(st, {k: ns[k] for k in st.params if k != 'run_dir'})
+    ns.update(params)
+    if scratch: ns['run_dir'] = prepare_upstream(st.name)
+    stage = Stage(ns['run_dir'], st.name, params=params)
+    if by_hand: begin_hand_run(st, stage)
+    return stage
 
 # %% ../nbs/02_pipeline.ipynb #2937551d
 def make_stage_notebook(path, params: dict, body: str, tutorial: str | None = None) -> Path:

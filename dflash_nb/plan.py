@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .core import (ConfigError, check_target_layer_ids, default_target_layer_ids, expand_path,
                             load_config, read_json, write_json)
-from .cli import CONFIGS_DIR, add_config_args, find_config, real_run_values
+from .cli import CONFIGS_DIR, add_config_args, find_config, demo_values
 from .core import Quarantine
 from .pipeline import check_config, discover_stages
 from .schema import DEFAULT_REPAIRS
@@ -474,11 +474,11 @@ def fmt_bytes(n: float,  # bytes
 # %% ../nbs/95_plan.ipynb #07b78d6f
 def demo_settings(cfg: dict,  # a complete run config
                  ) -> list[str]:  # one warning, or none
-    "The settings a run that is not the demo keeps at the demo's CPU-sized value, with a real run's."
+    "The settings a run that is not the demo keeps at the demo's CPU-sized value, with a real run's (the declared one)."
     if cfg['run'].get('name') == 'demo': return []
-    defaults = {st.short: st.defaults for st in discover_stages()}
-    kept = [f'{sec}.{k} {cfg[sec][k]!r} (a real run: {v!r})' for sec, kv in real_run_values().items() for k, v in kv.items()
-            if k in (cfg.get(sec) or {}) and cfg[sec][k] == defaults.get(sec, {}).get(k, object()) and cfg[sec][k] != v]
+    declared = {st.short: st.defaults for st in discover_stages()}
+    kept = [f'{sec}.{k} {v!r} (a real run: {declared[sec][k]!r})' for sec, kv in demo_values().items() for k, v in kv.items()
+            if k in (cfg.get(sec) or {}) and cfg[sec][k] == v]
     return [f"settings sized for the demo (a CPU in minutes): {', '.join(kept)}; `dflash-nb new FILE --target TARGET` "
             "writes a config with a real run's values"] if kept else []
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from fastcore.basics import patch
+from .params import add_declared_options, check_fields, declared
 from .schema import validate_row
 from .targets import load_target, text_config
 from .core import (Stage, atomic_write, file_hash, iter_jsonl, read_json, setup_logging,
@@ -21,9 +22,9 @@ from .core import (Stage, atomic_write, file_hash, iter_jsonl, read_json, setup_
 _log = logging.getLogger('dflash_nb.regenerate')
 
 # %% auto #0
-__all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'GenConfig', 'GenRequest', 'GenResult',
-           'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected', 'RowJob', 'left_pad', 'slab_cache',
-           'decoder_supported', 'greedy_decode', 'batch_cost', 'length_buckets', 'HFBackend', 'api_base',
+__all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'DECLARED_OPTIONS', 'GenConfig', 'GenRequest',
+           'GenResult', 'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected', 'RowJob', 'left_pad',
+           'slab_cache', 'decoder_supported', 'greedy_decode', 'batch_cost', 'length_buckets', 'HFBackend', 'api_base',
            'endpoint_list', 'HTTPError', 'http_json', 'Server', 'ServerPool', 'HTTPBackend', 'read_response',
            'regenerate_chunk', 'regenerate_file', 'assistant_token_counts', 'token_stats', 'length_histogram',
            'make_backend', 'register_cli']
@@ -31,23 +32,18 @@ __all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'GenC
 # %% ../nbs/40_regenerate.ipynb #ef3f0f79
 @dataclass
 class GenConfig:
-    "Generation settings shared by every backend."
-    max_new_tokens: int = 256                  # the longest turn, in tokens
-    temperature: float = 0.0                   # 0 = greedy
-    top_p: float = 1.0                         # nucleus sampling (temperature > 0)
-    stop: list = field(default_factory=list)   # extra stop strings
-    enable_thinking: bool | None = None        # None: the chat template's default
-    reasoning: str = 'save'                    # save | drop
-    seed: int = 0                              # sampling seed
+    "Generation settings shared by every backend (defaults and checks: the stage's declarations)."
+    max_new_tokens: int = declared('40_regenerate', 'max_new_tokens')   # the longest turn, in tokens
+    temperature: float = declared('40_regenerate', 'temperature')       # 0 = greedy
+    top_p: float = declared('40_regenerate', 'top_p')                   # nucleus sampling (temperature > 0)
+    stop: list = declared('40_regenerate', 'stop')                      # extra stop strings
+    enable_thinking: bool | None = declared('40_regenerate', 'enable_thinking')   # None: the chat template's default
+    reasoning: str = declared('40_regenerate', 'reasoning')             # save | drop
+    seed: int = declared('40_regenerate', 'seed')                       # sampling seed
 
     def __post_init__(self):
-        if int(self.max_new_tokens) < 1:
-            raise ValueError(f'max_new_tokens must be >= 1, got {self.max_new_tokens}')
-        if float(self.temperature) < 0: raise ValueError(f'temperature must be >= 0, got {self.temperature}')
-        if not 0 < float(self.top_p) <= 1: raise ValueError(f'top_p must be in (0, 1], got {self.top_p}')
-        if self.reasoning not in ('save', 'drop'):
-            raise ValueError(f"reasoning must be 'save' or 'drop', got {self.reasoning!r}")
         self.stop = [str(s) for s in ([self.stop] if isinstance(self.stop, str) else self.stop or []) if s]
+        check_fields(self)
 
     @property
     def greedy(self) -> bool: return float(self.temperature) == 0.0
@@ -1027,6 +1023,10 @@ def _bool(s):
     if s in ('0', 'false', 'no', 'off'): return False
     raise ValueError(f'expected true, false or none, got {s!r}')
 
+DECLARED_OPTIONS = ('served_model', 'mode', 'select', 'tool_turns', 'max_new_tokens', 'temperature', 'top_p', 'stop',
+                    'enable_thinking', 'reasoning', 'keep_truncated', 'batch_size', 'max_batch_tokens', 'concurrency',
+                    'timeout_s', 'max_retries', 'chunk_size', 'limit', 'device', 'dtype', 'threads', 'workers', 'seed')
+
 def _cli_options(p):
     p.add_argument('--input', required=True, help='canonical conversations JSONL')
     p.add_argument('--output', required=True, help='regenerated rows JSONL (resumes when rerun after a kill)')
@@ -1034,29 +1034,8 @@ def _cli_options(p):
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument('--model', help='target spec for in-process generation (smollm2, a folder, a hub id)')
     g.add_argument('--endpoint', nargs='+', help='OpenAI-compatible server(s): http://host:port[/v1] ...')
-    p.add_argument('--served-model', default=None, help='model name sent (default: what /v1/models lists)')
-    p.add_argument('--mode', choices=MODES, default='final', help='final: the last turn; all: each turn, in order')
-    p.add_argument('--select', choices=SELECTS, default='all', help='rows to regenerate (the others pass)')
-    p.add_argument('--tool-turns', choices=TOOL_TURNS, default='keep', help='turns whose tool calls have results')
-    p.add_argument('--max-new-tokens', type=int, default=256, help='the longest turn')
-    p.add_argument('--temperature', type=float, default=0.0, help='0: greedy')
-    p.add_argument('--top-p', type=float, default=1.0, help='nucleus sampling (temperature > 0)')
-    p.add_argument('--stop', action='append', default=[], help='extra stop string (repeatable)')
-    p.add_argument('--enable-thinking', type=_bool, default=None, help='true | false | none (template default)')
-    p.add_argument('--reasoning', choices=('save', 'drop'), default='save', help='keep reasoning_content or not')
-    p.add_argument('--drop-truncated', action='store_true', help='rows that hit max-new-tokens go to the failures')
-    p.add_argument('--batch-size', type=int, default=16, help='in-process: most rows per batch')
-    p.add_argument('--max-batch-tokens', type=int, default=None, help='in-process: most cache positions per batch')
-    p.add_argument('--concurrency', type=int, default=8, help='servers: requests in flight per server')
-    p.add_argument('--timeout', type=float, default=300, help='servers: seconds per request')
-    p.add_argument('--max-retries', type=int, default=3, help='servers: attempts after the first (another server)')
-    p.add_argument('--chunk-size', type=int, default=64, help='rows per resumable part')
-    p.add_argument('--limit', type=int, default=None, help='only the first N rows')
-    p.add_argument('--device', default='cpu', help='in-process: cpu, cuda, cuda:N, mps')
-    p.add_argument('--dtype', default=None, help='in-process: float32, bfloat16, float16')
-    p.add_argument('--threads', type=int, default=None, help='in-process: torch CPU threads')
-    p.add_argument('--workers', type=int, default=1, help='in-process: processes, one model each')
-    p.add_argument('--seed', type=int, default=0, help='sampling seed')
+    add_declared_options(p, '40_regenerate', DECLARED_OPTIONS, flags={'timeout_s': ['--timeout']})
+    p.add_argument('--drop-truncated', dest='keep_truncated', action='store_false', help='= --keep-truncated false')
     p.add_argument('--quiet', action='store_true', help='no progress bar')
 
 # %% ../nbs/40_regenerate.ipynb #df082750
@@ -1067,9 +1046,9 @@ def _cli_run(a) -> int:
     be = make_backend('http' if a.endpoint else 'hf', model=a.model, endpoint=a.endpoint,
                       served_model=a.served_model, device=a.device, dtype=a.dtype, batch_size=a.batch_size,
                       max_batch_tokens=a.max_batch_tokens, threads=a.threads, concurrency=a.concurrency,
-                      timeout_s=a.timeout, max_retries=a.max_retries)
+                      timeout_s=a.timeout_s, max_retries=a.max_retries)
     s = regenerate_file(a.input, a.output, be, gen, failures_path=a.failures, mode=a.mode, select=a.select,
-                        tool_turns=a.tool_turns, keep_truncated=not a.drop_truncated, chunk_size=a.chunk_size,
+                        tool_turns=a.tool_turns, keep_truncated=a.keep_truncated, chunk_size=a.chunk_size,
                         limit=a.limit, progress=not a.quiet, workers=a.workers)
     print(json.dumps(s, indent=2))
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib, json, os, shutil, subprocess, sys, time, zipfile
 from pathlib import Path
 
+from .params import add_declared_options
 from .core import expand_path, obj_hash, atomic_dir, cache_dir, get_device, read_json, write_json, Stage, seed_everything, setup_logging
 
 # %% auto #0
@@ -290,7 +291,7 @@ def register_cli(sub):
     tsub = p.add_subparsers(dest='targets_cmd', required=True)
     pr = tsub.add_parser('prepare', help='build/convert a target into the cache and describe it')
     pr.add_argument('spec', help='smollm2, tiny-qwen3, tiny-qwen3_5, a folder or a hub id')
-    pr.add_argument('--device', default='cpu', help='where the tiny models are built and checked (cpu, cuda, cuda:N, mps)')
+    add_declared_options(pr, '01_targets', ['device'])   # where the tiny models are built and checked
     def run(a):
         print(json.dumps(describe_target(a.spec, device=a.device), indent=2, default=str)); return 0
     pr.set_defaults(func=run)

@@ -11,34 +11,34 @@ from typing import Iterator
 
 from .core import Quarantine, atomic_dir, atomic_write, file_hash, iter_jsonl, obj_hash, read_json, write_json
 from .schema import validate_row
+from .params import add_declared_options, check_fields, declared
 from .masks import LOSS_REASONS, as_renderer, assistant_masks, split_reason, turn_samples
 
 # %% auto #0
-__all__ = ['CLI_DEFAULTS', 'TokenizeOptions', 'encode_rows', 'count_tokens', 'freq_dict', 'save_token_freq', 'load_token_freq',
-           'build_vocab_mapping', 'tokenizer_key', 'encode_file', 'EmptyDatasetError', 'assemble', 'target_vocab_size',
-           'tokenize_conversations', 'plot_lengths', 'show_rows', 'InputError', 'check_input', 'register_cli']
+__all__ = ['DECLARED_OPTIONS', 'TokenizeOptions', 'encode_rows', 'count_tokens', 'freq_dict', 'save_token_freq',
+           'load_token_freq', 'build_vocab_mapping', 'tokenizer_key', 'encode_file', 'EmptyDatasetError', 'assemble',
+           'target_vocab_size', 'tokenize_conversations', 'plot_lengths', 'show_rows', 'InputError', 'check_input',
+           'register_cli']
 
 # %% ../nbs/50_tokenization.ipynb #1d0ae573
+_T = '50_tokenization'
+
 @dataclass
 class TokenizeOptions:
-    "Everything that decides the content of the tokenized dataset (hashed to validate resumed work)."
-    max_seq_len: int = 2048              # 0 = no limit
-    truncation: str = 'truncate'         # 'truncate' (cut to max_seq_len, counted) or 'drop' (quarantine the row)
-    min_supervised_tokens: int = 1       # rows with fewer supervised tokens (after truncation) are dropped
-    rows: str = 'auto'                   # 'auto' (one row each; one per assistant turn when the template drops earlier reasoning), 'conversation' or 'turn'
-    enable_thinking: bool | None = None  # passed to the template; None = the template's default
-    chat_template: str | None = None     # a .jinja file replacing the tokenizer's template (None = its own)
-    mask_method: str = 'locate'          # 'locate' (1 render per conversation) or 'prefix' (checked by prefix renders)
-    dtype: str = 'int32'                 # 'int32' (ids int32, mask int8) or 'int64' (both int64, byte-for-byte speculators layout)
+    "Everything that decides the content of the tokenized dataset (hashed to validate resumed work); defaults and checks: the stage's."
+    max_seq_len: int = declared(_T, 'max_seq_len')       # 0 or None = no limit
+    truncation: str = declared(_T, 'truncation')         # 'truncate' (cut to max_seq_len, counted) or 'drop' (quarantine the row)
+    min_supervised_tokens: int = declared(_T, 'min_supervised_tokens')   # rows with fewer supervised tokens (after truncation) are dropped
+    rows: str = declared(_T, 'rows')                     # 'auto' (per assistant turn when the template drops earlier reasoning), 'conversation' or 'turn'
+    enable_thinking: bool | None = declared(_T, 'enable_thinking')   # passed to the template; None = the template's default
+    chat_template: str | None = declared(_T, 'chat_template')        # a .jinja file replacing the tokenizer's template (None = its own)
+    mask_method: str = declared(_T, 'mask_method')       # 'locate' (1 render per conversation) or 'prefix' (checked by prefix renders)
+    dtype: str = declared(_T, 'ids_dtype')               # 'int32' (ids int32, mask int8) or 'int64' (both int64, the speculators layout)
 
     def __post_init__(self):
-        if self.truncation not in ('truncate', 'drop'): raise ValueError(f"truncation must be 'truncate' or 'drop', got {self.truncation!r}")
-        if self.rows not in ('auto', 'conversation', 'turn'): raise ValueError(f"rows must be 'auto', 'conversation' or 'turn', got {self.rows!r}")
-        if self.mask_method not in ('locate', 'prefix'): raise ValueError(f"mask_method must be 'locate' or 'prefix', got {self.mask_method!r}")
-        if self.dtype not in ('int32', 'int64'): raise ValueError(f"dtype must be 'int32' or 'int64', got {self.dtype!r}")
-        if self.max_seq_len is None: self.max_seq_len = 0
-        if int(self.max_seq_len) < 0 or int(self.min_supervised_tokens) < 0: raise ValueError('max_seq_len and min_supervised_tokens must be >= 0')
-        self.max_seq_len, self.min_supervised_tokens = int(self.max_seq_len), int(self.min_supervised_tokens)
+        self.max_seq_len = self.max_seq_len or None   # the declaration's "no limit"
+        check_fields(self)
+        self.max_seq_len = self.max_seq_len or 0      # the dataset's (and the resume hash's) "no limit"
 
 # %% ../nbs/50_tokenization.ipynb #ec853ce8
 def _last_run(mask: list[int]) -> list[int]:
@@ -555,10 +555,6 @@ def show_rows(
     return HTML(''.join(_row_box(tokenizer, rows[i], max_tokens) for i in range(min(n, len(rows)))))
 
 # %% ../nbs/50_tokenization.ipynb #47271b2f
-CLI_DEFAULTS = dict(max_seq_len=1024, truncation='truncate', min_supervised_tokens=4, rows='auto',
-                    mask_method='locate', ids_dtype='int32', draft_vocab_size=8192, num_proc=2,
-                    chunk_rows=500, shard_mb=500)
-
 class InputError(ValueError):
     "An input that a CLI command refuses before doing any work; the message is one line naming the fault."
 
@@ -592,38 +588,18 @@ def check_input(
     return n
 
 # %% ../nbs/50_tokenization.ipynb #7e3e6926
-def _add_run_args(r, d: dict):
-    "The options of `tokenization run` (defaults: `CLI_DEFAULTS`)."
+DECLARED_OPTIONS = ('chat_template', 'enable_thinking', 'max_seq_len', 'truncation', 'min_supervised_tokens', 'rows',
+                    'mask_method', 'ids_dtype', 'draft_vocab_size', 'num_proc', 'chunk_rows', 'shard_mb')
+
+def _add_run_args(r):
+    "The options of `tokenization run` (the stage's declarations: defaults, ranges, choices, help)."
     r.add_argument('input', help='canonical conversations (JSONL)'); r.add_argument('out', help='output folder')
     r.add_argument('--target', required=True, help='target spec whose tokenizer and template to use')
-    r.add_argument('--chat-template', default=None, help="a .jinja file replacing the tokenizer's template")
-    r.add_argument('--enable-thinking', type=_bool_or_none, default=None,
-                   help='true | false | none (the template default)')
-    r.add_argument('--max-seq-len', type=int, default=d['max_seq_len'], help='tokens per row; 0: no limit')
-    r.add_argument('--truncation', default=d['truncation'], choices=['truncate', 'drop'],
-                   help='rows longer than --max-seq-len')
-    r.add_argument('--min-supervised-tokens', type=int, default=d['min_supervised_tokens'],
-                   help='rows with fewer are quarantined')
-    r.add_argument('--rows', default=d['rows'], choices=['auto', 'conversation', 'turn'],
-                   help='one row per conversation, per assistant turn, or auto (per turn when the template drops earlier reasoning)')
-    r.add_argument('--mask-method', default=d['mask_method'], choices=['locate', 'prefix'],
-                   help='how assistant masks are found')
-    r.add_argument('--dtype', default=d['ids_dtype'], choices=['int32', 'int64'],
-                   help='int64: the speculators byte layout')
-    r.add_argument('--draft-vocab-size', type=int, default=d['draft_vocab_size'],
-                   help='reduced draft vocabulary; 0: the full target vocabulary')
-    r.add_argument('--num-proc', type=int, default=d['num_proc'], help='worker processes')
-    r.add_argument('--chunk-rows', type=int, default=d['chunk_rows'], help='rows per resumable chunk')
-    r.add_argument('--shard-mb', type=float, default=d['shard_mb'],
-                   help='target size of a dataset shard (MB)')
+    add_declared_options(r, _T, DECLARED_OPTIONS, flags={'ids_dtype': ['--dtype']})
 
 # %% ../nbs/50_tokenization.ipynb #27296c48
 def _run_cmd(a) -> int:
     "`tokenization run`: check the numbers and the rows first, then tokenize."
-    for k in ('max_seq_len', 'min_supervised_tokens', 'draft_vocab_size'):
-        if getattr(a, k) < 0: raise InputError(f'--{k.replace("_", "-")} must be >= 0, got {getattr(a, k)}')
-    for k in ('num_proc', 'chunk_rows'):
-        if getattr(a, k) < 1: raise InputError(f'--{k.replace("_", "-")} must be >= 1, got {getattr(a, k)}')
     n = check_input(a.input, None, a.chat_template)          # the rows first: cheap, no tokenizer needed
     from dflash_nb.targets import load_tokenizer   # loads transformers: only when the command runs
     tok = load_tokenizer(a.target)
@@ -631,7 +607,7 @@ def _run_cmd(a) -> int:
         raise InputError(f'the tokenizer of {a.target} has no chat template: pass one with --chat-template FILE.jinja')
     print(f'{a.input}: {n} canonical conversations', file=sys.stderr)
     opts = TokenizeOptions(a.max_seq_len, a.truncation, a.min_supervised_tokens, a.rows, a.enable_thinking,
-                           a.chat_template, a.mask_method, a.dtype)
+                           a.chat_template, a.mask_method, a.ids_dtype)
     rep = tokenize_conversations(a.input, a.out, a.target, opts, tokenizer=tok,
                                  draft_vocab_size=a.draft_vocab_size,
                                  num_proc=a.num_proc, chunk_rows=a.chunk_rows, shard_mb=a.shard_mb)
@@ -647,5 +623,5 @@ def register_cli(
     r = ts.add_parser('run',
                       help='JSONL of canonical conversations -> dataset/, token_freq.pt, d2t.npy, t2d.npy',
                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    _add_run_args(r, CLI_DEFAULTS)
+    _add_run_args(r)
     r.set_defaults(func=_run_cmd)

@@ -15,7 +15,7 @@ from fastcore.basics import patch
 
 from .core import (atomic_dir, get_device, load_config, obj_hash, read_json, seed_everything, write_json,
                             write_jsonl, Quarantine, Stage, setup_logging)
-from .params import find_stage, stage_params
+from .params import declared, find_stage, stage_params
 from .targets import load_target, load_tokenizer, resolve_target, target_fingerprint, text_config
 from transformers import AutoConfig
 from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_config, default_gamma,
@@ -32,49 +32,48 @@ __all__ = ['CKPT_RE', 'TrainConfig', 'load_target_head', 'target_features', 'lab
            'finish_train_stage', 'train_stage', 'register_cli']
 
 # %% ../nbs/80_train.ipynb #163d863f
-_DECLARED = find_stage('80_train').defaults    # the stage's parameters cell (below) declares each stage setting once
+_S = '80_train'
 
 @dataclass
 class TrainConfig:
-    """Training settings. The ones the stage declares default to its parameters cell; the length of a run (epochs,
-    anchors, logging and checkpoint intervals, no time cap) defaults to the paper's recipe (Appendix A.1) instead of
-    the notebook's one-minute demo."""
-    epochs: int = 6
-    num_anchors: int = 512
-    log_every: int = 10
-    ckpt_every: int = 100
-    max_minutes: float | None = None    # wall-clock budget; the run stops (and checkpoints) when it is spent
-    batch_size: int = _DECLARED['batch_size']
-    grad_accum: int = _DECLARED['grad_accum']
-    lr: float = _DECLARED['lr']
-    warmup_ratio: float = _DECLARED['warmup_ratio']
-    max_grad_norm: float = _DECLARED['max_grad_norm']
-    gamma: float | None = _DECLARED['gamma']
-    max_steps: int | None = _DECLARED['max_steps']
-    keep_checkpoints: int = _DECLARED['keep_checkpoints']
-    seed: int = _DECLARED['seed']
-    attn_backend: str = _DECLARED['attn_backend']
-    amp: str = _DECLARED['amp']
-    loss_slots: int | None = _DECLARED['loss_slots']
-    grad_checkpointing: bool = _DECLARED['grad_checkpointing']
-    parallel: str = _DECLARED['parallel']
-    placement: str = _DECLARED['placement']
-    feature_ranks: int = _DECLARED['feature_ranks']
-    labels: str = _DECLARED['labels']
-    loss: str = _DECLARED['loss']
-    kl_topk: int = _DECLARED['kl_topk']
-    wandb_project: str | None = _DECLARED['wandb_project']
-    optimizer: str = _DECLARED['optimizer']
-    weight_decay: float = _DECLARED['weight_decay']
-    muon_lr: float | None = _DECLARED['muon_lr']
-    muon_momentum: float = _DECLARED['muon_momentum']
-    muon_weight_decay: float = _DECLARED['muon_weight_decay']
-    ns_steps: int = _DECLARED['ns_steps']
-    muon_adjust_lr: str = _DECLARED['muon_adjust_lr']
-    lr_schedule: str = _DECLARED['lr_schedule']
-    position_weights: str = _DECLARED['position_weights']
-    dpace_alpha: float = _DECLARED['dpace_alpha']
-    loss_norm: str = _DECLARED['loss_norm']
+    """Training settings: each one the stage declares defaults to its parameters cell (below; read when a TrainConfig
+    is made, not at import), the others are the trainer's own."""
+    epochs: int = declared(_S, 'epochs')
+    num_anchors: int = declared(_S, 'num_anchors')
+    log_every: int = declared(_S, 'log_every')
+    ckpt_every: int = declared(_S, 'ckpt_every')
+    max_minutes: float | None = declared(_S, 'max_minutes')   # wall-clock budget; the run stops (and checkpoints) when it is spent
+    batch_size: int = declared(_S, 'batch_size')
+    grad_accum: int = declared(_S, 'grad_accum')
+    lr: float = declared(_S, 'lr')
+    warmup_ratio: float = declared(_S, 'warmup_ratio')
+    max_grad_norm: float = declared(_S, 'max_grad_norm')
+    gamma: float | None = declared(_S, 'gamma')
+    max_steps: int | None = declared(_S, 'max_steps')
+    keep_checkpoints: int = declared(_S, 'keep_checkpoints')
+    seed: int = declared(_S, 'seed')
+    attn_backend: str = declared(_S, 'attn_backend')
+    amp: str = declared(_S, 'amp')
+    loss_slots: int | None = declared(_S, 'loss_slots')
+    grad_checkpointing: bool = declared(_S, 'grad_checkpointing')
+    parallel: str = declared(_S, 'parallel')
+    placement: str = declared(_S, 'placement')
+    feature_ranks: int = declared(_S, 'feature_ranks')
+    labels: str = declared(_S, 'labels')
+    loss: str = declared(_S, 'loss')
+    kl_topk: int = declared(_S, 'kl_topk')
+    wandb_project: str | None = declared(_S, 'wandb_project')
+    optimizer: str = declared(_S, 'optimizer')
+    weight_decay: float = declared(_S, 'weight_decay')
+    muon_lr: float | None = declared(_S, 'muon_lr')
+    muon_momentum: float = declared(_S, 'muon_momentum')
+    muon_weight_decay: float = declared(_S, 'muon_weight_decay')
+    ns_steps: int = declared(_S, 'ns_steps')
+    muon_adjust_lr: str = declared(_S, 'muon_adjust_lr')
+    lr_schedule: str = declared(_S, 'lr_schedule')
+    position_weights: str = declared(_S, 'position_weights')
+    dpace_alpha: float = declared(_S, 'dpace_alpha')
+    loss_norm: str = declared(_S, 'loss_norm')
     full_block_anchors: bool = True     # trainer-only settings (not stage parameters) from here on
     max_len: int | None = None          # truncate longer rows
     bucketing: str = 'auto'             # pad length / anchor count to buckets: auto = when flex runs compiled (CUDA); 'on' | 'off'

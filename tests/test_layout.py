@@ -28,15 +28,24 @@ def test_notebooks_are_clean():
             assert c.get('execution_count') is None, nb.name
             assert set(c.get('metadata', {})) <= {'tags'}, (nb.name, c.get('metadata'))
 
-def test_notebook_defaults_are_the_demo_values():
-    "Each stage notebook's defaults equal the embedded demo's values, so a notebook run alone reuses the demo's smoke run."
+def test_notebook_run_alone_uses_the_demo_values():
+    """A stage notebook declares a real run's values; run alone (run_dir None: JupyterLab, nbdev_test, the docs) it is
+    a smoke test and `open_stage` gives it the embedded demo's value of every parameter left at its default."""
     from dflash_nb.core import load_config
-    from dflash_nb.pipeline import check_config
+    from dflash_nb.pipeline import _overlay, check_config
     stages = discover_stages()
-    params = check_config(load_config(), stages)
+    demo = check_config(load_config(), stages)
     for s in stages:
-        defaults = {k: v for k, v in s.defaults.items() if k != 'run_dir'}
-        assert defaults == params[s.name], (s.name, {k: (defaults.get(k), params[s.name].get(k)) for k in defaults if defaults.get(k) != params[s.name].get(k)})
+        ns = {k: v for k, v in s.defaults.items() if k != 'run_dir'}
+        _overlay(ns, s, demo[s.name])
+        assert ns == demo[s.name], (s.name, {k: (ns[k], demo[s.name][k]) for k in ns if ns[k] != demo[s.name][k]})
+
+def test_declared_defaults_are_a_real_runs_values():
+    "The declarations hold a real run's values, the demo config the cheap ones (the issue's example: 48 new tokens)."
+    from dflash_nb.params import find_stage
+    assert find_stage('regenerate').defaults['max_new_tokens'] == 2048
+    assert find_stage('train').defaults['num_anchors'] == 512 and find_stage('train').defaults['max_steps'] is None
+    assert find_stage('evaluate').defaults['max_new_tokens'] == 2048
 
 def test_shipped_configs_check():
     "Every shipped run config names only known stages and declared parameters."

@@ -66,3 +66,54 @@ def test_global_parameters_have_one_meaning_across_stages():
     for k in GLOBAL_PARAMS:
         decl = {(p.type, p.nullable, repr(p.default)) for s in STAGES for p in s.params.values() if p.name == k and k != 'dtype'}
         assert len(decl) <= 1, (k, decl)
+
+# --- one default per parameter: the sub-commands and the settings dataclasses read the declaration -------------------
+
+import argparse, dataclasses
+
+OWN_MEANING = {('evaluate', 'target'): "without it, the target the drafter's config.json names",
+               ('templates', 'target'): 'one of --target and --template is required (a mutually exclusive group)'}
+
+def _parsers(p, path=()):
+    "Every (command path, parser) of the CLI, sub-commands of sub-commands included."
+    yield path, p
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sp in a.choices.items(): yield from _parsers(sp, path + (name,))
+
+def test_every_subcommand_option_shows_the_declared_default():
+    "An option of `dflash-nb <stage> ...` named like a parameter of that stage defaults to its declaration (no copy)."
+    from dflash_nb.cli import build_parser
+    by_cmd, checked, drift = {s.short.replace('_', '-'): s for s in STAGES}, 0, []
+    for path, p in _parsers(build_parser()):
+        st = next((by_cmd[w] for w in path if w in by_cmd), None)
+        if st is None: continue
+        for a in p._actions:
+            if a.dest not in st.params or not a.option_strings or a.required or (path[0], a.dest) in OWN_MEANING: continue
+            checked += 1
+            if a.default != st.params[a.dest].default: drift.append((' '.join(path), a.dest, a.default, st.params[a.dest].default))
+    assert not drift, drift
+    assert checked >= 40, checked
+
+def test_settings_dataclasses_take_the_declared_defaults():
+    "Each field of a settings dataclass that a stage declares is a `params.declared` field: no second default."
+    from dflash_nb.regenerate import GenConfig
+    from dflash_nb.tokenization import TokenizeOptions
+    from dflash_nb.train import TrainConfig
+    for cls, stage, rename in ((GenConfig, '40_regenerate', {}), (TokenizeOptions, '50_tokenization', {'dtype': 'ids_dtype'}),
+                               (TrainConfig, '80_train', {})):
+        st, obj = next(s for s in STAGES if s.name == stage), cls()
+        for f in dataclasses.fields(cls):
+            name = rename.get(f.name, f.name)
+            if name not in st.params: continue
+            assert f.metadata.get('param') == name and f.metadata.get('stage') == stage, (cls.__name__, f.name)
+            want = st.params[name].default
+            assert getattr(obj, f.name) == (want or 0 if (cls, name) == (TokenizeOptions, 'max_seq_len') else want), (cls.__name__, f.name)
+
+def test_no_stage_module_reads_notebooks_at_import():
+    "Importing a stage module reads no notebook (the wheel's nbs/ may be absent in a stripped install)."
+    import subprocess, sys
+    code = ("import os; os.environ['DFLASH_NB_NBS'] = '/nonexistent'; import dflash_nb.train, dflash_nb.evaluate, "
+            "dflash_nb.regenerate, dflash_nb.tokenization, dflash_nb.hidden_states, dflash_nb.cli")
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]

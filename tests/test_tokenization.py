@@ -231,15 +231,14 @@ def cli(*args):
     with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e): code = main([str(a) for a in args])
     return code, o.getvalue(), e.getvalue()
 
-def test_cli_defaults_are_the_stages():
-    from dflash_nb.pipeline import discover_stages
-    from dflash_nb.tokenization import CLI_DEFAULTS
-    st = next(s for s in discover_stages() if s.short == 'tokenization')
-    assert {k: st.defaults[k] for k in CLI_DEFAULTS} == CLI_DEFAULTS
+def test_cli_options_are_the_stages_declarations():
+    "`tokenization run --help` shows the declared defaults (tests/test_params_declared.py checks every option of every command)."
     from dflash_nb.cli import build_parser
+    from dflash_nb.pipeline import discover_stages
+    st = next(s for s in discover_stages() if s.short == 'tokenization')
     h = build_parser()._subparsers._group_actions[0].choices['tokenization']._subparsers._group_actions[0].choices['run'].format_help()
-    for flag, v in (('max-seq-len', 1024), ('min-supervised-tokens', 4), ('draft-vocab-size', 8192)):
-        assert f'(default: {v})' in h.split(f'--{flag}', 2)[-1].split('--', 1)[0], flag
+    for flag in ('max-seq-len', 'min-supervised-tokens', 'draft-vocab-size'):
+        assert f"default: {st.defaults[flag.replace('-', '_')]!r})" in ' '.join(h.split(f'--{flag}', 2)[-1].split('--', 1)[0].split()), flag
 
 def test_cli_checks_its_input_first(tok_spec, tmp_path):
     spec, tok, _ = tok_spec
@@ -258,5 +257,5 @@ def test_cli_checks_its_input_first(tok_spec, tmp_path):
     good = write_jsonl(tmp_path / 'good.jsonl', BUILTIN[:2])
     code, out, err = cli('tokenization', 'run', good, tmp_path / 'o3', '--target', tmp_path / 'notemplate')
     assert code == 1 and err.count('\n') == 1 and '--chat-template' in err and 'chat_template=' not in err
-    code, out, err = cli('tokenization', 'run', good, tmp_path / 'o4', '--target', spec, '--max-seq-len', '-1')
-    assert code == 1 and '--max-seq-len must be >= 0' in err
+    with pytest.raises(SystemExit) as ex: cli('tokenization', 'run', good, tmp_path / 'o4', '--target', spec, '--max-seq-len', '-1')
+    assert ex.value.code == 2   # argparse: a value the declaration does not allow is a bad command line
