@@ -115,9 +115,14 @@ def test_plan_counts_the_rows_a_local_file_gives(tmp_path):
     assert 'mix: 8 rows' in _plan(out, 'run.repairs=[prepend_user, move_system_first, drop_empty_turns]')
 
 def test_plan_says_when_a_run_keeps_the_demos_settings(tmp_path):
+    "The declared defaults are a real run's; a config copied from the demo's keeps its CPU-sized values and is told so."
     p = _plan(_config(tmp_path))
     assert 'mix: 5 rows' in p and 'mix: 56 rows' not in p, p
-    w = next(l for l in p.splitlines() if 'settings sized for the demo' in l)
+    assert 'settings sized for the demo' not in p, p   # only the run section and the sources: a real run's values
+    from dflash_nb.core import load_config
+    demo = load_config(); demo['run'] = {**demo['run'], 'name': 'copied'}
+    (tmp_path / 'copied.yaml').write_text(yaml.safe_dump(demo))
+    w = next(l for l in _plan(tmp_path / 'copied.yaml').splitlines() if 'settings sized for the demo' in l)
     for s in ('sources.total 56 (a real run: 100000)', 'train.num_hidden_layers 1 (a real run: 5)', 'train.max_minutes 3.0',
               'train.num_anchors 16', 'dflash-nb new'):
         assert s in w, (s, w)
