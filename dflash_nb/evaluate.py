@@ -4,17 +4,18 @@
 
 # %% ../nbs/90_evaluate.ipynb #3344aa3e
 from __future__ import annotations
-import argparse, heapq, inspect, json, os, statistics, sys, time
-from dataclasses import dataclass, field, asdict
+import argparse, contextlib, heapq, inspect, json, os, statistics, sys, time
+from dataclasses import dataclass, field, fields, asdict
 from pathlib import Path
 
 import torch
 from fastcore.basics import patch
 
-from .params import add_declared_options
-from .core import (Quarantine, check_target_layer_ids, expand_path, file_hash, fixtures_dir,
+from .params import add_declared_options, check_fields, declared
+from .core import (Quarantine, Stage, check_target_layer_ids, expand_path, file_hash, fixtures_dir,
                             get_device, iter_jsonl, obj_hash, progress, prompt_set_name, read_json,
-                            read_prompt_file, seed_everything, write_json, write_text)
+                            read_prompt_file, seed_everything, setup_logging, write_json, write_jsonl,
+                            write_text)
 from .drafter import DFlashDrafter, DraftCache, draft_block, load_drafter
 from .targets import decoder_layers, load_target, resolve_target, target_fingerprint, text_config
 # transformers, datasets and matplotlib are imported where first used: `dflash-nb --help` imports this module
@@ -22,16 +23,18 @@ from .targets import decoder_layers, load_target, resolve_target, target_fingerp
 # %% auto #0
 __all__ = ['MT_BENCH_HUB', 'HUMANEVAL_HUB', 'HUMANEVAL_INSTRUCTION', 'PROMPT_SET_FILES', 'PROMPT_SETS', 'MIN_TIMED_PROMPTS',
            'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'CONTROL_WORDS', 'NEAR_ONE', 'USEFUL_RUN',
-           'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'gumbel_noise', 'Sampler', 'TargetSession',
-           'DFlashDraftSession', 'ZeroedFeatures', 'LateFeatures', 'ScriptedDrafter', 'PromptLookupDrafter',
-           'Generation', 'plain_generate', 'speculative_generate', 'build_tree', 'tree_mask', 'LosslessError',
-           'first_difference', 'check_lossless', 'items_from_records', 'load_prompt_file', 'load_prompt_set',
-           'held_out_prompts', 'trained_row_ids', 'render_prompt', 'timing_stats', 'timing_verdict', 'summarize',
-           'variant_runs', 'rotated', 'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend',
-           'results_table', 'set_verdict', 'lossless_verdict', 'drafter_facts', 'drafter_line', 'training_line',
-           'advice_line', 'caveats', 'verdict', 'report_md', 'recorded_target', 'drafter_target', 'check_drafter_fits',
-           'open_drafter', 'load_pair', 'check_variants', 'build_variants', 'load_controls', 'gather_prompt_sets',
-           'RecordLog', 'run_sets', 'default_out_dir', 'write_outputs', 'evaluate_drafter', 'register_cli']
+           'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE', 'UPSTREAM_STAGES',
+           'gumbel_noise', 'Sampler', 'TargetSession', 'DFlashDraftSession', 'ZeroedFeatures', 'LateFeatures',
+           'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate', 'speculative_generate',
+           'build_tree', 'tree_mask', 'LosslessError', 'first_difference', 'check_lossless', 'items_from_records',
+           'load_prompt_file', 'load_prompt_set', 'held_out_prompts', 'trained_row_ids', 'render_prompt',
+           'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated', 'evaluate_prompts', 'evaluate_set',
+           'plot_acceptance', 'column_legend', 'results_table', 'set_verdict', 'lossless_verdict', 'drafter_facts',
+           'drafter_line', 'training_line', 'advice_line', 'caveats', 'verdict', 'report_md', 'recorded_target',
+           'drafter_target', 'check_drafter_fits', 'open_drafter', 'load_pair', 'check_variants', 'build_variants',
+           'load_controls', 'gather_prompt_sets', 'RecordLog', 'run_sets', 'EvalSettings', 'default_out_dir',
+           'write_outputs', 'evaluate_drafter', 'register_cli', 'finish_evaluate_stage', 'evaluate_stage',
+           'smoke_stage']
 
 # %% ../nbs/90_evaluate.ipynb #64251329
 def _mix(seed: int, position: int) -> int:
@@ -1238,6 +1241,67 @@ def run_sets(model, tokenizer, sets: dict, # `gather_prompt_sets`
         results[name]['quarantined'] += len(rejected)
     return results
 
+# %% ../nbs/90_evaluate.ipynb #373968c1
+_E = '90_evaluate'
+
+@dataclass(kw_only=True)
+class EvalSettings:
+    "How an evaluation generates and measures; the defaults and checks of those the stage declares: its declaration's."
+    max_new_tokens: int = declared(_E, 'max_new_tokens')
+    max_prompts: int = declared(_E, 'max_prompts')             # per set, evenly spaced
+    temperature: float = declared(_E, 'temperature')           # 0: greedy; above: keyed Gumbel sampling (lossless)
+    variants: list = declared(_E, 'variants')                  # names of `VARIANTS`
+    seed: int = declared(_E, 'seed')
+    device: str = declared(_E, 'device')
+    dtype: str | None = declared(_E, 'dtype')                  # None: float32 on CPU, bfloat16 on CUDA
+    enable_thinking: bool | None = declared(_E, 'enable_thinking')
+    max_prompt_tokens: int = declared(_E, 'max_prompt_tokens') # longer prompts are quarantined
+    lossless: str = declared(_E, 'lossless')                   # enforce: fail at T=0 on an output unlike plain's
+    mt_bench_turns: int = declared(_E, 'mt_bench_turns')
+    allow_hub: bool = declared(_E, 'allow_hub')                # read the built-in sets from the hub without fixtures
+    control_prompts: int | None = declared(_E, 'control_prompts')  # the controls on the first N prompts; None: all
+    ddtree_budget: int = declared(_E, 'ddtree_budget')         # DDTree runs when the budget is above 0
+    ddtree_topk: int = declared(_E, 'ddtree_topk')
+    cpu_threads: int | None = declared(_E, 'cpu_threads')      # torch threads on a CPU (1: far faster on a busy machine)
+    block_size: int | None = None     # the evaluation's own from here: verify the first B-1 drafts only; None: the drafter's
+    init_seed: int | None = None      # the untrained drafter's seed; None: `seed`
+
+    def __post_init__(self): check_fields(self)
+
+    @property
+    def untrained_seed(self) -> int: return self.seed if self.init_seed is None else self.init_seed
+
+# %% ../nbs/90_evaluate.ipynb #d362dfe1
+@patch(cls_method=True)
+def from_params(cls: EvalSettings, params: dict, **kw) -> EvalSettings:
+    "The settings of the stage's `params` (those with a field), and `kw` (the evaluation's own)."
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in params.items() if k in names}, **kw)
+
+@patch
+def generation(self: EvalSettings, limited=()) -> dict:
+    "The keywords of `evaluate_set` (hashed into the records' key): the variants in `limited` on the first `control_prompts` prompts."
+    return dict(max_new_tokens=self.max_new_tokens, temperature=self.temperature, seed=self.seed,
+                enable_thinking=self.enable_thinking, max_prompt_tokens=self.max_prompt_tokens, lossless=self.lossless,
+                limits=dict.fromkeys(limited, self.control_prompts),
+                tree={'budget': self.ddtree_budget, 'topk': self.ddtree_topk} if self.ddtree_budget else None)
+
+# %% ../nbs/90_evaluate.ipynb #aa5a08fb
+def _evaluation_sets(s: EvalSettings, prompt_files=(), prompt_sets=None, held_out=None) -> dict:
+    "The prompt sets of an evaluation (`gather_prompt_sets`); ValueError when nothing names a prompt."
+    names = list(prompt_sets) if prompt_sets is not None else [] if prompt_files else ['mt_bench', 'humaneval']
+    sets = gather_prompt_sets(names, prompt_files, s.max_prompts, s.mt_bench_turns, s.allow_hub, held_out)
+    if prompt_sets is None and not any(v[0] for v in sets.values()):
+        raise ValueError('no prompts: pass --prompts FILE (the MT-Bench/HumanEval fixtures are not available)')
+    return sets
+
+def _load_variants(drafter_dir, spec: str, s: EvalSettings, controls: dict) -> tuple:
+    "`(target, tokenizer, drafter, variants)` of an evaluation, seeded, on `s.cpu_threads` threads on a CPU."
+    seed_everything(s.seed)
+    if s.cpu_threads and get_device(s.device) == 'cpu': torch.set_num_threads(int(s.cpu_threads))
+    model, tok, dr = load_pair(drafter_dir, spec, s.device, s.dtype)
+    return model, tok, dr, build_variants(dr, model, s.variants, s.block_size, s.untrained_seed, load_controls(controls, model))
+
 # %% ../nbs/90_evaluate.ipynb #f61ce2a4
 WARMUP = 'each run generated its first prompt once, untimed, before its timed generations'
 
@@ -1259,62 +1323,40 @@ def write_outputs(out: Path, ev: dict):
     write_text(out / 'report.md', report_md(ev))
 
 # %% ../nbs/90_evaluate.ipynb #352cf65a
-def evaluate_drafter(drafter_dir,                      # a drafter folder (DFlash checkpoint format)
-                     target: str | None = None,        # target spec; None: the one the drafter names
-                     prompt_files=(),                  # JSONL prompt files, one set each
-                     out_dir=None,                     # the output folder; None: `default_out_dir(drafter_dir)`
-                     max_new_tokens: int = 64,
-                     max_prompts: int | None = None,   # per set, evenly spaced; None: all
-                     temperature: float = 0.0,         # 0: greedy; above: keyed Gumbel sampling (lossless)
-                     block_size: int | None = None,    # verify the first B-1 drafts only; None: the drafter's
-                     variants=('trained', 'prompt_lookup'), # names of `VARIANTS`
-                     seed: int = 0, device: str = 'auto', dtype=None, enable_thinking=False,
-                     max_prompt_tokens: int = 4096,    # longer prompts are quarantined
-                     lossless: str = 'enforce',        # enforce: fail at T=0 on an output unlike plain's
-                     mt_bench_turns: int = 1,
-                     prompt_sets=None,                 # built-in sets; None: mt_bench, humaneval without files
-                     allow_hub: bool = False,          # read the built-in sets from the hub without fixtures
-                     held_out=None,                    # `(dataset_dir, training row ids)` for 'held_out'
+def evaluate_drafter(drafter_dir,                          # a drafter folder (DFlash checkpoint format)
+                     settings: EvalSettings | None = None, # how to generate and measure; None: the declared defaults
+                     *, target: str | None = None,         # target spec; None: the one the drafter names
+                     prompt_files=(),                      # JSONL prompt files, one set each
+                     prompt_sets=None,                     # built-in sets; None: mt_bench, humaneval without files
+                     held_out=None,                        # `(dataset_dir, training row ids)` for 'held_out'
                      control_drafters: dict | None = None, # `{name: drafter folder}` trained elsewhere
-                     control_prompts: int | None = None, # the controls on the first N prompts; None: all
-                     ddtree_budget: int = 0, ddtree_topk: int = 4, # DDTree runs when the budget is above 0
-                     init_seed: int | None = None,     # the untrained drafter's seed; None: `seed`
-                     resume: bool = False,             # reuse the records of an earlier, identical run
-                     cpu_threads: int | None = None,   # torch threads on a CPU (1: far faster on a busy machine)
-                     extra: dict | None = None,        # more keys for eval.json
-                     log=print) -> dict:               # the evaluation, as written to eval.json
+                     out_dir=None,                         # the output folder; None: `default_out_dir(drafter_dir)`
+                     resume: bool = False,                 # reuse the records of an earlier, identical run
+                     extra: dict | None = None,            # more keys for eval.json
+                     log=print) -> dict:                   # the evaluation, as written to eval.json
     "Evaluate a drafter folder against its target on prompt sets; write the outputs and `report.md` to `out_dir`."
-    check_variants(variants)
+    s = settings or EvalSettings()
     out = Path(out_dir) if out_dir is not None else default_out_dir(drafter_dir)
-    names = list(prompt_sets) if prompt_sets is not None else [] if prompt_files else ['mt_bench', 'humaneval']
-    sets = gather_prompt_sets(names, prompt_files, max_prompts, mt_bench_turns, allow_hub, held_out)
-    if prompt_sets is None and not any(s[0] for s in sets.values()):
-        raise ValueError('no prompts: pass --prompts FILE (the MT-Bench/HumanEval fixtures are not available)')
+    sets = _evaluation_sets(s, prompt_files, prompt_sets, held_out)
     spec, check = drafter_target(drafter_dir, target)
-    seed_everything(seed)
-    if cpu_threads and get_device(device) == 'cpu': torch.set_num_threads(int(cpu_threads))
-    model, tok, dr = load_pair(drafter_dir, spec, device, dtype)
-    init_seed = seed if init_seed is None else init_seed
-    controls, B = dict(control_drafters or {}), dr.config.block_size
-    built = build_variants(dr, model, variants, block_size, init_seed, load_controls(controls, model))
-    limited = [v for v in built if v in CONTROLS or v in controls]
-    gen = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, enable_thinking=enable_thinking,
-               max_prompt_tokens=max_prompt_tokens, lossless=lossless, limits=dict.fromkeys(limited, control_prompts),
-               tree={'budget': ddtree_budget, 'topk': ddtree_topk} if ddtree_budget else None)
-    key = {**gen, 'block_size': block_size, 'init_seed': init_seed, 'variants': list(built),
+    controls = dict(control_drafters or {})
+    model, tok, dr, built = _load_variants(drafter_dir, spec, s, controls)
+    limited, B = [v for v in built if v in CONTROLS or v in controls], dr.config.block_size
+    gen = s.generation(limited)
+    key = {**gen, 'block_size': s.block_size, 'init_seed': s.untrained_seed, 'variants': list(built),
            'dtype': str(dr.fc.weight.dtype)}
     out.mkdir(parents=True, exist_ok=True)
     records = RecordLog(out, _records_key(drafter_dir, spec, sets, controls, key), resume)
     q = Quarantine(out / 'quarantine.jsonl')
-    try: results = run_sets(model, tok, sets, built, q, records, block_size=block_size or B, log=log, **gen)
+    try: results = run_sets(model, tok, sets, built, q, records, block_size=s.block_size or B, log=log, **gen)
     finally: records.close()
     q.save()
     ev = {**(extra or {}), 'drafter': str(drafter_dir), 'target': spec, 'target_check': check,
-          'device': str(dr.fc.weight.device), 'dtype': str(dr.fc.weight.dtype), 'temperature': temperature,
-          'max_new_tokens': max_new_tokens, 'lossless': lossless, 'block_size': block_size or B,
+          'device': str(dr.fc.weight.device), 'dtype': str(dr.fc.weight.dtype), 'temperature': s.temperature,
+          'max_new_tokens': s.max_new_tokens, 'lossless': s.lossless, 'block_size': s.block_size or B,
           'target_layer_ids': dr.config.target_layer_ids, 'drafter_layers': dr.config.num_hidden_layers,
           'drafter_facts': drafter_facts(drafter_dir), 'out_dir': str(out), 'warmup': WARMUP,
-          'control_prompts': control_prompts if limited else None, 'quarantined': len(q), 'sets': results,
+          'control_prompts': s.control_prompts if limited else None, 'quarantined': len(q), 'sets': results,
           'variants': {v: VARIANTS.get(v) or f'control drafter {controls[v]}' for v in built}}
     write_outputs(out, ev)
     return ev
@@ -1328,13 +1370,10 @@ def _name_dir(s: str) -> tuple:
 
 def _cli_run(a) -> int:
     "`dflash-nb evaluate`: print the report (the verdict last); a lossless failure: one `error:` line, exit status 1."
-
+    settings = EvalSettings(**{k: getattr(a, k) for k in DECLARED_OPTIONS}, block_size=a.block_size)
     try:
-        ev = evaluate_drafter(a.drafter_dir, a.target, a.prompts, a.out, a.max_new_tokens, a.max_prompts,
-                              a.temperature, a.block_size, a.variants, a.seed, a.device,
-                              max_prompt_tokens=a.max_prompt_tokens, lossless=a.lossless,
-                              mt_bench_turns=a.mt_bench_turns, control_drafters=dict(a.control),
-                              control_prompts=a.control_prompts, resume=a.resume, cpu_threads=a.cpu_threads, log=None)
+        ev = evaluate_drafter(a.drafter_dir, settings, target=a.target, prompt_files=a.prompts, out_dir=a.out,
+                              control_drafters=dict(a.control), resume=a.resume, log=None)
     except LosslessError as e: print(f'error: {e}', file=sys.stderr); return 1
     out = Path(ev['out_dir'])
     print(f"wrote {out / 'eval.json'} and {out / 'report.md'}:\n"); print(report_md(ev))
@@ -1342,7 +1381,7 @@ def _cli_run(a) -> int:
 
 # %% ../nbs/90_evaluate.ipynb #dbdcc405
 DECLARED_OPTIONS = ('max_new_tokens', 'max_prompts', 'temperature', 'variants', 'control_prompts', 'device', 'cpu_threads',
-                    'seed', 'max_prompt_tokens', 'mt_bench_turns', 'lossless')
+                    'seed', 'max_prompt_tokens', 'mt_bench_turns', 'lossless', 'allow_hub')   # the others: `EvalSettings`' declared
 
 def register_cli(sub):
     "Add `dflash-nb evaluate DRAFTER_DIR [--target SPEC] [--prompts FILE]...` to the CLI."
@@ -1361,3 +1400,59 @@ def register_cli(sub):
     p.add_argument('--out', default=None, help='output folder: eval.json, records.jsonl, report.md, a plot '
                                                '(default: DRAFTER_DIR_eval beside the drafter folder)')
     p.set_defaults(func=_cli_run)
+
+# %% ../nbs/90_evaluate.ipynb #3a694655
+def _stage_inputs(stage: Stage) -> tuple:
+    "`(drafter folder, evaluate_drafter keywords)` of the run folder, each declared to `stage` as an input."
+    P, run = stage.params, stage.run_dir
+    ds = run / '50_tokenization' / 'dataset'
+    held = (stage.input(ds), trained_row_ids(run / '60_hidden_states' / 'features')) \
+           if 'held_out' in P['prompt_sets'] and ds.exists() else None
+    drafter = stage.input(run / '80_train' / 'drafter')
+    return drafter, dict(held_out=held, prompt_files=[stage.input(expand_path(f)) for f in P['prompt_files']],
+                         control_drafters={k: stage.input(expand_path(v)) for k, v in P['control_drafters'].items()})
+
+def _train_facts(train_dir: Path, seed: int) -> tuple:
+    "`(init_seed, extra)`: the training's seed (the untrained control's) and its steps and tau, for eval.json."
+    m = read_json(train_dir / 'metrics.json') if (train_dir / 'metrics.json').exists() else {}
+    return (read_json(train_dir / 'manifest.json')['params'].get('seed', seed),
+            {'train': {'steps': m.get('steps'), 'tau_train': m.get('tau')}})
+
+# %% ../nbs/90_evaluate.ipynb #f8fb6fb9
+STAGE_FILES = ('eval.json', 'records.jsonl', 'acceptance.png', 'report.md', 'quarantine.jsonl')
+
+def finish_evaluate_stage(stage: Stage, ev: dict) -> dict:
+    "Write `stage`'s manifest of evaluation `ev`: the files, the counts, tau and the lossless fraction; returns it."
+    for f in STAGE_FILES: stage.output(stage.path(f))
+    sets = {s: r for s, r in ev['sets'].items() if r.get('variants')}
+    stage.count(prompts=sum(r.get('prompts', 0) for r in ev['sets'].values()), quarantined=ev['quarantined'],
+                generations=sum(r['turns'] + sum(m['prompts'] for m in r['variants'].values()) for r in sets.values()))
+    return stage.finish(tau={s: {v: m['tau'] for v, m in r['variants'].items()} for s, r in sets.items()},
+                        identical={s: {v: m['identical'] for v, m in r['variants'].items()} for s, r in sets.items()})
+
+def evaluate_stage(stage: Stage) -> dict:
+    "Run `90_evaluate` opened as `stage` (`pipeline.open_stage`), manifest included; returns the evaluation (eval.json)."
+    P, slog = stage.params, setup_logging(stage.dir)
+    drafter, inputs = _stage_inputs(stage)
+    init_seed, extra = _train_facts(stage.run_dir / '80_train', P['seed'])
+    with stage.timer('evaluate'):
+        ev = evaluate_drafter(drafter, EvalSettings.from_params(P, init_seed=init_seed), target=P['target'],
+                              prompt_sets=P['prompt_sets'], out_dir=stage.dir, resume=True, extra=extra,
+                              log=slog.info, **inputs)
+    finish_evaluate_stage(stage, ev)
+    return ev
+
+# %% ../nbs/90_evaluate.ipynb #c85f3b39
+SMOKE = {'prompt_sets': ['held_out'], 'max_prompts': 1, 'max_new_tokens': 8}   # a run alone: one prompt a set
+UPSTREAM_STAGES = ('50_tokenization', '60_hidden_states', '80_train')          # the stages 90_evaluate reads
+
+def smoke_stage(stage: Stage) -> Stage:
+    "The stage of a run alone: `stage` (opened in the scratch run) moved to `RUN_evaluate` beside it, smoke-sized."
+    up, run_dir = stage.run_dir, stage.run_dir.parent / f'{stage.run_dir.name}_evaluate'
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for st in UPSTREAM_STAGES:
+        if not (run_dir / st).exists(): (run_dir / st).symlink_to((up / st).resolve(), target_is_directory=True)
+    smoke = run_dir / 'smoke_prompts.jsonl'
+    write_jsonl(smoke, [{'id': 'count', 'prompt': 'Repeat after me: ' + 'one two three four, ' * 3}])
+    with contextlib.suppress(OSError): stage.dir.rmdir()    # the folder `stage` made in the scratch run, if still empty
+    return Stage(run_dir, stage.name, params={**stage.params, **SMOKE, 'prompt_files': [str(smoke)]})
