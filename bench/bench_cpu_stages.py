@@ -55,7 +55,7 @@ def regen(rows_n, max_new_tokens, only=None):
 
 def extract(run, n):
     from datasets import load_from_disk
-    from dflash_nb.hidden_states import extract_to_disk
+    from dflash_nb.hidden_states import ExtractOptions, extract_to_disk
     ds = load_from_disk(str(Path(run) / '50_tokenization' / 'dataset'))
     ds = ds.select(range(min(n, len(ds))))
     tokens = sum(len(x) for x in ds['input_ids'])
@@ -64,8 +64,9 @@ def extract(run, n):
     for dt in ('float32', 'bfloat16'):
         with tempfile.TemporaryDirectory() as d:
             t = time.time()
-            extract_to_disk(ds, 'smollm2', Path(d) / 'f', layer_ids=[1, 8, 14, 20, 27], device='cpu', dtype=dt,
-                            max_batch_tokens=4096, max_batch_size=32, shard_mb=64, rank=0, world_size=1, progress=False)
+            opts = ExtractOptions(layer_ids=[1, 8, 14, 20, 27], device='cpu', dtype=dt, max_batch_tokens=4096,
+                                  max_batch_size=32, shard_mb=64, label_topk=0)
+            extract_to_disk(ds, 'smollm2', Path(d) / 'f', opts, rank=0, world_size=1, progress=False)
             el = time.time() - t
         r = {'stage': 'hidden_states', 'setting': f'{dt} compute, 2 threads', 'rows': len(ds), 'tokens': tokens,
              'seconds': round(el, 1), 'tokens_per_s': round(tokens / el, 1)}

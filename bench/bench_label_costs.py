@@ -47,7 +47,7 @@ def main():
     from datasets import load_from_disk
     from dflash_nb.regenerate import GenConfig, make_backend, regenerate_file
     from dflash_nb.features import FeatureStore
-    from dflash_nb.hidden_states import extract_to_disk
+    from dflash_nb.hidden_states import ExtractOptions, extract_to_disk
     from dflash_nb.targets import load_target
     res = {'threads': a.threads}
     with tempfile.TemporaryDirectory() as d:
@@ -65,8 +65,8 @@ def main():
         ds = load_from_disk(a.dataset).select(range(a.feature_rows))
         for k in (0, 16):
             c0 = cpu()
-            out = extract_to_disk(ds, 'smollm2', d / f'f{k}', model=model, rank=0, world_size=1, progress=False, label_topk=k,
-                                  max_batch_tokens=4096, max_batch_size=32)
+            out = extract_to_disk(ds, 'smollm2', d / f'f{k}', ExtractOptions(label_topk=k, max_batch_tokens=4096, max_batch_size=32),
+                                  model=model, rank=0, world_size=1, progress=False)
             c = cpu() - c0
             res[f'features_top{k}_cpu_s_per_token'] = round(c / out['index']['n_tokens'], 7)
             res['feature_tokens'] = out['index']['n_tokens']

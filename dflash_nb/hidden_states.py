@@ -5,22 +5,25 @@
 # %% ../nbs/60_hidden_states.ipynb #a5bece04
 from __future__ import annotations
 import json, logging, math, os, queue, shutil, threading, time
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator
 
-from .core import (Quarantine, atomic_write, check_target_layer_ids, default_target_layer_ids, obj_hash,
-                            read_json, to_aux_layer_ids, write_json)
+from fastcore.basics import patch
+
+from .core import (Quarantine, atomic_write, check_target_layer_ids, default_target_layer_ids, get_device,
+                            obj_hash, read_json, seed_everything, setup_logging, to_aux_layer_ids, write_json)
 from .core import progress as progress_bar
-from .params import add_declared_options
-from .targets import decoder_layers, text_config
+from .params import add_declared_options, check_fields, declared
+from .targets import decoder_layers, load_target, text_config
 from .features import FeatureStore, target_outputs
 
 # %% auto #0
 __all__ = ['log', 'STORAGE_DTYPES', 'PLAN_VERSION', 'DECLARED_OPTIONS', 'resolve_layer_ids', 'InsufficientDiskError',
            'bytes_per_token', 'storage_estimate', 'check_disk', 'plan_shards', 'make_batches', 'batch_checks',
            'sample_problems', 'row_problems', 'dataset_fingerprint', 'make_plan', 'shard_complete', 'prepare_out_dir',
-           'label_checks', 'collate', 'extract_dataset', 'merge_index', 'init_distributed', 'extract_to_disk',
-           'plot_layer_norms', 'register_cli', 'synthetic_dataset']
+           'label_checks', 'collate', 'extract_dataset', 'merge_index', 'ExtractOptions', 'init_distributed',
+           'extract_to_disk', 'plot_layer_norms', 'register_cli', 'synthetic_dataset', 'hidden_states_stage']
 
 # %% ../nbs/60_hidden_states.ipynb #677ac590
 log = logging.getLogger('dflash_nb')
@@ -84,7 +87,7 @@ def plan_shards(lengths, shard_tokens: int) -> list[list[int]]:
     if cur: shards.append(cur)
     return shards
 
-def make_batches(lengths, max_batch_tokens: int, max_batch_size: int = 64) -> list[list[int]]:
+def make_batches(lengths, max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
     "Positions `0..len-1` grouped into batches whose padded size (count x longest) stays under `max_batch_tokens`."
     order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
     batches, cur, longest = [], [], 0
@@ -331,8 +334,8 @@ def _shard_payload(ent: list, out: dict, names: list, include_last: bool, topk: 
     return t, stats
 
 # %% ../nbs/60_hidden_states.ipynb #a2c98df0
-def extract_dataset(model, ds, out_dir, plan: dict, max_batch_tokens: int = 8192, max_batch_size: int = 64,
-                    rank: int = 0, world_size: int = 1, on_shard=None, progress: bool = True) -> dict:
+def extract_dataset(model, ds, out_dir, plan: dict, *, max_batch_tokens: int, max_batch_size: int, rank: int = 0,
+                    world_size: int = 1, on_shard=None, progress: bool = True) -> dict:
     """Compute, validate and store the features of `plan`'s shards assigned to `rank` (`k % world_size == rank`);
     complete shards are skipped. `on_shard(k)` is called after each shard is written (tests inject crashes there).
     Returns {'shards_done', 'shards_skipped', 'samples', 'quarantined', 'tokens', 'seconds'}."""
@@ -423,6 +426,31 @@ def merge_index(out_dir) -> dict:
     write_json(out_dir / 'index.json', index, indent=None)
     return index
 
+# %% ../nbs/60_hidden_states.ipynb #b784a587
+_H = '60_hidden_states'
+
+@dataclass(kw_only=True)
+class ExtractOptions:
+    "What to extract, store and how to batch it; defaults and checks: the stage's declaration."
+    layer_ids: list | None = declared(_H, 'target_layer_ids')   # DFlash ids; None: the DFlash rule for `num_features`
+    num_features: int = declared(_H, 'num_features')           # feature layers of the DFlash rule
+    include_last: bool = declared(_H, 'include_last')          # also store the last layer's raw output
+    storage_dtype: str = declared(_H, 'storage_dtype')         # bfloat16, float16 or float32 on disk
+    label_topk: int = declared(_H, 'label_topk')               # the target's top-k labels per position (0: none)
+    shard_mb: float = declared(_H, 'shard_mb')                 # shard size in MB
+    max_samples: int | None = declared(_H, 'max_samples')      # the first rows only (None: all)
+    device: str = declared(_H, 'device')                       # where the target runs when it is loaded here
+    dtype: str | None = declared(_H, 'dtype')                  # its compute dtype (auto: bf16 on CUDA, fp32 elsewhere)
+    max_batch_tokens: int = declared(_H, 'max_batch_tokens')   # padded tokens per forward pass
+    max_batch_size: int = declared(_H, 'max_batch_size')       # rows per forward pass at most
+
+    def __post_init__(self): check_fields(self)
+
+@patch(cls_method=True)
+def from_params(cls: ExtractOptions, params: dict) -> ExtractOptions:
+    "The settings from a stage's (or the CLI's) parameter values, by each field's declared name."
+    return cls(**{f.name: params[f.metadata['param']] for f in fields(cls) if f.metadata.get('param') in params})
+
 # %% ../nbs/60_hidden_states.ipynb #1f184c00
 def init_distributed(backend: str | None = None) -> tuple[int, int, int]:
     "Join the torchrun process group when `WORLD_SIZE` > 1; returns `(rank, world_size, local_rank)`."
@@ -443,46 +471,64 @@ def _load_dataset(dataset):
         return load_from_disk(str(dataset))
     return dataset
 
-def extract_to_disk(dataset, target, out_dir, layer_ids=None, num_features: int = 5, include_last: bool = False,
-                    storage_dtype: str = 'bfloat16', device: str = 'auto', dtype: str = 'auto',
-                    max_batch_tokens: int = 8192, max_batch_size: int = 64, shard_mb: float = 1024,
-                    max_samples: int | None = None, model=None, rank: int | None = None, world_size: int | None = None,
-                    on_shard=None, progress: bool = True, label_topk: int = 0) -> dict:
-    """Extract the features of `dataset` (a `save_to_disk` folder or a `Dataset`) for `target` into `out_dir`, with the
-    target's top-`label_topk` labels per position when `label_topk` > 0.
-    Returns {'index' (rank 0, else None), 'plan', 'estimate', 'summary'}. Resumes when `out_dir` holds shards of the
-    same plan; refuses to start when the estimate exceeds the free disk."""
+def _load_model(target, opts: ExtractOptions, local: int, world_size: int):
+    "The target on this rank's device (`opts.device`; `cuda:local` under torchrun) in `opts.dtype`."
     import torch
-    from dflash_nb.core import get_device
-    from dflash_nb.targets import load_target
+    dev = get_device(opts.device)
+    if dev == 'cuda' and world_size > 1: dev = f'cuda:{local}'
+    model, _ = load_target(target, device=dev, dtype=None if opts.dtype in (None, 'auto') else getattr(torch, opts.dtype))
+    return model
+
+def _estimate(plan: dict, ids: list, cfg, opts: ExtractOptions, out_dir) -> dict:
+    "The storage estimate against the free disk, the shards already written counted as free."
+    est = storage_estimate(plan['n_tokens'], len(ids), cfg.hidden_size, opts.storage_dtype, opts.include_last, path=out_dir,
+                           label_topk=opts.label_topk)
+    done = sum(read_json(p).get('bytes', 0) for p in Path(out_dir).glob('shard-*.json')) if Path(out_dir).exists() else 0
+    if done and est.get('free_bytes') is not None: est['free_bytes'] += done; est['fits'] = est['bytes'] * 1.02 <= est['free_bytes']
+    return est
+
+def _announce(n: int, plan: dict, ids: list, cfg, opts: ExtractOptions, est: dict):
+    "One line before the work: samples, tokens, layers, bytes per token, the estimate and the free disk."
+    print(f"[hidden_states] {n} samples, {plan['n_tokens']:,} tokens, layers {ids} (aux {to_aux_layer_ids(ids)}), "
+          f"D={cfg.hidden_size}, {opts.storage_dtype}{' + last' if opts.include_last else ''}"
+          f"{f' + top-{opts.label_topk} labels' if opts.label_topk else ''}: {est['bytes_per_token']:,} B/token "
+          f"-> {est['human']} in {len(plan['shards'])} shard(s); free {est.get('free_human')}", flush=True)
+
+# %% ../nbs/60_hidden_states.ipynb #4b917679
+def extract_to_disk(
+    dataset,  # a `save_to_disk` folder or a `Dataset` (`id, input_ids, loss_mask, seq_len`)
+    target,  # the target spec
+    out_dir,  # the features folder
+    opts: ExtractOptions | None = None,  # the settings (None: the stage's declared defaults)
+    *,
+    model=None,  # the target, already loaded (None: loaded from `target` on `opts.device` in `opts.dtype`)
+    rank: int | None = None,  # this process's rank (None: torchrun's, else 0)
+    world_size: int | None = None,  # the number of ranks (None: torchrun's, else 1)
+    on_shard=None,  # called with each written shard's number (tests inject crashes there)
+    progress: bool = True,  # print progress
+) -> dict:  # {'index' (rank 0, else None), 'plan', 'estimate', 'summary'}
+    """Extract the features of `dataset` for `target` into `out_dir`, with the target's top-`opts.label_topk` labels per
+    position when it is > 0. Resumes when `out_dir` holds shards of the same plan; refuses to start when the estimate
+    exceeds the free disk."""
+    opts = opts or ExtractOptions()
     if rank is None or world_size is None:
         r, w, local = init_distributed()
         rank, world_size = (r if rank is None else rank), (w if world_size is None else world_size)
     else: local = rank
     ds = _load_dataset(dataset)
-    if max_samples is not None: ds = ds.select(range(min(int(max_samples), len(ds))))
-    if model is None:
-        dev = get_device(device)
-        if dev == 'cuda' and world_size > 1: dev = f'cuda:{local}'
-        tdt = None if dtype in (None, 'auto') else getattr(torch, dtype)
-        model, _ = load_target(target, device=dev, dtype=tdt)
+    if opts.max_samples is not None: ds = ds.select(range(min(int(opts.max_samples), len(ds))))
+    if model is None: model = _load_model(target, opts, local, world_size)
     cfg = text_config(model)
-    ids = resolve_layer_ids(cfg.num_hidden_layers, layer_ids, num_features)
-    plan = make_plan(ds, ids, cfg.hidden_size, cfg.num_hidden_layers, storage_dtype, include_last, shard_mb, str(target),
-                     label_topk)
-    est = storage_estimate(plan['n_tokens'], len(ids), cfg.hidden_size, storage_dtype, include_last, path=out_dir,
-                           label_topk=label_topk)
-    done = sum(read_json(p).get('bytes', 0) for p in Path(out_dir).glob('shard-*.json')) if Path(out_dir).exists() else 0
-    if done and est.get('free_bytes') is not None: est['free_bytes'] += done; est['fits'] = est['bytes'] * 1.02 <= est['free_bytes']
-    if rank == 0:
-        print(f"[hidden_states] {len(ds)} samples, {plan['n_tokens']:,} tokens, layers {ids} (aux {to_aux_layer_ids(ids)}), "
-              f"D={cfg.hidden_size}, {storage_dtype}{' + last' if include_last else ''}"
-              f"{f' + top-{label_topk} labels' if label_topk else ''}: {est['bytes_per_token']:,} B/token "
-              f"-> {est['human']} in {len(plan['shards'])} shard(s); free {est.get('free_human')}", flush=True)
+    ids = resolve_layer_ids(cfg.num_hidden_layers, opts.layer_ids, opts.num_features)
+    plan = make_plan(ds, ids, cfg.hidden_size, cfg.num_hidden_layers, opts.storage_dtype, opts.include_last, opts.shard_mb,
+                     str(target), opts.label_topk)
+    est = _estimate(plan, ids, cfg, opts, out_dir)
+    if rank == 0: _announce(len(ds), plan, ids, cfg, opts, est)
     check_disk(est)
     prepare_out_dir(out_dir, plan, rank)
-    summary = extract_dataset(model, ds, out_dir, plan, max_batch_tokens, max_batch_size, rank, world_size,
-                              on_shard=on_shard, progress=progress)
+    summary = extract_dataset(model, ds, out_dir, plan, max_batch_tokens=opts.max_batch_tokens,
+                              max_batch_size=opts.max_batch_size, rank=rank, world_size=world_size, on_shard=on_shard,
+                              progress=progress)
     _barrier()
     index = merge_index(out_dir) if rank == 0 else None
     _barrier()
@@ -503,6 +549,7 @@ def plot_layer_norms(stats: dict, path=None):
     ax.set_ylabel('mean token L2 norm'); ax.set_title(f'per-layer feature norms ({len(per)} samples, {stats["tokens"]} tokens)')
     ax.grid(alpha=.3); fig.tight_layout()
     if path is not None: fig.savefig(path, dpi=100)
+    plt.close(fig)
     return fig
 
 # %% ../nbs/60_hidden_states.ipynb #f717b776
@@ -525,8 +572,7 @@ def register_cli(sub):
         if a.aux_layer_ids:
             if ids: raise SystemExit('give --layer-ids or --aux-layer-ids, not both')
             ids = from_aux_layer_ids([int(x) for x in a.aux_layer_ids.split(',')])
-        res = extract_to_disk(a.dataset, a.target, a.out, ids, a.num_features, a.include_last, a.storage_dtype, a.device,
-                              a.dtype, a.max_batch_tokens, a.max_batch_size, a.shard_mb, a.max_samples, label_topk=a.label_topk)
+        res = extract_to_disk(a.dataset, a.target, a.out, ExtractOptions.from_params({**vars(a), 'target_layer_ids': ids}))
         if res['index'] is not None:
             idx = res['index']
             print(json.dumps({k: idx[k] for k in ('n_samples', 'n_quarantined', 'n_tokens', 'target_layer_ids', 'aux_layer_ids')}))
@@ -564,3 +610,39 @@ def synthetic_dataset(tokenizer, n: int = 12, seed: int = 0, path=None):
     ds = Dataset.from_list(rows)
     if path is not None: ds.save_to_disk(str(path))
     return ds
+
+# %% ../nbs/60_hidden_states.ipynb #9d93799b
+def _finish(stage, res: dict, stats: dict, log) -> dict:
+    "Check the row accounting and a stored sample, declare the outputs and counts, write the manifest (returned), log."
+    feat_dir, index, rows_in = stage.path('features'), res['index'], res['plan']['n_rows']
+    for p in ('index.json', 'stats.json', 'quarantine.jsonl', 'plan.json'): stage.output(feat_dir / p)
+    stage.output(stage.path('norms.png'))
+    assert index['n_samples'] + index['n_quarantined'] == rows_in
+    stage.count(rows_in=rows_in, samples=index['n_samples'], quarantined=index['n_quarantined'], tokens=index['n_tokens'],
+                shards=len(index['shards']))
+    s = FeatureStore(feat_dir)[0]
+    assert s['hidden_states'].shape == (len(s['input_ids']), len(index['target_layer_ids']), index['hidden_size'])
+    m = stage.finish(target_layer_ids=index['target_layer_ids'], aux_layer_ids=index['aux_layer_ids'],
+                     estimate=res['estimate'], tokens_per_s=round(res['summary']['tokens'] / max(res['summary']['seconds'], 1e-9), 1),
+                     label_agreement=stats.get('label_agreement'))
+    log.info('hidden states: %s samples, %s tokens, %s quarantined, layers %s, %.0f tok/s', index['n_samples'],
+             index['n_tokens'], index['n_quarantined'], index['target_layer_ids'], m['tokens_per_s'])
+    return m
+
+# %% ../nbs/60_hidden_states.ipynb #0b1418a5
+def hidden_states_stage(
+    stage,  # the `60_hidden_states` stage that `pipeline.open_stage` opened: checked parameters, run folder
+) -> dict:  # `extract_to_disk`'s result (index, plan, estimate, summary) with `stats` (`stats.json`)
+    "Run the stage: the features of `50_tokenization/dataset` into `60_hidden_states/features`, the norm plot, the manifest."
+    p = stage.params
+    seed_everything(p['seed'])
+    dataset_dir = stage.run_dir / '50_tokenization' / 'dataset'
+    log = setup_logging(stage.dir)
+    stage.input(dataset_dir)
+    feat_dir = stage.path('features')
+    with stage.timer('extract'):
+        res = extract_to_disk(dataset_dir, p['target'], feat_dir, ExtractOptions.from_params(p), rank=0, world_size=1)
+    stats = read_json(feat_dir / 'stats.json')
+    plot_layer_norms(stats, stage.path('norms.png'))
+    _finish(stage, res, stats, log)
+    return {**res, 'stats': stats}

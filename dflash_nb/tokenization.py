@@ -5,20 +5,24 @@
 # %% ../nbs/50_tokenization.ipynb #44ec82a2
 from __future__ import annotations
 import argparse, html, itertools, json, math, os, shutil, sys, time
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 from typing import Iterator
 
-from .core import Quarantine, atomic_dir, atomic_write, file_hash, iter_jsonl, obj_hash, read_json, write_json
+from fastcore.basics import patch
+
+from .core import (Quarantine, atomic_dir, atomic_write, file_hash, iter_jsonl, obj_hash, read_json, seed_everything,
+                            setup_logging, write_json)
 from .schema import validate_row
 from .params import add_declared_options, check_fields, declared
+from .targets import load_tokenizer
 from .masks import LOSS_REASONS, as_renderer, assistant_masks, split_reason, turn_samples
 
 # %% auto #0
 __all__ = ['DECLARED_OPTIONS', 'TokenizeOptions', 'encode_rows', 'count_tokens', 'freq_dict', 'save_token_freq',
            'load_token_freq', 'build_vocab_mapping', 'tokenizer_key', 'encode_file', 'EmptyDatasetError', 'assemble',
-           'target_vocab_size', 'tokenize_conversations', 'plot_lengths', 'show_rows', 'InputError', 'check_input',
-           'register_cli']
+           'target_vocab_size', 'tokenize_conversations', 'plot_lengths', 'show_rows', 'stage_input',
+           'tokenization_stage', 'InputError', 'check_input', 'register_cli']
 
 # %% ../nbs/50_tokenization.ipynb #1d0ae573
 _T = '50_tokenization'
@@ -39,6 +43,12 @@ class TokenizeOptions:
         self.max_seq_len = self.max_seq_len or None   # the declaration's "no limit"
         check_fields(self)
         self.max_seq_len = self.max_seq_len or 0      # the dataset's (and the resume hash's) "no limit"
+
+# %% ../nbs/50_tokenization.ipynb #f2c8a3b0
+@patch(cls_method=True)
+def from_params(cls: TokenizeOptions, params: dict) -> TokenizeOptions:
+    "The options from a stage's (or the CLI's) parameter values, by each field's declared name."
+    return cls(**{f.name: params[f.metadata['param']] for f in fields(cls) if f.metadata.get('param') in params})
 
 # %% ../nbs/50_tokenization.ipynb #ec853ce8
 def _last_run(mask: list[int]) -> list[int]:
@@ -494,9 +504,7 @@ def tokenize_conversations(
     "Tokenize a JSONL of conversations into `dataset/`, `token_freq.pt`, `d2t.npy`, `t2d.npy`, `quarantine.jsonl`, `report.json`."
     opts, out_dir, t0 = opts or TokenizeOptions(), Path(out_dir), time.time()
     out_dir.mkdir(parents=True, exist_ok=True)
-    if tokenizer is None:
-        from dflash_nb.targets import load_tokenizer   # loads transformers: only when not given a tokenizer
-        tokenizer = load_tokenizer(target)
+    if tokenizer is None: tokenizer = load_tokenizer(target)
     t1 = time.time()
     run = encode_file(input_path, out_dir / 'work', tokenizer, target, opts, num_proc, chunk_rows,
                       max_chunks, echo)
@@ -554,6 +562,57 @@ def show_rows(
     from IPython.display import HTML   # notebooks only
     return HTML(''.join(_row_box(tokenizer, rows[i], max_tokens) for i in range(min(n, len(rows)))))
 
+# %% ../nbs/50_tokenization.ipynb #18ebcdbf
+_INPUTS = {'40_regenerate': '40_regenerate/regenerated.jsonl', '30_convert': '30_convert/conversations.jsonl'}
+
+def stage_input(
+    run_dir,  # the run folder
+    input_stage: str,  # `auto` (regeneration's output when present, else conversion's), `40_regenerate` or `30_convert`
+) -> Path:  # the canonical conversations the stage tokenizes
+    "The run's canonical conversations that `50_tokenization` reads."
+    run_dir = Path(run_dir)
+    if input_stage != 'auto': return run_dir / _INPUTS[input_stage]   # its choices are checked by open_stage
+    found = [v for v in _INPUTS.values() if (run_dir / v).exists()]
+    if not found: raise FileNotFoundError(f'no input conversations in {run_dir}: expected one of {list(_INPUTS.values())} '
+                                          '(run the convert stage, 30, or regeneration, 40, first)')
+    return run_dir / found[0]
+
+# %% ../nbs/50_tokenization.ipynb #3ba47b0a
+_OUTPUTS = ('dataset', 'token_freq.pt', 'd2t.npy', 't2d.npy', 'quarantine.jsonl', 'report.json', 'lengths.png')
+_COUNTS = ('rows_in', 'rows_out', 'conversations_out', 'quarantined', 'content_lost', 'truncated', 'rows_split',
+           'split_samples', 'tokens', 'supervised_tokens', 'distinct_supervised_tokens', 'draft_vocab_size')
+
+def _finish(stage, rep: dict, input_path: Path, log) -> dict:
+    "Check the row accounting, declare the outputs and counts, write the manifest (returned), log one line."
+    assert rep['rows_in'] == rep['conversations_out'] + rep['conversations_dropped']
+    if stage.params['rows'] == 'conversation': assert rep['rows_in'] == rep['rows_out'] + rep['quarantined']
+    for name in _OUTPUTS: stage.output(stage.path(name))
+    stage.count(**{k: rep[k] for k in _COUNTS})
+    m = stage.finish(input=str(input_path.relative_to(stage.run_dir)), quarantine_reasons=rep['quarantine_reasons'],
+                     rows_per_s=rep['rows_per_s'], tokens_per_s=rep['tokens_per_s'])
+    log.info('tokenization: %s rows in, %s out, %s quarantined %s (%s whose render lost assistant content), %s tokens '
+             '(%s supervised), %.0f rows/s', rep['rows_in'], rep['rows_out'], rep['quarantined'], rep['quarantine_reasons'],
+             rep['content_lost'], rep['tokens'], rep['supervised_tokens'], rep['rows_per_s'])
+    return m
+
+# %% ../nbs/50_tokenization.ipynb #ae82a0af
+def tokenization_stage(
+    stage,  # the `50_tokenization` stage that `pipeline.open_stage` opened: checked parameters, run folder
+) -> dict:  # the report (`report.json`)
+    "Run the stage: tokenize the run's conversations into `50_tokenization/`, plot the lengths, write the manifest."
+    p = stage.params
+    seed_everything(p['seed'])
+    log = setup_logging(stage.dir)
+    input_path = stage.input(stage_input(stage.run_dir, p['input_stage']))
+    opts, tok = TokenizeOptions.from_params(p), load_tokenizer(p['target'])
+    with stage.timer('tokenize'):
+        rep = tokenize_conversations(input_path, stage.dir, p['target'], opts, tokenizer=tok,
+                                     draft_vocab_size=p['draft_vocab_size'], num_proc=p['num_proc'],
+                                     chunk_rows=p['chunk_rows'], shard_mb=p['shard_mb'])
+    plot_lengths(*rep.pop('_lengths'), stage.path('lengths.png'), p['max_seq_len'])
+    _finish(stage, rep, input_path, log)
+    return rep
+
 # %% ../nbs/50_tokenization.ipynb #47271b2f
 class InputError(ValueError):
     "An input that a CLI command refuses before doing any work; the message is one line naming the fault."
@@ -570,7 +629,6 @@ def check_input(
     path,  # canonical conversations (JSONL)
     tokenizer=None,  # the tokenizer (checked for a chat template)
     chat_template=None,  # a `.jinja` file replacing its template
-    max_errors: int = 1,  # kept for the CLI's signature (the first fault stops)
 ) -> int:  # the number of rows
     "Check a JSONL of canonical conversations up front, or raise InputError naming the line and the fault."
     p = Path(path)
@@ -600,15 +658,12 @@ def _add_run_args(r):
 # %% ../nbs/50_tokenization.ipynb #27296c48
 def _run_cmd(a) -> int:
     "`tokenization run`: check the numbers and the rows first, then tokenize."
-    n = check_input(a.input, None, a.chat_template)          # the rows first: cheap, no tokenizer needed
-    from dflash_nb.targets import load_tokenizer   # loads transformers: only when the command runs
+    n = check_input(a.input, chat_template=a.chat_template)   # the rows first: cheap, no tokenizer needed
     tok = load_tokenizer(a.target)
     if a.chat_template is None and not getattr(tok, 'chat_template', None):
         raise InputError(f'the tokenizer of {a.target} has no chat template: pass one with --chat-template FILE.jinja')
     print(f'{a.input}: {n} canonical conversations', file=sys.stderr)
-    opts = TokenizeOptions(a.max_seq_len, a.truncation, a.min_supervised_tokens, a.rows, a.enable_thinking,
-                           a.chat_template, a.mask_method, a.ids_dtype)
-    rep = tokenize_conversations(a.input, a.out, a.target, opts, tokenizer=tok,
+    rep = tokenize_conversations(a.input, a.out, a.target, TokenizeOptions.from_params(vars(a)), tokenizer=tok,
                                  draft_vocab_size=a.draft_vocab_size,
                                  num_proc=a.num_proc, chunk_rows=a.chunk_rows, shard_mb=a.shard_mb)
     rep.pop('_lengths', None); rep.pop('histogram', None)

@@ -22,14 +22,15 @@ def _venv(name):
 def run(demo_run, tmp_path_factory):
     """A small run with the target's final layer stored: the smoke run's stages, with hidden states re-extracted for
     the first rows with `include_last: true` (speculators needs that layer)."""
-    from dflash_nb.hidden_states import extract_to_disk
+    from dflash_nb.hidden_states import ExtractOptions, extract_to_disk
     smoke, _ = demo_run
     r = tmp_path_factory.mktemp('run')
     for s in ('01_targets', '10_sources', '30_convert', '40_regenerate', '50_tokenization', '80_train', '90_evaluate'):
         if (smoke / s).exists(): shutil.copytree(smoke / s, r / s, ignore=shutil.ignore_patterns('*.ipynb'))
     out = r / '60_hidden_states' / 'features'
-    res = extract_to_disk(r / '50_tokenization' / 'dataset', 'smollm2', out, include_last=True, max_samples=N_SAMPLES,
-                          shard_mb=1, progress=False)
+    opts = ExtractOptions(include_last=True, max_samples=N_SAMPLES, shard_mb=1, max_batch_tokens=8192, max_batch_size=64,
+                          label_topk=0)
+    res = extract_to_disk(r / '50_tokenization' / 'dataset', 'smollm2', out, opts, progress=False)
     write_json(r / '60_hidden_states' / 'manifest.json', {'stage': '60_hidden_states', 'params': {'include_last': True},
                                                           'counts': {'samples': res['index']['n_samples']}})
     return r

@@ -1,5 +1,5 @@
 "Hidden-state extraction: layer convention, padding, validation, resume after a crash, 2-process sharding."
-import json, os, shutil, subprocess, sys
+import dataclasses, json, os, shutil, subprocess, sys
 from pathlib import Path
 
 import pytest
@@ -84,6 +84,10 @@ def test_online_features_train(tiny):
     fc(f.flatten(2)).sum().backward()
     assert fc.weight.grad is not None and torch.isfinite(fc.weight.grad).all()
 
+def _opts(**kw):
+    "The settings these tests were written with (whole-row batches up to 8192 tokens x 64 rows, no labels), and `kw`."
+    return H.ExtractOptions(**{'max_batch_tokens': 8192, 'max_batch_size': 64, 'label_topk': 0, **kw})
+
 def _synth(tiny, n=12, seed=0):
     return H.synthetic_dataset(tiny[1], n=n, seed=seed)
 
@@ -94,8 +98,9 @@ def _store_tensors(path):
 def test_store_roundtrip_and_values(tiny, tmp_path):
     model, tok = tiny
     ds = _synth(tiny)
-    res = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'features', layer_ids=[0, 1, 3], include_last=True,
-                            storage_dtype='float32', shard_mb=0.05, model=model, rank=0, world_size=1, progress=False)
+    res = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'features',
+                            _opts(layer_ids=[0, 1, 3], include_last=True, storage_dtype='float32', shard_mb=0.05),
+                            model=model, rank=0, world_size=1, progress=False)
     idx = res['index']
     assert idx['n_samples'] == len(ds) and idx['n_quarantined'] == 0 and len(idx['shards']) > 1
     assert idx['target_layer_ids'] == [0, 1, 3] and idx['aux_layer_ids'] == [1, 2, 4] and idx['include_last']
@@ -147,7 +152,7 @@ def test_validation_quarantines_bad_rows(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(H, 'collate', bad_collate)
     h1 = dec.register_forward_pre_hook(grab, with_kwargs=True); h2 = layers[1].register_forward_hook(corrupt)
     try:
-        res = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'f', layer_ids=[1, 2], storage_dtype='float16',
+        res = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'f', _opts(layer_ids=[1, 2], storage_dtype='float16'),
                                 model=model, rank=0, world_size=1, progress=False)
     finally: h1.remove(); h2.remove()
     idx = res['index']
@@ -167,7 +172,7 @@ def test_refuses_when_disk_is_full(tiny, tmp_path, monkeypatch):
     model, _ = tiny
     monkeypatch.setattr(H.shutil, 'disk_usage', lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 100, 100))
     with pytest.raises(H.InsufficientDiskError, match='B/token'):
-        H.extract_to_disk(_synth(tiny), 'tiny-qwen3', tmp_path / 'f', layer_ids=[0, 1], model=model, rank=0, world_size=1)
+        H.extract_to_disk(_synth(tiny), 'tiny-qwen3', tmp_path / 'f', _opts(layer_ids=[0, 1]), model=model, rank=0, world_size=1)
     assert not (tmp_path / 'f' / 'plan.json').exists()
 
 class Crash(Exception): pass
@@ -175,21 +180,21 @@ class Crash(Exception): pass
 def test_resume_after_crash_equals_uninterrupted(tiny, tmp_path):
     model, _ = tiny
     ds = _synth(tiny, n=14)
-    kw = dict(layer_ids=[0, 2], include_last=True, shard_mb=0.04, model=model, rank=0, world_size=1, progress=False,
-              label_topk=3)
-    ref = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'a', **kw)['index']
+    opts = _opts(layer_ids=[0, 2], include_last=True, shard_mb=0.04, label_topk=3)
+    kw = dict(model=model, rank=0, world_size=1, progress=False)
+    ref = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'a', opts, **kw)['index']
     n_shards = len(ref['shards']); assert n_shards >= 4
     out = tmp_path / 'b'
     def crash(k):
         if k == 1: raise Crash(f'killed after shard {k}')
-    with pytest.raises(Crash): H.extract_to_disk(ds, 'tiny-qwen3', out, on_shard=crash, **kw)
+    with pytest.raises(Crash): H.extract_to_disk(ds, 'tiny-qwen3', out, opts, on_shard=crash, **kw)
     assert not (out / 'index.json').exists()
     done = sorted(p.name for p in out.glob('shard-*.json')); assert done == ['shard-00000.json', 'shard-00001.json']
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.glob('shard-*')}
     # a partial shard: its tensors written, its record not; plus a stray temporary file
     shutil.copy(tmp_path / 'a' / 'shard-00002.safetensors', out / 'shard-00002.safetensors')
     (out / '.shard-00003.safetensors.tmp').write_bytes(b'partial')
-    res = H.extract_to_disk(ds, 'tiny-qwen3', out, **kw)
+    res = H.extract_to_disk(ds, 'tiny-qwen3', out, opts, **kw)
     assert res['summary']['shards_skipped'] == 2 and res['summary']['shards_done'] == n_shards - 2
     assert all((out / n).stat().st_mtime_ns == t for n, t in mtimes.items())     # completed shards kept as they were
     assert not list(out.glob('.*.tmp'))
@@ -201,7 +206,7 @@ def test_resume_after_crash_equals_uninterrupted(tiny, tmp_path):
         for k in ('hidden_states', 'last_hidden', 'input_ids', 'loss_mask', 'target_ids', 'target_logp'):
             assert torch.equal(a[sid][k], b[sid][k]), (sid, k)
     # other settings: stale shards are replaced, not mixed
-    res2 = H.extract_to_disk(ds, 'tiny-qwen3', out, **{**kw, 'layer_ids': [1, 2]})
+    res2 = H.extract_to_disk(ds, 'tiny-qwen3', out, dataclasses.replace(opts, layer_ids=[1, 2]), **kw)
     assert res2['index']['target_layer_ids'] == [1, 2] and res2['summary']['shards_skipped'] == 0
 
 def test_two_process_sharding_with_torchrun(tiny, tmp_path):
@@ -211,7 +216,7 @@ def test_two_process_sharding_with_torchrun(tiny, tmp_path):
     ds = H.synthetic_dataset(tok, n=14, seed=3, path=ds_dir)
     exe = shutil.which('dflash-nb') or str(Path(sys.executable).parent / 'dflash-nb')
     args = ['--dataset', ds_dir, '--target', 'tiny-qwen3', '--layer-ids', '0,2', '--shard-mb', '0.03',
-            '--device', 'cpu', '--max-batch-tokens', '256']
+            '--device', 'cpu', '--max-batch-tokens', '256', '--max-batch-size', '64', '--label-topk', '0']
     env = {**os.environ, 'OMP_NUM_THREADS': '1'}
     cmd = [sys.executable, '-m', 'torch.distributed.run', '--standalone', '--nproc-per-node', '2',
            exe, 'hidden-states', 'extract', *args, '--out', tmp_path / 'dist']
@@ -220,8 +225,8 @@ def test_two_process_sharding_with_torchrun(tiny, tmp_path):
     recs = [json.loads(p.read_text()) for p in sorted((tmp_path / 'dist').glob('shard-*.json'))]
     assert len(recs) >= 4 and {x['rank'] for x in recs} == {0, 1}
     assert all(x['rank'] == x['shard'] % 2 for x in recs)
-    single = H.extract_to_disk(ds_dir, 'tiny-qwen3', tmp_path / 'one', layer_ids=[0, 2], shard_mb=0.03,
-                               max_batch_tokens=256, model=model, rank=0, world_size=1, progress=False)['index']
+    single = H.extract_to_disk(ds_dir, 'tiny-qwen3', tmp_path / 'one', _opts(layer_ids=[0, 2], shard_mb=0.03, max_batch_tokens=256),
+                               model=model, rank=0, world_size=1, progress=False)['index']
     dist_idx = json.loads((tmp_path / 'dist' / 'index.json').read_text())
     assert dist_idx['samples'] == single['samples'] and dist_idx['n_samples'] == len(ds)
     a, b = _store_tensors(tmp_path / 'one'), _store_tensors(tmp_path / 'dist')
@@ -248,8 +253,8 @@ def test_target_labels_equal_the_targets_greedy_text(spec, dtype, tmp_path):
     prompts = ['What is the capital of France?', 'Write a Python function that reverses a string.',
                'Name three colours.', 'Explain recursion in one sentence.']
     ds = _greedy_rows(model, tok, prompts, 24)
-    res = H.extract_to_disk(ds, spec, tmp_path / 'f', layer_ids=[0, 1], model=model, rank=0, world_size=1,
-                            progress=False, label_topk=4, storage_dtype='float32')
+    res = H.extract_to_disk(ds, spec, tmp_path / 'f', _opts(layer_ids=[0, 1], label_topk=4, storage_dtype='float32'),
+                            model=model, rank=0, world_size=1, progress=False)
     s = F.FeatureStore(tmp_path / 'f')
     agree = total = 0
     for sid in s.ids:
@@ -274,8 +279,8 @@ def test_label_validation_quarantines(tiny, tmp_path, monkeypatch):
         lp[0, 1, 0] = float('nan')                # the first sample of each batch
         return ids, lp
     monkeypatch.setattr(F, 'head_topk', bad)
-    res = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'f', layer_ids=[0], model=model, rank=0, world_size=1,
-                            progress=False, label_topk=2, max_batch_size=3)
+    res = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'f', _opts(layer_ids=[0], label_topk=2, max_batch_size=3),
+                            model=model, rank=0, world_size=1, progress=False)
     q = [json.loads(l) for l in (tmp_path / 'f' / 'quarantine.jsonl').read_text().splitlines()]
     assert len(q) == 2 and all(r['reason'].startswith('label_nonfinite') for r in q)
     assert res['index']['n_samples'] == 4 and res['index']['n_samples'] + res['index']['n_quarantined'] == len(ds)

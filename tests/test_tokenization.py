@@ -60,6 +60,11 @@ def tok_spec():
     return 'smollm2', load_tokenizer('smollm2'), '<|im_end|>'
 
 
+def _opts(**kw):
+    "Options with the one-supervised-token minimum these tests were written with (the declaration's 16 is a real run's)."
+    return TokenizeOptions(**{'min_supervised_tokens': 1, **kw})
+
+
 def write_jsonl(path, rows, extra_lines=()):
     with open(path, 'w') as f:
         for r in rows: f.write(json.dumps(r) + '\n')
@@ -73,8 +78,8 @@ def test_masks_equal_reference_and_definition(tok_spec):
     spec, tok, eot = tok_spec
     rows = fixture_rows()
     for think in (None, False):
-        out, rej, c = encode_rows(tok, rows, TokenizeOptions(max_seq_len=0, enable_thinking=think, mask_method='locate'))
-        outp, rejp, _ = encode_rows(tok, rows, TokenizeOptions(max_seq_len=0, enable_thinking=think, mask_method='prefix'))
+        out, rej, c = encode_rows(tok, rows, _opts(max_seq_len=0, enable_thinking=think, mask_method='locate'))
+        outp, rejp, _ = encode_rows(tok, rows, _opts(max_seq_len=0, enable_thinking=think, mask_method='prefix'))
         assert [r['reason'] for r in rej] == [r['reason'] for r in rejp]
         assert not rej, [r['reason'] for r in rej]        # every one of these rows renders: no template error is tolerated
         assert len(out) == len(outp) == len(rows)
@@ -93,7 +98,7 @@ def test_masks_equal_reference_and_definition(tok_spec):
 
 def test_builtin_supervised_text(tok_spec):
     spec, tok, eot = tok_spec
-    out, _, _ = encode_rows(tok, BUILTIN[:2], TokenizeOptions(enable_thinking=False))
+    out, _, _ = encode_rows(tok, BUILTIN[:2], _opts(enable_thinking=False))
     sup = tok.decode([i for i, m in zip(out[1]['input_ids'], out[1]['loss_mask']) if m])
     assert sup == f'7.{eot}11.{eot}'
 
@@ -101,7 +106,7 @@ def test_builtin_supervised_text(tok_spec):
 def test_tiny_model_and_per_turn():
     from dflash_nb.targets import load_tokenizer
     tok = load_tokenizer('tiny-qwen3')
-    out, rej, c = encode_rows(tok, BUILTIN, TokenizeOptions(rows='turn'))
+    out, rej, c = encode_rows(tok, BUILTIN, _opts(rows='turn'))
     n_turns = sum(m['role'] == 'assistant' for r in BUILTIN for m in r['messages'])
     assert not rej and len(out) == n_turns and c['conversations_out'] == len(BUILTIN)
     for r in out:
@@ -114,19 +119,19 @@ def test_tiny_model_and_per_turn():
 def test_truncation_policies(tok_spec):
     spec, tok, _ = tok_spec
     rows = fixture_rows(n_sharegpt=10, n_glaive=0)
-    full, _, _ = encode_rows(tok, rows, TokenizeOptions(max_seq_len=0))
+    full, _, _ = encode_rows(tok, rows, _opts(max_seq_len=0))
     L = int(np.median([r['seq_len'] for r in full]))
     longer = sum(r['seq_len'] > L for r in full)
-    tr, rej, c = encode_rows(tok, rows, TokenizeOptions(max_seq_len=L, min_supervised_tokens=1))
+    tr, rej, c = encode_rows(tok, rows, _opts(max_seq_len=L, min_supervised_tokens=1))
     assert all(r['seq_len'] <= L for r in tr)
     assert c['truncated'] + sum(r['reason'].startswith('too few') for r in rej) == longer
     for r in tr:   # truncation is a prefix cut of ids and mask alike
         f = next(x for x in full if x['id'] == r['id'])
         assert r['input_ids'] == f['input_ids'][:L] and r['loss_mask'] == f['loss_mask'][:L]
-    dr, rej, c = encode_rows(tok, rows, TokenizeOptions(max_seq_len=L, truncation='drop'))
+    dr, rej, c = encode_rows(tok, rows, _opts(max_seq_len=L, truncation='drop'))
     assert c['truncated'] == 0 and sum(r['reason'].startswith('too long') for r in rej) == longer
     assert len(dr) + len(rej) == len(rows)
-    hi, rej, _ = encode_rows(tok, rows, TokenizeOptions(max_seq_len=0, min_supervised_tokens=10**6))
+    hi, rej, _ = encode_rows(tok, rows, _opts(max_seq_len=0, min_supervised_tokens=10**6))
     assert not hi and all(r['reason'].startswith('too few supervised tokens') for r in rej)
 
 
@@ -137,7 +142,7 @@ def test_stage_outputs_token_freq_vocab(tok_spec, tmp_path):
     rows = fixture_rows()
     inp = write_jsonl(tmp_path / 'in.jsonl', rows + [{'id': 'p', 'source': 's', 'messages': [{'role': 'user', 'content': 'hi'}]}],
                       extra_lines=['{not json'])
-    rep = tokenize_conversations(inp, tmp_path / 'out', spec, TokenizeOptions(max_seq_len=4096), tokenizer=tok,
+    rep = tokenize_conversations(inp, tmp_path / 'out', spec, _opts(max_seq_len=4096), tokenizer=tok,
                                  draft_vocab_size=64, num_proc=2, chunk_rows=16, shard_mb=0.05)
     assert rep['rows_in'] == len(rows) + 2 == rep['rows_out'] + rep['quarantined']
     assert rep['quarantine_reasons'] == {'invalid JSON': 1, 'prompt-only': 1}
@@ -194,7 +199,7 @@ def test_resume_after_interruption_gives_same_dataset(tok_spec, tmp_path):
     for f in ('dataset', 'token_freq.pt', 'd2t.npy', 't2d.npy', 'quarantine.jsonl'):
         assert file_hash(tmp_path / 'ref' / f) == file_hash(tmp_path / 'res' / f), f
     # changed options discard the old work instead of mixing it in
-    other = tokenize_conversations(inp, tmp_path / 'res', spec, TokenizeOptions(max_seq_len=64), num_proc=1, max_chunks=1, **kw)
+    other = tokenize_conversations(inp, tmp_path / 'res', spec, _opts(max_seq_len=64), num_proc=1, max_chunks=1, **kw)
     assert other['done_before'] == 0
 
 
