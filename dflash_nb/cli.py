@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_cli.ipynb #d1505af3
 from __future__ import annotations
-import argparse, ast, importlib, importlib.util, sys
+import argparse, ast, importlib, importlib.util, json, re, sys
 from pathlib import Path
 from typing import Iterable
 
@@ -118,7 +118,6 @@ def _flow(v) -> str:
 
 def _summary(nb_path) -> str:
     "A notebook's one-line summary (its `> ...` line)."
-    import json
     for c in json.loads(Path(nb_path).read_text(encoding='utf-8'))['cells']:
         if c['cell_type'] == 'markdown':
             for l in ''.join(c['source']).splitlines():
@@ -155,7 +154,6 @@ def new_config(file,                 # your data file (any layout `dflash-nb sou
                stages=None,          # the stages (default: `discover_stages()`)
               ) -> str:              # the YAML text, checked by `pipeline.check_config`
     "A complete, commented run config for your file and your target, with a real run's values."
-    import re
     stages = stages or discover_stages()
     name = name or re.sub(r'[^A-Za-z0-9_-]+', '_', Path(file).name.split('.')[0]) or 'mine'
     spec, found, n = _file_source(file, name)

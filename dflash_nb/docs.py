@@ -4,7 +4,7 @@
 
 # %% ../nbs/04_docs.ipynb #07206325
 from __future__ import annotations
-import ast, hashlib, html, inspect, json, os, re, subprocess, sys, tempfile, time, warnings
+import ast, base64, hashlib, html, inspect, json, os, re, subprocess, sys, tempfile, time, warnings
 from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
@@ -842,7 +842,6 @@ def doc_files(root=None  # the checkout (default: this package's, if any)
 # %% ../nbs/04_docs.ipynb #d36318c2
 def _inline_images(text: str, folder: Path) -> str:
     "`![alt](x.png)` with `x.png` beside the file as a data URI."
-    import base64
     def f(m):
         img = folder / m[2]
         if not (m[2].endswith('.png') and img.is_file()): return m[0]

@@ -4,10 +4,9 @@
 
 # %% ../nbs/70_drafter.ipynb #740bcdd5
 from __future__ import annotations
-import json, math
-from dataclasses import dataclass, field, asdict, fields
+import math, warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn as nn
@@ -826,7 +825,6 @@ _DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16, 'float32': torc
 
 def export_drafter(drafter: DFlashDrafter, out_dir, dtype: str = 'bfloat16', extra_files: dict | None = None) -> Path:
     "Write `config.json` + `model.safetensors` (DFlash checkpoint format) into `out_dir`, atomically; warn about engine mismatches."
-    import warnings
     from safetensors.torch import save_file
     if dtype not in _DTYPES: raise ValueError(f'dtype must be one of {sorted(_DTYPES)}')
     cfg = drafter.config

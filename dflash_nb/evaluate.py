@@ -281,7 +281,7 @@ class ScriptedDrafter:
     def reset(self): pass
 
 @patch
-def draft(self: ScriptedDrafter, anchor, features, positions) -> tuple:
+def draft(self: ScriptedDrafter, anchor, features, positions) -> tuple:  # noqa: F811 (@patch: the method of another class)
     "The scripted block after the anchor at `positions[-1] + 1`."
     start = int(positions[-1]) + 1
     toks, logits = [], torch.zeros(self.block_size - 1, self.V)
@@ -300,7 +300,7 @@ class PromptLookupDrafter:
     def reset(self): pass
 
 @patch
-def draft(self: PromptLookupDrafter, anchor, features=None, positions=None,
+def draft(self: PromptLookupDrafter, anchor, features=None, positions=None,  # noqa: F811 (@patch: the method of another class)
           context=None) -> tuple: # context: prompt + output so far (the anchor last)
     "Up to `block_size - 1` tokens that followed the last n-gram earlier in `context` (none: no match)."
     ctx = [int(t) for t in (context if context is not None else [anchor])]

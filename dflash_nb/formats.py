@@ -4,13 +4,13 @@
 
 # %% ../nbs/07_formats.ipynb #6807aa09
 from __future__ import annotations
-import ast, gzip, json, re, unicodedata
+import ast, json, re, unicodedata
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple
 
 from .core import expand_path, fixtures_dir, iter_jsonl, open_text
-from .schema import (DEFAULT_REPAIRS, FIXES, MEANING_CHANGING, REPAIRS, ROLES, apply_repairs, check_row, fix_row,
+from .schema import (DEFAULT_REPAIRS, MEANING_CHANGING, REPAIRS, ROLES, apply_repairs, check_row, fix_row,
                               from_sharegpt, make_tool_call, repair_names, repair_row, split_think, validate_row)
 
 # %% auto #0

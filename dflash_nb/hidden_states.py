@@ -4,18 +4,16 @@
 
 # %% ../nbs/60_hidden_states.ipynb #a5bece04
 from __future__ import annotations
-import json, logging, math, os, queue, shutil, threading, time
+import json, logging, math, os, queue, random, shutil, threading, time
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Iterator
 
 from fastcore.basics import patch
 
-from .core import (Quarantine, atomic_write, check_target_layer_ids, default_target_layer_ids, get_device,
-                            obj_hash, read_json, seed_everything, setup_logging, to_aux_layer_ids, write_json)
+from .core import (Quarantine, check_target_layer_ids, default_target_layer_ids, get_device, obj_hash, read_json, seed_everything, setup_logging, to_aux_layer_ids, write_json)
 from .core import progress as progress_bar
 from .params import add_declared_options, check_fields, declared
-from .targets import decoder_layers, load_target, text_config
+from .targets import load_target, text_config
 from .features import FeatureStore, target_outputs
 
 # %% auto #0
@@ -595,7 +593,6 @@ _SYNTH_QA = [('What is the capital of France?', 'The capital of France is Paris.
 
 def synthetic_dataset(tokenizer, n: int = 12, seed: int = 0, path=None):
     "A small tokenized dataset in the stage-50 format (`id, source, input_ids, loss_mask, seq_len`); saved to `path` when given."
-    import random
     from datasets import Dataset
     rng = random.Random(seed)
     rows = []

@@ -4,14 +4,14 @@
 
 # %% ../nbs/06_params.ipynb #1f1a503d
 from __future__ import annotations
-import argparse, ast, copy, functools, io, os, re, tokenize
-from dataclasses import dataclass, field, fields, replace
+import argparse, ast, copy, functools, io, json, os, re, tokenize
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
 from fastcore.basics import patch
 
-from .core import DEVICE_RE, DEVICE_WORDS, ConfigError, STAGE_LOG_ENV, STAGE_NAME_RE, expand_path, nbs_dir
+from .core import DEVICE_RE, DEVICE_WORDS, ConfigError, STAGE_NAME_RE, expand_path, nbs_dir
 
 # %% auto #0
 __all__ = ['TYPES', 'GLOBAL_PARAMS', 'Param', 'parse_type', 'parse_comment', 'parse_declarations', 'check_path', 'StageSpec',
@@ -172,7 +172,6 @@ class StageSpec:
 
 def parameters_source(nb_path) -> str | None:
     "The source of the notebook's `parameters`-tagged cell, or None when it has none."
-    import json
     for c in json.loads(Path(nb_path).read_text(encoding='utf-8'))['cells']:
         if c['cell_type'] == 'code' and 'parameters' in c.get('metadata', {}).get('tags', []):
             return ''.join(c['source']) if isinstance(c['source'], list) else c['source']

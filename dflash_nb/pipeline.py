@@ -13,8 +13,7 @@ from fastcore.basics import patch
 
 from .core import (ConfigError, STAGE_LOG_ENV, Stage, atomic_write, expand_path, file_hash, load_config, nbs_dir, read_manifest,
                             repo_root, setup_logging, write_json, write_text)
-from .params import (GLOBAL_PARAMS, StageSpec, check_stage_params, discover_stages, find_stage,
-                              resolve_params)
+from .params import StageSpec, check_stage_params, discover_stages, find_stage, resolve_params
 
 # %% auto #0
 __all__ = ['NON_STAGE_SECTIONS', 'SKIP_TAG', 'check_config', 'stage_status', 'chain_status', 'stage_view', 'record_header',

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .core import (ConfigError, check_target_layer_ids, default_target_layer_ids, expand_path,
                             load_config, read_json, write_json)
-from .cli import CONFIGS_DIR, add_config_args, find_config, demo_values
+from .cli import add_config_args, find_config, demo_values
 from .core import Quarantine
 from .pipeline import check_config, discover_stages
 from .schema import DEFAULT_REPAIRS

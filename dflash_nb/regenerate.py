@@ -4,7 +4,7 @@
 
 # %% ../nbs/40_regenerate.ipynb #bb575b67
 from __future__ import annotations
-import copy, json, logging, os, random, re, shutil, threading, time, urllib.error, urllib.request
+import copy, inspect, json, logging, os, random, re, shutil, threading, time, urllib.error, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields, asdict
 from pathlib import Path
@@ -301,7 +301,6 @@ def slab_cache(model,         # the causal LM whose keys and values it holds
 def decoder_supported(model  # a loaded causal LM
                      ) -> str | None:  # None, or why `greedy_decode` cannot run it
     "Whether `greedy_decode` can run `model` (else the backend calls `generate`)."
-    import inspect
     cfg = text_config(model)
     kinds = sorted(set(getattr(cfg, 'layer_types', None) or ['full_attention']))
     if kinds != ['full_attention']: return f'layer types {kinds}: the slab cache holds full attention only'
@@ -687,7 +686,7 @@ def generate_one(self: HTTPBackend, req: GenRequest, gen: GenConfig) -> GenResul
     except HTTPError as e: return GenResult(error=f'http: {e}', finish_reason='error')
 
 @patch
-def generate(self: HTTPBackend, reqs: list, gen: GenConfig, progress=None) -> list:
+def generate(self: HTTPBackend, reqs: list, gen: GenConfig, progress=None) -> list:  # noqa: F811 (@patch: the method of another class)
     "Generate every request, `concurrency` in flight per server; results in request order."
     out, lock = [None] * len(reqs), threading.Lock()
     def work(i):

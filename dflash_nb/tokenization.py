@@ -296,7 +296,6 @@ def _process_chunk(args) -> dict:
 def _init_worker(state):
     os.environ['TOKENIZERS_PARALLELISM'] = 'false'
     if 'tokenizer' not in _W or _W.get('key') != state['key']:
-        from dflash_nb.targets import load_tokenizer   # loads transformers: only in a spawned worker
         _W.update(tokenizer=load_tokenizer(state['tokenizer_spec']))
     _W.update(opts=state['opts'], work=state['work'], key=state['key'])
 

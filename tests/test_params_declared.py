@@ -100,9 +100,11 @@ def test_settings_dataclasses_take_the_declared_defaults():
     from dflash_nb.regenerate import GenConfig
     from dflash_nb.tokenization import TokenizeOptions
     from dflash_nb.train import TrainConfig
+    from dflash_nb.hidden_states import ExtractOptions
     from dflash_nb.evaluate import EvalSettings
     for cls, stage, rename in ((GenConfig, '40_regenerate', {}), (TokenizeOptions, '50_tokenization', {'dtype': 'ids_dtype'}),
-                               (TrainConfig, '80_train', {}), (EvalSettings, '90_evaluate', {})):
+                               (TrainConfig, '80_train', {}), (EvalSettings, '90_evaluate', {}),
+                               (ExtractOptions, '60_hidden_states', {'layer_ids': 'target_layer_ids'})):
         st, obj = next(s for s in STAGES if s.name == stage), cls()
         for f in dataclasses.fields(cls):
             name = rename.get(f.name, f.name)
