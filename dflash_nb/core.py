@@ -15,7 +15,7 @@ from fastcore.basics import patch
 __all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'REJECT_FILES', 'DEVICE_RE', 'DEVICE_WORDS', 'RUN_KEYS', 'STAGE_LOG_ENV', 'repo_root',
            'nbs_dir', 'cache_dir', 'fixtures_dir', 'expand_path', 'atomic_write', 'write_text', 'write_json',
            'read_json', 'write_jsonl', 'open_text', 'JSONLError', 'iter_jsonl', 'atomic_dir', 'file_hash', 'obj_hash',
-           'versions', 'Stage', 'quarantine_summary', 'quarantine_line', 'read_manifest', 'ConfigError',
+           'weight_map', 'versions', 'Stage', 'quarantine_summary', 'quarantine_line', 'read_manifest', 'ConfigError',
            'default_config_path', 'apply_override', 'validate_run_section', 'load_config', 'seed_everything',
            'get_device', 'setup_logging', 'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids',
            'from_aux_layer_ids', 'Quarantine', 'prompt_set_name', 'read_prompt_file', 'Progress', 'progress']
@@ -185,6 +185,14 @@ def file_hash(path, chunk: int = 1 << 20) -> str:
 def obj_hash(obj) -> str:
     "Stable SHA-256 of a JSON-able object (keys sorted)."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=_json_default).encode()).hexdigest()
+
+# %% ../nbs/00_core.ipynb #d4b85a53
+def weight_map(folder) -> dict[str, str]:
+    "`{tensor name: file name}` of a safetensors model folder: its `model.safetensors.index.json`, else its one `model.safetensors`."
+    idx = Path(folder) / 'model.safetensors.index.json'
+    if idx.exists(): return read_json(idx)['weight_map']
+    from safetensors import safe_open    # only a caller that reads weights needs safetensors (and torch)
+    with safe_open(str(Path(folder) / 'model.safetensors'), 'pt') as f: return {k: 'model.safetensors' for k in f.keys()}
 
 # %% ../nbs/00_core.ipynb #f4949227
 def versions() -> dict:

@@ -5,7 +5,7 @@
 # %% ../nbs/80_train.ipynb #bbd96960
 from __future__ import annotations
 import contextlib, json, math, os, random, re, shutil, time
-from dataclasses import dataclass, asdict, field, fields
+from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 
 import torch
@@ -13,9 +13,10 @@ import torch.nn as nn
 
 from fastcore.basics import patch
 
-from .core import (atomic_dir, get_device, load_config, obj_hash, read_json, seed_everything, write_json,
-                            write_jsonl, Quarantine, Stage, setup_logging)
-from .params import declared, find_stage, stage_params
+from .core import (atomic_dir, get_device, load_config, obj_hash, progress, read_json, seed_everything,
+                            weight_map, write_json, write_jsonl, Quarantine, Stage, setup_logging)
+from .features import FeatureStore, extract_features, target_outputs
+from .params import declared, stage_params
 from .targets import load_target, load_tokenizer, resolve_target, target_fingerprint, text_config
 from transformers import AutoConfig
 from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_config, default_gamma,
@@ -25,11 +26,11 @@ from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_conf
 
 # %% auto #0
 __all__ = ['CKPT_RE', 'TrainConfig', 'load_target_head', 'target_features', 'labels_needed', 'online_features', 'TokenRows',
-           'eligible_rows', 'collate', 'pad_batch', 'max_row_length', 'ScalarWriters', 'shard_drafter',
-           'latest_checkpoint', 'muon_split', 'build_optimizers', 'build_schedulers', 'Trainer',
-           'init_drafter_from_target', 'placement_roles', 'RemoteFeatures', 'serve_features', 'benchmark_step',
-           'plot_curves', 'stage_inputs', 'target_side', 'check_label_source', 'quarantine_rows', 'train_summary',
-           'finish_train_stage', 'train_stage', 'register_cli']
+           'eligible_rows', 'collate', 'pad_batch', 'max_row_length', 'ScalarWriters', 'Metrics', 'plot_curves',
+           'latest_checkpoint', 'Checkpointer', 'shard_drafter', 'muon_split', 'build_optimizers', 'build_schedulers',
+           'Trainer', 'init_drafter_from_target', 'placement_roles', 'RemoteFeatures', 'serve_features',
+           'benchmark_step', 'stage_inputs', 'target_side', 'check_label_source', 'quarantine_rows', 'train_summary',
+           'finish_train_stage', 'serve_feature_rank', 'train_stage', 'register_cli']
 
 # %% ../nbs/80_train.ipynb #163d863f
 _S = '80_train'
@@ -95,14 +96,10 @@ def from_params(cls: TrainConfig, params: dict) -> TrainConfig:
 def load_target_head(path, device='cpu', dtype=torch.float32):
     "The target's frozen `(embed: nn.Embedding, lm_head: nn.Linear)` read from its safetensors folder (tied heads share the embedding)."
     from safetensors import safe_open
-    from dflash_nb.targets import resolve_target
     p = Path(path) if Path(str(path)).is_dir() else Path(resolve_target(str(path)))
     if not p.is_dir(): raise FileNotFoundError(f'{path}: not a local model folder')
     cfg = read_json(p / 'config.json'); tcfg = cfg.get('text_config') or cfg
-    idx = p / 'model.safetensors.index.json'
-    wmap = read_json(idx)['weight_map'] if idx.exists() else None
-    if wmap is None:
-        with safe_open(str(p / 'model.safetensors'), 'pt') as f: wmap = {k: 'model.safetensors' for k in f.keys()}
+    wmap = weight_map(p)
     emb_keys = sorted((k for k in wmap if k.endswith('embed_tokens.weight')), key=len)
     if not emb_keys: raise KeyError(f'{p}: no embed_tokens.weight among the weights')
     def get(k):
@@ -116,17 +113,8 @@ def load_target_head(path, device='cpu', dtype=torch.float32):
     head.weight = nn.Parameter(W, requires_grad=False)
     return embed, head.to(device).requires_grad_(False)
 
-def _hf_features(model, input_ids, layer_ids, attention_mask=None):
-    with torch.no_grad():
-        hs = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
-    if max(layer_ids) + 1 >= len(hs) - 1:   # the last entry is the final-norm output, not layer N-1's raw output
-        raise ValueError(f'layer {len(hs) - 2} (the last) has no raw output in hidden_states; use hidden_states.extract_features')
-    return torch.stack([hs[L + 1] for L in layer_ids], 2)
-
 def target_features(model, input_ids, layer_ids, attention_mask=None):
     "Target features `[b, T, n, D]` at DFlash `layer_ids` (the output of decoder layer L = HF `hidden_states[L+1]`)."
-    try: from dflash_nb.features import extract_features
-    except ImportError: return _hf_features(model, input_ids, layer_ids, attention_mask)
     return extract_features(model, input_ids, layer_ids, attention_mask=attention_mask)
 
 # %% ../nbs/80_train.ipynb #97df22e7
@@ -142,7 +130,6 @@ def labels_needed(cfg: TrainConfig) -> int:
 def online_features(model, layer_ids, label_topk: int = 0):
     "A `feature_fn(input_ids, attention_mask)` for online training: the features, and the target's labels when `label_topk`."
     if not label_topk: return lambda ids, am: target_features(model, ids, layer_ids, am)
-    from dflash_nb.features import target_outputs
     return lambda ids, am: target_outputs(model, ids, layer_ids, am, label_topk=label_topk)
 
 # %% ../nbs/80_train.ipynb #1f753f51
@@ -233,16 +220,116 @@ class ScalarWriters:
     def flush(self):
         if self.tb is not None: self.tb.flush()
 
-# %% ../nbs/80_train.ipynb #4e52f913
-def _dist():
-    "`(rank, world)`; joins the torchrun process group (gloo on CPU, nccl on CUDA) when `WORLD_SIZE` > 1."
-    import torch.distributed as dist
-    if int(os.environ.get('WORLD_SIZE', '1')) > 1 and dist.is_available() and not dist.is_initialized():
-        backend = 'nccl' if torch.cuda.is_available() else 'gloo'
-        if backend == 'nccl': torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', '0')))
-        dist.init_process_group(backend)
-    if dist.is_available() and dist.is_initialized(): return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+# %% ../nbs/80_train.ipynb #2b829b47
+class Metrics:
+    "The training's metrics: a window of steps summed on this rank, reduced over the ranks into one `history` entry."
+    def __init__(self, n_slots: int, total_steps: int, *, out_dir=None, writers=None, log=print, rank: int = 0,
+                 world: int = 1, all_sum=lambda t: t):
+        self.n, self.total_steps, self.writers, self.log = n_slots, total_steps, writers, log
+        self.out_dir = Path(out_dir) if out_dir else None
+        self.rank, self.world, self.all_sum = rank, world, all_sum     # all_sum: a sum over the trainer ranks
+        self.history, self.win = [], self.new_window()
+
+@patch
+def new_window(self: Metrics) -> dict:
+    "An empty window: the sums of the loss, the per-slot hits and counts and the tokens; the steps; its start time."
+    return {'loss': torch.zeros((), dtype=torch.float64), 'correct': torch.zeros(self.n, dtype=torch.float64),
+            'count': torch.zeros(self.n, dtype=torch.float64), 'tokens': 0, 'block_tokens': 0, 'steps': 0,
+            't': time.time(), 'grad_norm': 0.0}
+
+# %% ../nbs/80_train.ipynb #bccee368
+@patch
+def add(self: Metrics, out: dict, b: dict, n: int):
+    "Add micro-batch `b` (one of its step's `n`) and its `dflash_loss` output `out` to the window."
+    w = self.win
+    w['loss'] += out['loss'].detach().double().cpu() / n
+    w['correct'] += out['correct'].cpu(); w['count'] += out['count'].cpu()
+    w['tokens'] += int(b['lengths'].sum()); w['block_tokens'] += int(b['valid'].sum()) * (self.n + 1)
+
+@patch
+def end_step(self: Metrics, grad_norm):
+    "Count an optimizer step and keep its gradient norm (the window reports its last step's)."
+    self.win['steps'] += 1
+    self.win['grad_norm'] = float(grad_norm.full_tensor() if hasattr(grad_norm, 'full_tensor') else grad_norm)
+
+@patch
+def log_window(self: Metrics, step: int, epoch: int, lr: float) -> dict:
+    "Close the window at `step`: reduced over the ranks (a collective), appended to `history`, written by rank 0."
+    w, n = self.win, self.n
+    red = self.all_sum(torch.cat([w['loss'][None], w['correct'], w['count'],
+                                  torch.tensor([w['tokens'], w['block_tokens']], dtype=torch.float64)]))
+    correct, count = red[1:1 + n], red[1 + n:1 + 2 * n]
+    acc = [round(float(c / k), 5) if k > 0 else None for c, k in zip(correct, count)]   # None: no supervised slot
+    dt = max(time.time() - w['t'], 1e-9)
+    e = {'step': step, 'epoch': epoch, 'lr': lr, 'loss': round(float(red[0]) / self.world / max(w['steps'], 1), 6),
+         'acc': acc, 'tau': round(acceptance_length(acc), 4), 'supervised': int(count.sum()), 'grad_norm': round(w['grad_norm'], 4),
+         'tokens_per_s': round(float(red[-2]) / dt, 1), 'block_tokens_per_s': round(float(red[-1]) / dt, 1)}
+    self.history.append(e)
+    if self.rank == 0: self.write(e)
+    self.win = self.new_window()
+    return e
+
+@patch
+def write(self: Metrics, e: dict):
+    "Rank 0: log entry `e`, rewrite `metrics.jsonl` with the history, pass the scalars to the writers."
+    self.log(f"step {e['step']}/{self.total_steps} epoch {e['epoch']} loss {e['loss']:.4f} acc@1 {e['acc'][0]} "
+             f"tau {e['tau']:.2f} lr {e['lr']:.2e} {e['tokens_per_s']:.0f} tok/s")
+    if self.out_dir is not None: write_jsonl(self.out_dir / 'metrics.jsonl', self.history)
+    if self.writers is not None: self.writers.write(e)
+
+# %% ../nbs/80_train.ipynb #47fd825c
+def plot_curves(history, path=None):
+    "Loss, implied acceptance length and per-slot accuracy (first and last logged window) as one PNG figure."
+    import matplotlib; matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(1, 3, figsize=(14, 3.6))
+    steps = [h['step'] for h in history]
+    ax[0].plot(steps, [h['loss'] for h in history]); ax[0].set(title='loss (decayed CE)', xlabel='optimizer step')
+    ax[1].plot(steps, [h['tau'] for h in history], color='C2'); ax[1].set(title='implied acceptance length tau', xlabel='optimizer step')
+    if history:
+        k = range(1, len(history[0]['acc']) + 1)
+        for h, lab in ((history[0], f"step {history[0]['step']}"), (history[-1], f"step {history[-1]['step']}")):
+            ax[2].plot(k, [float('nan') if a is None else a for a in h['acc']], marker='o', label=lab)
+        ax[2].set(title='per-slot accuracy', xlabel='slot k (token anchor+k)', ylim=(0, 1.02)); ax[2].legend()
+    fig.tight_layout()
+    if path is not None: fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return fig
+
+# %% ../nbs/80_train.ipynb #c10a1741
+@patch
+def start(self: Metrics):
+    "The open window (new or resumed) counts its time from now."
+    self.win['t'] = time.time()
+
+@patch
+def state(self: Metrics) -> dict:
+    "What a checkpoint keeps: the history and the open window (without its clock)."
+    return {'history': self.history, 'window': {k: v for k, v in self.win.items() if k != 't'}}
+
+@patch
+def load(self: Metrics, st: dict):
+    "Continue from a checkpoint's `history` and open `window`."
+    self.history, self.win = st['history'], {**self.new_window(), **st.get('window', {})}
+
+@patch
+def flush(self: Metrics):
+    "Flush the scalar writers."
+    if self.writers is not None: self.writers.flush()
+
+@patch
+def plot(self: Metrics, path=None):
+    "The curves of the history (`plot_curves`), saved to `path` when given."
+    return plot_curves(self.history, path)
+
+# %% ../nbs/80_train.ipynb #b67e4b46
+CKPT_RE = re.compile(r'^step-(\d{8})$')
+def latest_checkpoint(ckpt_dir):
+    "The newest complete checkpoint folder in `ckpt_dir`, or None."
+    d = Path(ckpt_dir)
+    if not d.is_dir(): return None
+    found = sorted(p for p in d.iterdir() if CKPT_RE.match(p.name) and (p / 'state.pt').exists())
+    return found[-1] if found else None
 
 def _rng_state() -> dict:
     import numpy as np
@@ -259,6 +346,62 @@ def _set_rng_state(s: dict):
     n = s['numpy']; np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
     if 'cuda' in s and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s['cuda'])
 
+# %% ../nbs/80_train.ipynb #e2bf3d44
+class Checkpointer:
+    "Resumable checkpoints `folder/step-NNNNNNNN/state.pt`, written by rank 0 every `every` steps, the newest `keep` kept."
+    def __init__(self, folder=None, every: int = 0, keep: int = 2, rank: int = 0, barrier=None):
+        self.dir = Path(folder) if folder else None
+        self.every, self.keep, self.rank, self.barrier = every, max(keep, 1), rank, barrier or (lambda: None)
+
+# %% ../nbs/80_train.ipynb #ffc9b049
+@patch
+def due(self: Checkpointer, step: int) -> bool:
+    "Whether `step` gets a checkpoint (every `every` steps; never with `every` 0)."
+    return bool(self.every) and step % self.every == 0
+
+@patch
+def save(self: Checkpointer, step: int, state: dict) -> Path:
+    "Rank 0 writes `state` as the checkpoint of `step` and prunes the oldest; every rank waits for it."
+    path = self.dir / f'step-{step:08d}'
+    if self.rank == 0:
+        with atomic_dir(path) as tmp: torch.save(state, tmp / 'state.pt')
+        self.prune()
+    self.barrier()
+    return path
+
+@patch
+def prune(self: Checkpointer):
+    "Remove all but the newest `keep` checkpoints."
+    old = sorted(p for p in self.dir.iterdir() if CKPT_RE.match(p.name))
+    for p in old[:-self.keep]: shutil.rmtree(p, ignore_errors=True)
+
+@patch
+def latest(self: Checkpointer) -> Path | None:
+    "The newest complete checkpoint (None: none yet, or no folder)."
+    return latest_checkpoint(self.dir) if self.dir is not None else None
+
+@patch
+def is_latest(self: Checkpointer, step: int) -> bool:
+    "Whether the newest checkpoint is that of `step`."
+    p = self.latest()
+    return p is not None and p.name == f'step-{step:08d}'
+
+@patch
+def read(self: Checkpointer, path) -> dict:
+    "The state of checkpoint `path` (tensors on the CPU; `weights_only`: loading runs no code)."
+    return torch.load(Path(path) / 'state.pt', map_location='cpu', weights_only=True)
+
+# %% ../nbs/80_train.ipynb #4e52f913
+def _dist():
+    "`(rank, world)`; joins the torchrun process group (gloo on CPU, nccl on CUDA) when `WORLD_SIZE` > 1."
+    import torch.distributed as dist
+    if int(os.environ.get('WORLD_SIZE', '1')) > 1 and dist.is_available() and not dist.is_initialized():
+        backend = 'nccl' if torch.cuda.is_available() else 'gloo'
+        if backend == 'nccl': torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', '0')))
+        dist.init_process_group(backend)
+    if dist.is_available() and dist.is_initialized(): return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
 def shard_drafter(model, group=None, device='cpu'):
     "FSDP2: `fully_shard` every draft layer, then the whole drafter (fc, norms), over `group` (default: all ranks)."
     import torch.distributed as dist
@@ -269,19 +412,13 @@ def shard_drafter(model, group=None, device='cpu'):
     fully_shard(model, mesh=mesh)
     return model
 
-# %% ../nbs/80_train.ipynb #b67e4b46
-CKPT_RE = re.compile(r'^step-(\d{8})$')
-def latest_checkpoint(ckpt_dir):
-    "The newest complete checkpoint folder in `ckpt_dir`, or None."
-    d = Path(ckpt_dir)
-    if not d.is_dir(): return None
-    found = sorted(p for p in d.iterdir() if CKPT_RE.match(p.name) and (p / 'state.pt').exists())
-    return found[-1] if found else None
-def _frozen_linear(W):
-    "A bias-free `nn.Linear` holding the frozen weight `W [out, in]`."
-    head = nn.Linear(W.shape[1], W.shape[0], bias=False, device='meta')
-    head.weight = nn.Parameter(W, requires_grad=False)
-    return head
+class _DDPView(nn.Module):
+    "Expose the DDP-wrapped drafter's forward with the drafter's `config` (what `dflash_loss` reads)."
+    def __init__(self, ddp, config):
+        super().__init__(); self.ddp, self.config = ddp, config
+    @property
+    def fc(self): return self.ddp.module.fc
+    def forward(self, *a, **kw): return self.ddp(*a, **kw)
 
 # %% ../nbs/80_train.ipynb #8754803e
 _NOT_MUON = ('embed_tokens', 'lm_head')     # 2-D but one row per token: AdamW, as in Muon's own convention
@@ -320,135 +457,37 @@ class Trainer:
     "Train `drafter` on `data` (rows with features, or with `feature_fn` computing them from the target)."
     def __init__(self, drafter: DFlashDrafter, embed, lm_head, data, cfg: TrainConfig, out_dir=None, feature_fn=None,
                  device='cpu', log=None, rows=None, group=None):
-        self.cfg, self.device, self.group = cfg, torch.device(device), group
-        self.rank, self.world = _dist()
+        self.cfg, self.device, self.group, self.data, self.feature_fn = cfg, torch.device(device), group, data, feature_fn
+        self.rank, self.world = _dist()            # joins the torchrun process group first
         if group is not None: self.rank, self.world = torch.distributed.get_rank(group), torch.distributed.get_world_size(group)
-        self.model = drafter.to(self.device)
-        self.model.gradient_checkpointing = bool(cfg.grad_checkpointing)
-        self.embed, self.lm_head = embed.to(self.device).requires_grad_(False), lm_head.to(self.device).requires_grad_(False)
-        self.data, self.feature_fn = data, feature_fn
         self.out_dir = Path(out_dir) if out_dir else None
         self.log = log or (lambda m: print(f'[train] {m}', flush=True))
+        self.model = drafter.to(self.device)
+        self.model.gradient_checkpointing = bool(cfg.grad_checkpointing)
         B = drafter.config.block_size
         self.rows = list(rows) if rows is not None else eligible_rows(data, B, cfg.full_block_anchors, cfg.max_len)[0]
         if not self.rows: raise ValueError('no trainable rows: no row has a supervised position with room for a block')
         self.gamma = default_gamma(B) if cfg.gamma is None else cfg.gamma
-        self.ddp, self.fsdp = None, False
-        if cfg.parallel not in ('ddp', 'fsdp'): raise ValueError(f"parallel must be 'ddp' or 'fsdp', got {cfg.parallel!r}")
-        if self.world > 1 and cfg.parallel == 'fsdp': self.fsdp = shard_drafter(self.model, self.group, self.device) or True
-        elif self.world > 1:
-            from torch.nn.parallel import DistributedDataParallel as DDP
-            self.ddp = DDP(self.model, device_ids=[self.device.index] if self.device.type == 'cuda' else None, process_group=group)
-        self.opts = build_optimizers(self.model, cfg, fused=not self.fsdp)
-        self.per_rank = math.ceil(len(self.rows) / self.world)
-        self.batches_per_epoch = math.ceil(self.per_rank / cfg.batch_size)
-        self.steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.grad_accum)
-        total = self.steps_per_epoch * cfg.epochs
-        self.total_steps = min(total, cfg.max_steps) if cfg.max_steps else total
-        self.scheds = build_schedulers(self.opts, cfg, self.total_steps)
-        self.step, self.epoch, self.step_in_epoch, self.history, self.win = 0, 0, 0, [], None
-        self.amp = cfg.amp == 'bf16' or (cfg.amp == 'auto' and self.device.type == 'cuda')
-        if self.amp and self.lm_head.weight.dtype == torch.float32:   # the frozen head in its autocast dtype, cast once
-            self.lm_head = _frozen_linear(self.lm_head.weight.to(torch.bfloat16))   # (a copy): the same logits, no per-step cast
-        self.backend = cfg.backend(self.device)
-        self.bucketing = cfg.bucketing == 'on' or (cfg.bucketing == 'auto' and self.backend == 'flex' and flex_compiles(self.device))
-        self.seq_buckets = self.anchor_buckets = None
-        if self.bucketing:
-            longest = min(max_row_length(data, self.rows), cfg.max_len or 1 << 62)
-            self.seq_buckets = linear_buckets(longest, cfg.buckets, 128 if self.device.type == 'cuda' else 8)
-            self.anchor_buckets = linear_buckets(cfg.num_anchors, cfg.buckets, 8)
-            ensure_recompile_limit(4 * len(self.seq_buckets) * len(self.anchor_buckets) + 8)
-        self.compiles0 = compile_count()
-        self.writers = ScalarWriters(self.out_dir, cfg, self.log) if self.rank == 0 and self.out_dir else None
-
-# %% ../nbs/80_train.ipynb #7a2f815d
-@patch
-def epoch_batches(self: Trainer, epoch: int) -> list[list[int]]:
-    "This rank's micro-batches (lists of data indices) for `epoch`: a seeded permutation, rank-strided."
-    g = torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)
-    order = [self.rows[i] for i in torch.randperm(len(self.rows), generator=g).tolist()]
-    order = order + order[:self.per_rank * self.world - len(order)]     # equal share per rank
-    mine = order[self.rank::self.world]
-    bs = self.cfg.batch_size
-    return [mine[i:i + bs] for i in range(0, len(mine), bs)]
-
-@patch
-def _batch(self: Trainer, idx, epoch):
-    rows = [self.data[i] for i in idx]
-    b = collate(rows, self.cfg.max_len)
-    B = self.model.config.block_size
-    lists = [sample_anchors(b['loss_mask'][j, :b['lengths'][j]], self.cfg.num_anchors, B, self.cfg.seed, epoch, i,
-                            self.cfg.full_block_anchors) for j, i in enumerate(idx)]
-    n = bucket_size(max(len(a) for a in lists), self.anchor_buckets) if self.bucketing else None
-    anchors, valid = pad_anchors(lists, n)
-    b = {k: v.to(self.device) for k, v in b.items()}
-    b['anchors'], b['valid'] = anchors.to(self.device), valid.to(self.device)
-    if 'features' not in b:
-        if self.feature_fn is None: raise ValueError('rows carry no hidden_states and no feature_fn was given')
-        am = (torch.arange(b['input_ids'].shape[1], device=self.device)[None] < b['lengths'][:, None]).long()
-        with torch.no_grad(): f = self.feature_fn(b['input_ids'], am)
-        b.update(f if isinstance(f, dict) else {'features': f})     # a dict also carries the target's labels
-    if self.bucketing: b = pad_batch(b, bucket_size(b['input_ids'].shape[1], self.seq_buckets), self.cfg.batch_size)
-    return b
-
-# %% ../nbs/80_train.ipynb #a2ed2567
-@patch
-def model_state(self: Trainer) -> dict:
-    "The full (unsharded) drafter weights; under FSDP a collective (every rank calls it; rank 0 gets the tensors)."
-    if not self.fsdp: return self.model.state_dict()
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
-    return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-@patch
-def _optim_state(self: Trainer) -> dict:
-    if not self.fsdp: return [o.state_dict() for o in self.opts]
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, StateDictOptions
-    return get_optimizer_state_dict(self.model, self.opts, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-@patch
-def state_dict(self: Trainer) -> dict:
-    "The resumable state (a collective under FSDP)."
-    return {'model': self.model_state(), 'optimizer': self._optim_state(), 'scheduler': [s.state_dict() for s in self.scheds],
-            'progress': {'step': self.step, 'epoch': self.epoch, 'step_in_epoch': self.step_in_epoch},
-            'history': self.history, 'window': {k: v for k, v in (self.win or {}).items() if k != 't'}, 'rng': _rng_state(), 'train_config': asdict(self.cfg),
-            'drafter_config': self.model.config.to_json_dict('float32'), 'world_size': self.world}
-
-# %% ../nbs/80_train.ipynb #ffc9b049
-@patch
-def save_checkpoint(self: Trainer) -> Path | None:
-    "Write `checkpoints/step-NNNNNNNN/state.pt` (rank 0) and prune old ones."
-    if self.out_dir is None: return None
-    path = self.out_dir / 'checkpoints' / f'step-{self.step:08d}'
-    st = self.state_dict()
-    if self.rank == 0:
-        with atomic_dir(path) as tmp: torch.save(st, tmp / 'state.pt')
-        old = sorted(p for p in path.parent.iterdir() if CKPT_RE.match(p.name))
-        for p in old[:-max(self.cfg.keep_checkpoints, 1)]: shutil.rmtree(p, ignore_errors=True)
-    self._barrier()
-    return path
-
-def _as_list(x): return x if isinstance(x, list) else [x]     # a checkpoint from before two optimizers: one state
-
-@patch
-def load_checkpoint(self: Trainer, path):
-    st = torch.load(Path(path) / 'state.pt', map_location='cpu', weights_only=True)
-    if self.fsdp:
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict, StateDictOptions
-        o = StateDictOptions(full_state_dict=True)
-        set_model_state_dict(self.model, st['model'], options=o)
-        set_optimizer_state_dict(self.model, self.opts, st['optimizer'], options=o)
-    else:
-        self.model.load_state_dict(st['model'])
-        for o, s in zip(self.opts, _as_list(st['optimizer']), strict=True): o.load_state_dict(s)
-    for sc, s in zip(self.scheds, _as_list(st['scheduler']), strict=True): sc.load_state_dict(s)
-    pr = st['progress']
-    self.step, self.epoch, self.step_in_epoch = pr['step'], pr['epoch'], pr['step_in_epoch']
-    self.history = st['history']
-    self.win = {**self._new_window(), **st.get('window', {})} if st.get('window') else None
-    _set_rng_state(st['rng'])
-    self.log(f'resumed from {path} (step {self.step}, epoch {self.epoch}, step {self.step_in_epoch} of the epoch)')
+        self.step, self.epoch, self.step_in_epoch, self._order = 0, 0, 0, (None, [])
+        self._setup_parallel(); self._setup_optimizers(); self._setup_head(embed, lm_head); self._setup_shapes()
+        writers = ScalarWriters(self.out_dir, cfg, self.log) if self.rank == 0 and self.out_dir else None
+        self.metrics = Metrics(B - 1, self.total_steps, out_dir=self.out_dir, writers=writers, log=self.log,
+                               rank=self.rank, world=self.world, all_sum=self._all_sum)
+        self.ckpt = Checkpointer(self.out_dir and self.out_dir / 'checkpoints', cfg.ckpt_every, cfg.keep_checkpoints,
+                                 self.rank, self._barrier)
 
 # %% ../nbs/80_train.ipynb #9232eef8
+@patch
+def _setup_parallel(self: Trainer):
+    if self.cfg.parallel not in ('ddp', 'fsdp'): raise ValueError(f"parallel must be 'ddp' or 'fsdp', got {self.cfg.parallel!r}")
+    self.ddp, self.fsdp, self.net = None, False, self.model
+    if self.world > 1 and self.cfg.parallel == 'fsdp':
+        shard_drafter(self.model, self.group, self.device); self.fsdp = True
+    elif self.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        self.ddp = DDP(self.model, device_ids=[self.device.index] if self.device.type == 'cuda' else None, process_group=self.group)
+        self.net = _DDPView(self.ddp, self.model.config)
+
 @patch
 def _barrier(self: Trainer):
     if self.world > 1: torch.distributed.barrier(group=self.group)
@@ -462,118 +501,180 @@ def _all_sum(self: Trainer, t):
     torch.distributed.all_reduce(t, group=self.group)
     return t
 
+# %% ../nbs/80_train.ipynb #9b0da36a
+@patch
+def _setup_optimizers(self: Trainer):
+    cfg = self.cfg
+    self.opts = build_optimizers(self.model, cfg, fused=not self.fsdp)
+    self.per_rank = math.ceil(len(self.rows) / self.world)
+    self.batches_per_epoch = math.ceil(self.per_rank / cfg.batch_size)
+    self.steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.grad_accum)
+    total = self.steps_per_epoch * cfg.epochs
+    self.total_steps = min(total, cfg.max_steps) if cfg.max_steps else total
+    self.scheds = build_schedulers(self.opts, cfg, self.total_steps)
+
+# %% ../nbs/80_train.ipynb #0f05ef39
+@patch
+def _setup_head(self: Trainer, embed, lm_head):
+    self.amp = self.cfg.amp == 'bf16' or (self.cfg.amp == 'auto' and self.device.type == 'cuda')
+    self.embed, self.lm_head = embed.to(self.device).requires_grad_(False), lm_head.to(self.device).requires_grad_(False)
+    if self.amp and self.lm_head.weight.dtype == torch.float32:   # the frozen head in its autocast dtype (a copy)
+        self.lm_head = _frozen_linear(self.lm_head.weight.to(torch.bfloat16))
+
+def _frozen_linear(W):
+    "A bias-free `nn.Linear` holding the frozen weight `W [out, in]`."
+    head = nn.Linear(W.shape[1], W.shape[0], bias=False, device='meta')
+    head.weight = nn.Parameter(W, requires_grad=False)
+    return head
+
+@patch
+def _setup_shapes(self: Trainer):
+    cfg = self.cfg
+    self.backend = cfg.backend(self.device)
+    self.bucketing = cfg.bucketing == 'on' or (cfg.bucketing == 'auto' and self.backend == 'flex' and flex_compiles(self.device))
+    self.seq_buckets = self.anchor_buckets = None
+    if self.bucketing:
+        longest = min(max_row_length(self.data, self.rows), cfg.max_len or 1 << 62)
+        self.seq_buckets = linear_buckets(longest, cfg.buckets, 128 if self.device.type == 'cuda' else 8)
+        self.anchor_buckets = linear_buckets(cfg.num_anchors, cfg.buckets, 8)
+        ensure_recompile_limit(4 * len(self.seq_buckets) * len(self.anchor_buckets) + 8)
+    self.compiles0 = compile_count()
+
+@patch(as_prop=True)
+def history(self: Trainer) -> list[dict]:
+    "The logged windows so far (`Metrics.history`)."
+    return self.metrics.history
+
 # %% ../nbs/80_train.ipynb #58b30edf
 @patch
 def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> dict:
     """Train until `epochs` or `max_steps` or `max_minutes`; resumes from the latest checkpoint when `resume`.
     `stop_after` (tests) ends the loop after that many optimizer steps *without* a final checkpoint, like a kill."""
-    cfg = self.cfg
-    if resume and self.out_dir is not None:
-        ck = latest_checkpoint(self.out_dir / 'checkpoints')
-        if ck is not None: self.load_checkpoint(ck)
-    net = self.ddp or self.model
+    if resume: self.resume()
     self.model.train()
-    B = self.model.config.block_size
     t0, step0, stopped = time.time(), self.step, 'done'
-    win = self.win if self.win is not None else self._new_window()
-    win['t'] = time.time()
-    from dflash_nb.core import progress; pbar = progress(total=self.total_steps - self.step, desc='train', unit='step') if self.rank == 0 else None
-    while self.epoch < cfg.epochs and self.step < self.total_steps:
-        ep, batches = self.epoch, self.epoch_batches(self.epoch)
-        while self.epoch == ep and self.step < self.total_steps:   # a new epoch: its own order (the outer loop)
-            group = batches[self.step_in_epoch * cfg.grad_accum:(self.step_in_epoch + 1) * cfg.grad_accum]
-            for j, idx in enumerate(group):
-                b = self._batch(idx, self.epoch)
-                sync = j == len(group) - 1 or self.ddp is None
-                if self.fsdp: self.model.set_requires_gradient_sync(j == len(group) - 1)
-                ctx = contextlib.nullcontext() if sync else self.ddp.no_sync()
-                with ctx, torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-                    out = dflash_loss(net if self.ddp is None else _DDPView(net, self.model.config), self.embed, self.lm_head,
-                                      b['input_ids'], b['loss_mask'], b['features'], b['anchors'], b['valid'],
-                                      self.gamma, b['lengths'], backend=self.backend, loss_slots=cfg.loss_slots,
-                                      target_labels=self.target_labels(b), crop=not self.bucketing,
-                                      position_weights=cfg.position_weights, dpace_alpha=cfg.dpace_alpha, loss_norm=cfg.loss_norm)
-                    (out['loss'] / len(group)).backward()
-                win['loss'] += out['loss'].detach().double().cpu() / len(group)
-                win['correct'] += out['correct'].cpu(); win['count'] += out['count'].cpu()
-                win['tokens'] += int(b['lengths'].sum()); win['block_tokens'] += int(b['valid'].sum()) * B
-            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-            for o, sc in zip(self.opts, self.scheds): o.step(); sc.step(); o.zero_grad(set_to_none=True)
-            self.step += 1; self.step_in_epoch += 1; win['steps'] += 1
-            win['grad_norm'] = float(gn.full_tensor() if hasattr(gn, 'full_tensor') else gn)
-            if pbar is not None: pbar.update()
-            if self.step_in_epoch >= self.steps_per_epoch: self.epoch, self.step_in_epoch = self.epoch + 1, 0
-            if self.step % cfg.log_every == 0 or self.step == self.total_steps: win = self._log_window(win)
-            self.win = win
-            if cfg.ckpt_every and self.step % cfg.ckpt_every == 0: self.save_checkpoint()
-            if stop_after is not None and self.step - step0 >= stop_after:
-                return {'steps': self.step, 'stopped': 'stop_after'}
-            if cfg.max_minutes is not None and self._stop_for_time(t0):
-                stopped = 'max_minutes'; break
-        if stopped != 'done': break
+    self.metrics.start()
+    pbar = progress(total=self.total_steps - self.step, desc='train', unit='step') if self.rank == 0 else None
+    while self.epoch < self.cfg.epochs and self.step < self.total_steps:
+        self.optimizer_step(self.micro_batches())
+        if pbar is not None: pbar.update()
+        self.after_step()
+        if stop_after is not None and self.step - step0 >= stop_after: return {'steps': self.step, 'stopped': 'stop_after'}
+        if self.out_of_time(t0): stopped = 'max_minutes'; break
     if pbar is not None: pbar.close()
-    if win['steps']: self.win = win = self._log_window(win)
-    if self.writers is not None: self.writers.flush()
-    if self.out_dir is not None:
-        last = latest_checkpoint(self.out_dir / 'checkpoints')
-        if last is None or last.name != f'step-{self.step:08d}': self.save_checkpoint()
-    self.model.eval()
-    return {'steps': self.step, 'epochs_done': self.epoch, 'total_steps': self.total_steps, 'stopped': stopped,
-            'seconds': round(time.time() - t0, 2), 'compiles': compile_count() - self.compiles0,
-            'buckets': {'seq': self.seq_buckets, 'anchors': self.anchor_buckets} if self.bucketing else None,
-            'last': self.history[-1] if self.history else None}
+    return self.finish(t0, stopped)
 
-# %% ../nbs/80_train.ipynb #bccee368
+# %% ../nbs/80_train.ipynb #9ecd204e
 @patch
-def _stop_for_time(self: Trainer, t0) -> bool:
-    flag = torch.tensor([float(time.time() - t0 > self.cfg.max_minutes * 60)])
-    return bool(self._all_sum(flag).item() > 0)
+def resume(self: Trainer) -> Path | None:
+    "Continue from the latest checkpoint, if any: weights, optimizers, schedules, progress, metrics and RNGs."
+    path = self.ckpt.latest()
+    if path is not None: self.load_checkpoint(path)
+    return path
 
 @patch
-def _new_window(self: Trainer):
-    n = self.model.config.block_size - 1
-    return {'loss': torch.zeros((), dtype=torch.float64), 'correct': torch.zeros(n, dtype=torch.float64),
-            'count': torch.zeros(n, dtype=torch.float64), 'tokens': 0, 'block_tokens': 0, 'steps': 0,
-            't': time.time(), 'grad_norm': 0.0}
+def load_checkpoint(self: Trainer, path):
+    "Continue from checkpoint `path`."
+    st = self.ckpt.read(path)
+    self._load_weights(st['model'], st['optimizer'])
+    for sc, s in zip(self.scheds, _as_list(st['scheduler']), strict=True): sc.load_state_dict(s)
+    pr = st['progress']
+    self.step, self.epoch, self.step_in_epoch = pr['step'], pr['epoch'], pr['step_in_epoch']
+    self.metrics.load(st)
+    _set_rng_state(st['rng'])
+    self.log(f'resumed from {path} (step {self.step}, epoch {self.epoch}, step {self.step_in_epoch} of the epoch)')
+
+def _as_list(x): return x if isinstance(x, list) else [x]     # a checkpoint from before two optimizers: one state
 
 @patch
-def _log_window(self: Trainer, w):
-    red = self._all_sum(torch.cat([w['loss'][None], w['correct'], w['count'],
-                                   torch.tensor([w['tokens'], w['block_tokens']], dtype=torch.float64)]))
-    n = self.model.config.block_size - 1
-    loss = float(red[0]) / self.world / max(w['steps'], 1)
-    correct, count = red[1:1 + n], red[1 + n:1 + 2 * n]
-    acc = [round(float(c / k), 5) if k > 0 else None for c, k in zip(correct, count)]   # None: no supervised slot
-    dt = max(time.time() - w['t'], 1e-9)
-    e = {'step': self.step, 'epoch': self.epoch, 'lr': self.scheds[-1].get_last_lr()[0], 'loss': round(loss, 6),
-         'acc': acc, 'tau': round(acceptance_length(acc), 4),
-         'supervised': int(count.sum()), 'grad_norm': round(w['grad_norm'], 4),
-         'tokens_per_s': round(float(red[-2]) / dt, 1), 'block_tokens_per_s': round(float(red[-1]) / dt, 1)}
-    self.history.append(e)
-    if self.rank == 0:
-        self.log(f"step {e['step']}/{self.total_steps} epoch {e['epoch']} loss {e['loss']:.4f} acc@1 {acc[0]} "
-                 f"tau {e['tau']:.2f} lr {e['lr']:.2e} {e['tokens_per_s']:.0f} tok/s")
-        if self.out_dir is not None: write_jsonl(self.out_dir / 'metrics.jsonl', self.history)
-        if self.writers is not None: self.writers.write(e)
-    return self._new_window()
+def _load_weights(self: Trainer, model: dict, optimizer):
+    if not self.fsdp:
+        self.model.load_state_dict(model)
+        for o, s in zip(self.opts, _as_list(optimizer), strict=True): o.load_state_dict(s)
+        return
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict, StateDictOptions
+    set_model_state_dict(self.model, model, options=StateDictOptions(full_state_dict=True))   # each rank takes its shard
+    set_optimizer_state_dict(self.model, self.opts, optimizer, options=StateDictOptions(full_state_dict=True))
 
-# %% ../nbs/80_train.ipynb #db104dc3
+# %% ../nbs/80_train.ipynb #7a2f815d
 @patch
-def export(self: Trainer, path, dtype: str = 'bfloat16', extra_files=None) -> Path:
-    "Export the drafter in the DFlash checkpoint format (rank 0 writes; every rank calls it: a collective under FSDP)."
-    sd = self.model_state()
-    if self.rank != 0: return Path(path)
-    m = self.model
-    if self.fsdp: m = DFlashDrafter(self.model.config); m.load_state_dict(sd)
-    return export_drafter(m, path, dtype, extra_files)
+def epoch_batches(self: Trainer, epoch: int) -> list[list[int]]:
+    "This rank's micro-batches (lists of data indices) for `epoch`: a seeded permutation, rank-strided."
+    g = torch.Generator().manual_seed(self.cfg.seed * 1000 + epoch)
+    order = [self.rows[i] for i in torch.randperm(len(self.rows), generator=g).tolist()]
+    order = order + order[:self.per_rank * self.world - len(order)]     # equal share per rank
+    mine = order[self.rank::self.world]
+    bs = self.cfg.batch_size
+    return [mine[i:i + bs] for i in range(0, len(mine), bs)]
 
-class _DDPView(nn.Module):
-    "Expose the DDP-wrapped drafter's forward with the drafter's `config` (what `dflash_loss` reads)."
-    def __init__(self, ddp, config):
-        super().__init__(); self.ddp, self.config = ddp, config
-    @property
-    def fc(self): return self.ddp.module.fc
-    def forward(self, *a, **kw): return self.ddp(*a, **kw)
+@patch
+def micro_batches(self: Trainer) -> list[list[int]]:
+    "The next optimizer step's micro-batches: `grad_accum` of this epoch's, from where the run stands."
+    if self._order[0] != self.epoch: self._order = (self.epoch, self.epoch_batches(self.epoch))
+    i, ga = self.step_in_epoch, self.cfg.grad_accum
+    return self._order[1][i * ga:(i + 1) * ga]
+
+# %% ../nbs/80_train.ipynb #bb35556d
+@patch
+def _batch(self: Trainer, idx: list[int], epoch: int) -> dict:
+    "Micro-batch `idx` of `epoch` on this device: the collated rows, their anchors, their features (online: computed), padded."
+    b = collate([self.data[i] for i in idx], self.cfg.max_len)
+    anchors, valid = self._anchors(b, idx, epoch)
+    b = {k: v.to(self.device) for k, v in b.items()}
+    b['anchors'], b['valid'] = anchors.to(self.device), valid.to(self.device)
+    if 'features' not in b: b.update(self._online_features(b))
+    if self.bucketing: b = pad_batch(b, bucket_size(b['input_ids'].shape[1], self.seq_buckets), self.cfg.batch_size)
+    return b
+
+@patch
+def _anchors(self: Trainer, b: dict, idx: list[int], epoch: int) -> tuple:
+    "`(anchors, valid)` of collated batch `b`: up to `num_anchors` a row, padded (to their bucket)."
+    c, B = self.cfg, self.model.config.block_size
+    lists = [sample_anchors(b['loss_mask'][j, :b['lengths'][j]], c.num_anchors, B, c.seed, epoch, i, c.full_block_anchors)
+             for j, i in enumerate(idx)]
+    return pad_anchors(lists, bucket_size(max(len(a) for a in lists), self.anchor_buckets) if self.bucketing else None)
+
+@patch
+def _online_features(self: Trainer, b: dict) -> dict:
+    "The features of batch `b` from `feature_fn` (and the target's labels when it returns them)."
+    if self.feature_fn is None: raise ValueError('rows carry no hidden_states and no feature_fn was given')
+    am = (torch.arange(b['input_ids'].shape[1], device=self.device)[None] < b['lengths'][:, None]).long()
+    with torch.no_grad(): f = self.feature_fn(b['input_ids'], am)
+    return f if isinstance(f, dict) else {'features': f}
+
+# %% ../nbs/80_train.ipynb #d5378949
+@patch
+def optimizer_step(self: Trainer, group: list[list[int]]):
+    "One optimizer step on the micro-batches `group`: gradients accumulated, clipped, every optimizer and schedule stepped."
+    for j, idx in enumerate(group): self.micro_step(self._batch(idx, self.epoch), len(group), last=j == len(group) - 1)
+    gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+    for o, sc in zip(self.opts, self.scheds): o.step(); sc.step(); o.zero_grad(set_to_none=True)
+    self.metrics.end_step(gn)
+    self.step += 1; self.step_in_epoch += 1
+    if self.step_in_epoch >= self.steps_per_epoch: self.epoch, self.step_in_epoch = self.epoch + 1, 0
+
+@patch
+def micro_step(self: Trainer, b: dict, n: int, last: bool):
+    "Forward and backward micro-batch `b`, one of the step's `n`; the ranks reduce the gradients on the `last` only."
+    with self.grad_sync(last), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+        out = self.batch_loss(b)
+        (out['loss'] / n).backward()
+    self.metrics.add(out, b, n)
+
+@patch
+def grad_sync(self: Trainer, last: bool):
+    "The context of a micro-batch's backward: DDP and FSDP reduce the gradients on the step's `last` micro-batch only."
+    if self.fsdp: self.model.set_requires_gradient_sync(last)
+    return contextlib.nullcontext() if last or self.ddp is None else self.ddp.no_sync()
+
+@patch
+def batch_loss(self: Trainer, b: dict) -> dict:
+    "`dflash_loss` of batch `b` under this trainer's settings."
+    c = self.cfg
+    return dflash_loss(self.net, self.embed, self.lm_head, b['input_ids'], b['loss_mask'], b['features'], b['anchors'],
+                       b['valid'], self.gamma, b['lengths'], backend=self.backend, loss_slots=c.loss_slots,
+                       target_labels=self.target_labels(b), crop=not self.bucketing, position_weights=c.position_weights,
+                       dpace_alpha=c.dpace_alpha, loss_norm=c.loss_norm)
 
 # %% ../nbs/80_train.ipynb #4a824bb2
 @patch
@@ -592,6 +693,75 @@ def target_labels(self: Trainer, b: dict):
                          'labels (raise hidden_states.label_topk)')
     return b['target_ids'][..., :cfg.kl_topk], b['target_logp'][..., :cfg.kl_topk]
 
+# %% ../nbs/80_train.ipynb #57b4b8e5
+@patch
+def after_step(self: Trainer):
+    "Log the metrics every `log_every` steps and at the last one; checkpoint every `ckpt_every` steps."
+    if self.step % self.cfg.log_every == 0 or self.step == self.total_steps: self.log_metrics()
+    if self.ckpt.due(self.step): self.save_checkpoint()
+
+@patch
+def log_metrics(self: Trainer) -> dict:
+    "Close the metrics window at this step (a collective: every rank reduces, rank 0 writes)."
+    return self.metrics.log_window(self.step, self.epoch, self.scheds[-1].get_last_lr()[0])
+
+@patch
+def save_checkpoint(self: Trainer) -> Path | None:
+    "Checkpoint this step (every rank calls it: the state is a collective under FSDP); None without an `out_dir`."
+    return None if self.ckpt.dir is None else self.ckpt.save(self.step, self.state_dict())
+
+# %% ../nbs/80_train.ipynb #a2ed2567
+@patch
+def state_dict(self: Trainer) -> dict:
+    "The resumable state (a collective under FSDP)."
+    return {'model': self.model_state(), 'optimizer': self._optim_state(), 'scheduler': [s.state_dict() for s in self.scheds],
+            'progress': {'step': self.step, 'epoch': self.epoch, 'step_in_epoch': self.step_in_epoch}, **self.metrics.state(),
+            'rng': _rng_state(), 'train_config': asdict(self.cfg), 'drafter_config': self.model.config.to_json_dict('float32'),
+            'world_size': self.world}
+
+@patch
+def model_state(self: Trainer) -> dict:
+    "The full (unsharded) drafter weights; under FSDP a collective (every rank calls it; rank 0 gets the tensors)."
+    if not self.fsdp: return self.model.state_dict()
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
+    return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+@patch
+def _optim_state(self: Trainer) -> dict:
+    if not self.fsdp: return [o.state_dict() for o in self.opts]
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, StateDictOptions
+    return get_optimizer_state_dict(self.model, self.opts, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+# %% ../nbs/80_train.ipynb #7fa9d924
+@patch
+def out_of_time(self: Trainer, t0: float) -> bool:
+    "Whether `max_minutes` since `t0` are spent on any trainer rank (a collective)."
+    if self.cfg.max_minutes is None: return False
+    flag = torch.tensor([float(time.time() - t0 > self.cfg.max_minutes * 60)])
+    return bool(self._all_sum(flag).item() > 0)
+
+@patch
+def finish(self: Trainer, t0: float, stopped: str) -> dict:
+    "After the loop: the last window logged, the final checkpoint, eval mode; the run's result."
+    if self.metrics.win['steps']: self.log_metrics()
+    self.metrics.flush()
+    if self.ckpt.dir is not None and not self.ckpt.is_latest(self.step): self.save_checkpoint()
+    self.model.eval()
+    return {'steps': self.step, 'epochs_done': self.epoch, 'total_steps': self.total_steps, 'stopped': stopped,
+            'seconds': round(time.time() - t0, 2), 'compiles': compile_count() - self.compiles0,
+            'buckets': {'seq': self.seq_buckets, 'anchors': self.anchor_buckets} if self.bucketing else None,
+            'last': self.history[-1] if self.history else None}
+
+# %% ../nbs/80_train.ipynb #db104dc3
+@patch
+def export(self: Trainer, path, dtype: str = 'bfloat16', extra_files=None) -> Path:
+    "Export the drafter in the DFlash checkpoint format (rank 0 writes; every rank calls it: a collective under FSDP)."
+    sd = self.model_state()
+    if self.rank != 0: return Path(path)
+    m = self.model
+    if self.fsdp: m = DFlashDrafter(self.model.config); m.load_state_dict(sd)
+    return export_drafter(m, path, dtype, extra_files)
+
 # %% ../nbs/80_train.ipynb #7fcf3bfe
 _LAYER_PARTS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
                 'self_attn.k_norm', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm',
@@ -602,15 +772,13 @@ def init_drafter_from_target(drafter: DFlashDrafter, target, layers=None, featur
     final norm into `norm`, and start `fc`/`hidden_norm` as the pass-through of the feature below the first copied layer.
     `features [T, n, H]` (a stored sample) calibrates `q_norm`/`k_norm` when the target has none (see below)."""
     from safetensors import safe_open
-    from dflash_nb.targets import resolve_target
     p = Path(target) if Path(str(target)).is_dir() else Path(resolve_target(str(target)))
     cfg = drafter.config
     n, N = cfg.num_hidden_layers, cfg.num_target_layers
     layers = list(range(N - n, N)) if layers is None else [int(x) for x in layers]
     if len(layers) != n or not all(0 <= L < N for L in layers):
         raise ValueError(f'layers {layers}: need {n} decoder layer indices in [0, {N})')
-    idx = p / 'model.safetensors.index.json'
-    files = sorted(set(read_json(idx)['weight_map'].values())) if idx.exists() else ['model.safetensors']
+    files = sorted(set(weight_map(p).values()))
     W = {}
     for f in files:
         with safe_open(str(p / f), 'pt') as fh:
@@ -757,25 +925,6 @@ def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_
             'compiles': compile_count() - tr.compiles0, 'loss': round(loss if times else float('nan'), 5),
             'drafter_params': sum(p.numel() for p in tr.model.parameters())}
 
-# %% ../nbs/80_train.ipynb #47fd825c
-def plot_curves(history, path=None):
-    "Loss, implied acceptance length and per-slot accuracy (first and last logged window) as one PNG figure."
-    import matplotlib; matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 3, figsize=(14, 3.6))
-    steps = [h['step'] for h in history]
-    ax[0].plot(steps, [h['loss'] for h in history]); ax[0].set(title='loss (decayed CE)', xlabel='optimizer step')
-    ax[1].plot(steps, [h['tau'] for h in history], color='C2'); ax[1].set(title='implied acceptance length tau', xlabel='optimizer step')
-    if history:
-        k = range(1, len(history[0]['acc']) + 1)
-        for h, lab in ((history[0], f"step {history[0]['step']}"), (history[-1], f"step {history[-1]['step']}")):
-            ax[2].plot(k, [float('nan') if a is None else a for a in h['acc']], marker='o', label=lab)
-        ax[2].set(title='per-slot accuracy', xlabel='slot k (token anchor+k)', ylim=(0, 1.02)); ax[2].legend()
-    fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return fig
-
 # %% ../nbs/80_train.ipynb #3a906f53
 def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder holds the upstream outputs)
                  P: dict,       # the checked stage parameters
@@ -788,7 +937,6 @@ def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder hold
     if not offline:
         from datasets import load_from_disk   # only online training reads a datasets folder
         return TokenRows(load_from_disk(str(stage.input(need)))), P['target_layer_ids']
-    from dflash_nb.features import FeatureStore
     data = FeatureStore(stage.input(need))
     if P['target_layer_ids'] is not None and list(P['target_layer_ids']) != list(data.layer_ids):
         raise ValueError(f"target_layer_ids {P['target_layer_ids']} differ from the stored features {data.layer_ids}")
@@ -859,7 +1007,7 @@ def train_summary(res: dict, trainer, data, keep, q, P: dict, world: int, mask_i
 def finish_train_stage(stage: Stage, trainer, summary: dict, log):
     "Rank 0: write the curves, metrics and manifest; check that the exported drafter loads."
     stage.output(stage.path('drafter'))
-    plot_curves(trainer.history, stage.path('curves.png')); stage.output(stage.path('curves.png'))
+    trainer.metrics.plot(stage.path('curves.png')); stage.output(stage.path('curves.png'))
     stage.output(stage.path('metrics.jsonl'))
     write_json(stage.path('metrics.json'), summary); stage.output(stage.path('metrics.json'))
     assert summary['rows_used'] + summary['rows_quarantined'] == summary['rows_in']
@@ -870,29 +1018,26 @@ def finish_train_stage(stage: Stage, trainer, summary: dict, log):
     last = summary['final']
     log(f"trained {summary['steps']} steps ({summary['stopped']}): loss {last['loss']:.4f}, acc@1 {last['acc'][0]}, tau {last['tau']:.2f}")
 
+def serve_feature_rank(T: dict, dev, label_topk: int, log) -> dict:
+    "A feature rank (`placement='separate'`): serve the target's features to its trainers until they close, then wait for the end."
+    (rank, world), d, clients = _dist(), T['dcfg'], T['roles']['clients']
+    served = serve_features(T['feature_fn'], clients, d.n_features, d.hidden_size, T['dtype'], dev, label_topk)
+    log(f"feature rank {rank}: served {served} batches to trainer ranks {clients}")
+    torch.distributed.barrier()
+    return {'role': 'features', 'served': served, 'clients': clients, 'world_size': world}
+
 # %% ../nbs/80_train.ipynb #dafbe510
-def train_stage(run_dir,                     # the run folder (stage 60's features or stage 50's dataset in it)
-                params: dict | None = None,  # a `train:` config section; missing parameters take their declared defaults
-                log=None,                    # `str -> None` (default: the stage's log)
-               ) -> dict:                    # the summary (`80_train/metrics.json`); a feature rank's role
-    "Run the `80_train` stage on `run_dir`: rank 0 alone writes the drafter, curves, metrics and the manifest."
-    P = stage_params('80_train', {'train': dict(params or {})})
-    rank, world = _dist()          # joins the torchrun process group first (and picks this rank's GPU)
+def train_stage(stage: Stage) -> dict:   # the summary (`80_train/metrics.json`); a feature rank's role
+    "Run the opened `80_train` stage (`stage.params`, checked): rank 0 alone writes the drafter, curves, metrics and the manifest."
+    P, (rank, world) = stage.params, _dist()    # joins the torchrun process group first (and picks this rank's GPU)
     seed_everything(P['seed'])
-    stage = Stage(run_dir, '80_train', params=P)
-    slog = setup_logging(stage.dir if rank == 0 else None)
-    log = log or slog.info
+    log = setup_logging(stage.dir if rank == 0 else None).info
     dev, tconf = get_device(P['device']), TrainConfig.from_params(P)
     data, layer_ids = stage_inputs(stage, P)
     label_topk = check_label_source(P, tconf, data)
     T = target_side(P, tconf, layer_ids, dev, label_topk)
     keep, q = quarantine_rows(stage, data, P, tconf, rank, world)
-    if T['roles']['role'] == 'features':     # this rank only runs the target for its trainers, then waits for the end
-        d = T['dcfg']
-        served = serve_features(T['feature_fn'], T['roles']['clients'], d.n_features, d.hidden_size, T['dtype'], dev, label_topk)
-        log(f"feature rank {rank}: served {served} batches to trainer ranks {T['roles']['clients']}")
-        torch.distributed.barrier()
-        return {'role': 'features', 'served': served, 'clients': T['roles']['clients'], 'world_size': world}
+    if T['roles']['role'] == 'features': return serve_feature_rank(T, dev, label_topk, log)
     drafter = DFlashDrafter(T['dcfg']).init_weights(P['seed'])
     if P['init_from_target']: init_drafter_from_target(drafter, P['target'], features=data[keep[0]].get('hidden_states'), log=log)
     trainer = Trainer(drafter, T['embed'], T['lm_head'], data, tconf, out_dir=stage.dir, feature_fn=T['feature_fn'],
@@ -912,8 +1057,8 @@ def register_cli(sub):
     p.add_argument('run_dir'); p.add_argument('config', nargs='?', default=None)
     p.add_argument('--set', dest='overrides', action='append', default=[], metavar='SECTION.KEY=VALUE')
     def run(a):
-        cfg = load_config(a.config, a.overrides)
-        s = train_stage(a.run_dir, stage_params('80_train', cfg))
+        P = stage_params('80_train', load_config(a.config, a.overrides))      # checked once, here
+        s = train_stage(Stage(a.run_dir, '80_train', params=P))
         keys = ('role', 'served', 'world_size') if s.get('role') == 'features' else ('steps', 'stopped', 'tau', 'rows_used', 'world_size')
         print(json.dumps({k: s.get(k) for k in keys}, default=str)); return 0
     p.set_defaults(func=run)

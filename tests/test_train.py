@@ -152,17 +152,15 @@ def test_tied_and_untied_target_heads():
 
 
 def test_target_features_use_layer_outputs_not_the_final_norm():
+    "Layer L's feature is its decoder layer's output (HF `hidden_states[L+1]`), the last layer's included (not the post-norm entry)."
     from dflash_nb.targets import ensure_tiny
-    from dflash_nb.train import _hf_features
     from transformers import AutoModelForCausalLM
     m = AutoModelForCausalLM.from_pretrained(ensure_tiny('tiny-qwen3'), dtype=torch.float32).eval()
     ids = torch.randint(0, 500, (2, 9))
     with torch.no_grad(): hs = m(ids, output_hidden_states=True).hidden_states
-    f = target_features(m, ids, [0, 3])
-    assert torch.allclose(f[:, :, 0], hs[1], atol=1e-5)
-    assert torch.allclose(_hf_features(m, ids, [0, 2]), target_features(m, ids, [0, 2]), atol=1e-5)
-    with pytest.raises(ValueError, match='no raw output'): _hf_features(m, ids, [0, 3])
-    assert not torch.allclose(f[:, :, 1], hs[-1], atol=1e-3)       # layer 3's raw output, not the post-norm last entry
+    f = target_features(m, ids, [0, 2, 3])
+    assert torch.allclose(f[:, :, 0], hs[1], atol=1e-5) and torch.allclose(f[:, :, 1], hs[3], atol=1e-5)
+    assert not torch.allclose(f[:, :, 2], hs[-1], atol=1e-3)       # layer 3's raw output, not the post-norm last entry
 
 
 def test_online_features_bring_the_targets_labels():
