@@ -104,7 +104,7 @@ def cmd_docs(a: argparse.Namespace,  # `out`, `run`, `only`
     return 0
 
 # %% ../nbs/03_cli.ipynb #e636b964
-RUN_ONLY = ('target', 'seed', 'device', 'repairs')   # given once, in the `run` section
+RUN_ONLY = ('target', 'seed', 'device', 'repairs', 'chat_template', 'enable_thinking', 'mask_method')   # given once, in the `run` section
 
 def demo_values(stages=None) -> dict:
     "{section: {key: value}}: the demo config's value of each stage setting it sets apart from the declared default."
@@ -164,7 +164,10 @@ def new_config(file,                 # your data file (any layout `dflash-nb sou
              'run:                     # the run: its folder runs/NAME, the target, and the keys every stage shares',
              f'  name: {_flow(name)}', f'  target: {_flow(target)}', '  seed: 0', '  device: auto           # cuda > mps > cpu',
              '  repairs: []            # meaning-changing repairs opted in for every stage that validates rows: '
-             'drop_empty_turns, map_unknown_roles, move_system_first, prepend_user', '']
+             'drop_empty_turns, map_unknown_roles, move_system_first, prepend_user',
+             "  chat_template: null    # a .jinja file replacing the target's chat template (every stage that renders)",
+             '  enable_thinking: null  # Qwen3/Qwen3.6 templates: true | false | null (the template default)',
+             '  mask_method: locate    # how assistant masks are found (20 checks what 50 makes): locate | prefix', '']
     mine = {'sources': [name], 'extra_sources': {name: spec}, 'total': n, 'survey': 'mix', 'quotas': {}}
     said = {'sources': 'your file: ', 'extra_sources': f'your file, {found.replace("detected: ", "detected format ")}: ',
             'total': f'all {n} records of your file: ', 'survey': "your file only (the demo surveys the registry): "}

@@ -319,7 +319,7 @@ def read_manifest(stage_dir) -> dict | None:
 DEVICE_RE = re.compile(r'^(auto|cpu|mps|cuda(:\d+)?)$')   # the device names torch knows (checked in configs)
 DEVICE_WORDS = 'a device (auto, cpu, mps, cuda or cuda:N)'
 RUN_KEYS = {'name': str, 'seed': int, 'device': str, 'target': str, 'runs_dir': str, 'description': str,
-            'dtype': str, 'skip': list, 'repairs': list}
+            'dtype': str, 'skip': list, 'repairs': list, 'chat_template': str, 'enable_thinking': bool, 'mask_method': str}
 
 class ConfigError(ValueError):
     "A run configuration that cannot be used; the message names the key or value."

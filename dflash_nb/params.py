@@ -219,7 +219,7 @@ def check_fields(obj) -> None:
         setattr(obj, f.name, st.params[f.metadata['param']].check(getattr(obj, f.name), f"{st.short}.{f.metadata['param']}"))
 
 # %% ../nbs/06_params.ipynb #02a86ca4
-GLOBAL_PARAMS = ('target', 'seed', 'device', 'dtype', 'repairs')   # run-section keys injected into every stage that declares them
+GLOBAL_PARAMS = ('target', 'seed', 'device', 'dtype', 'repairs', 'chat_template', 'enable_thinking', 'mask_method')   # run-section keys injected into every stage that declares them
 
 def resolve_params(stage: StageSpec, cfg: dict) -> dict:
     "The (unchecked) values to run `stage` with under config `cfg`, without `run_dir`."
@@ -298,7 +298,7 @@ def add_declared_options(parser, stage: str, names, flags: dict | None = None) -
     for n in names:
         p = declaration(stage).params[n]
         opts = [f"--{n.replace('_', '-')}", *(flags or {}).get(n, ())]
-        kw = dict(dest=n, default=copy.deepcopy(p.default), help=f'{p.help} ({p.allowed}; default: {p.default!r})'.replace('%', '%%'))
+        kw = dict(dest=n, default=copy.deepcopy(p.default), help=f'{p.help} ({p.allowed})'.replace('%', '%%'))
         if p.type == 'list': kw.update(nargs='*', action=_ListOption, const=p, metavar='ITEM')
         elif p.type == 'bool': kw.update(nargs='?', const=True, type=_cli_type(p, opts[0]), metavar='BOOL')
         else: kw.update(type=_cli_type(p, opts[0]), metavar=p.type.upper())
