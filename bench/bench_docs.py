@@ -5,7 +5,7 @@ Builds the site twice: first as it comes (every notebook executed unless the cac
 with everything cached (rendering only). For each build it records the wall time and the CPU seconds of this
 process and its children (the notebooks run in child processes), so a figure taken on a loaded machine still
 means something. Then it measures the pages (count, total, largest), the shared files and the search index, and
-with chromium installed takes screenshots (index, 20_templates, 80_train, search results for `explore`, the
+with chromium installed takes screenshots (index, 21_explorer, 80_train, search results for `explore`, the
 README's page and a measurement's).
 
     python bench/bench_docs.py [--out _docs] [--names 00_core,20_templates] [--fresh]
@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHOTS = [('index.html', '', 'index.png', (1300, 1100)), ('20_templates.html', '', '20_templates.png', (1300, 1600)),
+SHOTS = [('index.html', '', 'index.png', (1300, 1100)), ('21_explorer.html', '', '21_explorer.png', (1300, 1600)),
          ('80_train.html', '', '80_train.png', (1300, 1600)), ('index.html', '?q=explore', 'search.png', (1300, 900)),
          ('readme.html', '', 'readme.png', (1300, 1100)), ('bench_quality.html', '', 'bench_quality.png', (1300, 1100))]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Speed of the exact assistant masks (dflash_nb.templates.assistant_masks) against the raw batched tokenizer.
+"""Speed of the exact assistant masks (dflash_nb.masks.assistant_masks) against the raw batched tokenizer.
 
 For each tokenizer/template (SmolLM2 always; Qwen3.6 and Qwen3 from ../shared/fixtures when present), on the same
 canonical rows (real multi-turn and tool-calling conversations from the fixtures, else a generated set), measures
@@ -8,7 +8,7 @@ canonical rows (real multi-turn and tool-calling conversations from the fixtures
   prefix   : `assistant_masks(..., method='prefix')` (1 + #assistant renders per row, verified boundaries)
   locate   : `assistant_masks(..., method='locate')` (1 render per row)
   check    : the share of `locate` spent checking that each rendered turn holds what its message holds
-             (tool calls, content, reasoning: `templates._check_kept`), when the package has that check
+             (tool calls, content, reasoning: `masks._check_kept`), when the package has that check
 and prints tokens per CPU-second and the ratio to `raw`. Times are CPU seconds of this process (`time.process_time`,
 all its threads), the best of `--repeat`, so a machine shared with other jobs does not inflate them.
 
@@ -58,7 +58,7 @@ def best(fn, repeat):
 
 def check_share(tok, tpl, rows, repeat):
     "CPU seconds spent in the content check over all rows, and its share of `locate`'s total (None without the check)."
-    import dflash_nb.templates as T
+    import dflash_nb.masks as T
     if not hasattr(T, '_check_kept'): return None
     r = T.as_renderer(tok, tpl)
     f = T.template_features(r)
@@ -74,7 +74,7 @@ def main():
     ap.add_argument('--out', default='templates.json')
     a = ap.parse_args()
     from dflash_nb.targets import load_tokenizer
-    from dflash_nb.templates import assistant_masks, as_renderer, fixture_tokenizer, fixture_template
+    from dflash_nb.masks import assistant_masks, as_renderer, fixture_tokenizer, fixture_template
     rows = fixture_rows(a.rows)
     cases = [('smollm2', load_tokenizer('smollm2'), None)]
     if fixture_tokenizer('qwen3_6') is not None:

@@ -227,7 +227,7 @@ def add_builtin_commands(sub,  # the `dflash-nb` sub-parsers action
 
 # %% ../nbs/03_cli.ipynb #0b4f3181
 # the modules that may define `register_cli`, in the order `dflash-nb --help` lists their commands
-COMMAND_MODULES = ('targets', 'sources', 'templates', 'convert', 'regenerate', 'tokenization',
+COMMAND_MODULES = ('targets', 'sources', 'explorer', 'convert', 'regenerate', 'tokenization',
                    'hidden_states', 'drafter', 'train', 'evaluate', 'plan', 'export', 'params')
 
 def _add_parser_calls(fn: ast.FunctionDef) -> list[ast.Call]:

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = next((shutil.which(n) for n in ('chromium', 'chromium-browser', 'google-chrome') if shutil.which(n)), None)
 needs_browser = pytest.mark.skipif(CHROMIUM is None, reason='chromium not installed (apt-get install chromium; .ci/run installs it)')
 SHOTS = Path(os.environ.get('DFLASH_NB_SCREENSHOTS', ROOT / 'runs' / '_screenshots'))
-PAGES = ['00_core', '04_docs', '10_sources', '20_templates', '90_evaluate']   # 90: @patch methods shown once
+PAGES = ['00_core', '04_docs', '10_sources', '20_templates', '21_explorer', '90_evaluate']   # 90: @patch methods shown once
 BENCH = sorted(f'bench_{p.stem}' for p in (ROOT / 'bench' / 'results').glob('*.md'))
 MD_PAGES = ['readme', *sorted(f'guide_{p.stem}' for p in (ROOT / 'guides').glob('*.md')), *BENCH]
 
@@ -148,15 +148,15 @@ def test_docs_in_browser(docs):
     listed = re.findall(r'href="([\w.-]+\.html)"', main)
     assert sorted(listed) == sorted(set(pages) - {'index.html'}), 'the index lists a page twice, or not at all'
     assert n_imgs >= 1, 'no image on the executed stage pages'   # 10_sources plots the mix
-    for n in ('index', '10_sources', '20_templates', 'readme', 'bench_quality'): browser(out / f'{n}.html', SHOTS / f'docs_{n}.png')
-    # the explorer at the top of 20_templates shows (an output of the docs build) and its pager script ran
-    assert 'class="dx"' in doms['20_templates.html'] and re.search(r'class="pos">1 of \d+<', doms['20_templates.html'])
+    for n in ('index', '10_sources', '20_templates', '21_explorer', 'readme', 'bench_quality'): browser(out / f'{n}.html', SHOTS / f'docs_{n}.png')
+    # the explorer at the top of 21_explorer shows (an output of the docs build) and its pager script ran
+    assert 'class="dx"' in doms['21_explorer.html'] and re.search(r'class="pos">1 of \d+<', doms['21_explorer.html'])
 
 @needs_browser
 def test_search_finds_a_function(docs):
     "`index.html?q=NAME` runs the search box: the function's own entry comes first and points at its anchor."
     out, _ = docs
-    for name, page in (('explore_file', '20_templates.html'), ('atomic_write', '00_core.html')):
+    for name, page in (('explore_file', '21_explorer.html'), ('atomic_write', '00_core.html')):
         dom = browser((out / 'index.html').resolve().as_uri() + f'?q={name}')
         hits = re.search(r'<ol id="dn-hits"[^>]*>(.*?)</ol>', dom, re.S)
         assert hits and 'hidden' not in re.search(r'<ol id="dn-hits"[^>]*>', dom)[0], 'no search results shown'

@@ -6,14 +6,16 @@ from pathlib import Path
 import pytest
 
 import dflash_nb.convert as convert_mod
+import dflash_nb.explorer as explorer_mod
 import dflash_nb.templates as templates_mod
 from dflash_nb import schema
 from dflash_nb.cli import main
 from dflash_nb.convert import convert_file
 from dflash_nb.core import iter_jsonl, write_jsonl
 from dflash_nb.schema import DEFAULT_REPAIRS, FORMAT_ONLY, MEANING_CHANGING, REPAIRS
-from dflash_nb.templates import (assistant_masks, explore_file, fixture_template, fixture_tokenizer, mask_check,
-                                 probe_template, show_tail)
+from dflash_nb.explorer import explore_file
+from dflash_nb.masks import assistant_masks, fixture_template, fixture_tokenizer
+from dflash_nb.templates import mask_check, probe_template, show_tail
 
 MESSY = Path(__file__).resolve().parents[1] / 'examples' / 'messy_rows.jsonl'
 TOOL_ROW = {'id': 'tool', 'source': 't', 'messages': [
@@ -40,7 +42,7 @@ def test_each_repair_is_declared_once_with_its_class():
     assert {'args_to_objects', 'rename_roles'} <= set(DEFAULT_REPAIRS)
     assert {'move_system_first', 'prepend_user', 'map_unknown_roles', 'drop_empty_turns'} <= {n for n, r in REPAIRS.items() if r.kind == MEANING_CHANGING}
     # no stage module keeps a copy: the names it uses are the schema's own objects, and no repair is defined there
-    for mod in (templates_mod, convert_mod):
+    for mod in (templates_mod, explorer_mod, convert_mod):
         src = Path(mod.__file__).read_text()
         for name in list(REPAIRS) + ['PLACEHOLDER_USER', 'ROLE_ALIASES']:
             assert not re.search(rf'^(def {name}\b|{name}\s*=)', src, re.M), f'{mod.__name__} defines its own {name}'

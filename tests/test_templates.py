@@ -10,10 +10,11 @@ import pytest
 
 from dflash_nb.core import fixtures_dir, write_jsonl, iter_jsonl
 from dflash_nb.schema import FORMAT_ONLY, MEANING_CHANGING, apply_repairs
-from dflash_nb.templates import (MaskError, assistant_mask, assistant_masks, probe_template, compare_with_generation_mask,
-                                 generation_mask, as_renderer, template_features, placeholder_supervision,
-                                 fixture_tokenizer, fixture_template, FIXTURE_TEMPLATE_TOKENIZER, locate_turns, mask_check,
-                                 ExplorerWidget, explore_file, load_rows)
+from dflash_nb.masks import (MaskError, assistant_mask, assistant_masks, as_renderer, template_features, fixture_tokenizer,
+                             fixture_template, FIXTURE_TEMPLATE_TOKENIZER, locate_turns)
+from dflash_nb.templates import (probe_template, compare_with_generation_mask, generation_mask, placeholder_supervision,
+                                 mask_check)
+from dflash_nb.explorer import ExplorerWidget, explore_file, load_rows
 
 FX = fixtures_dir()
 needs_fx = pytest.mark.skipif(FX is None, reason='../shared/fixtures not present')

@@ -74,7 +74,7 @@ def write_jsonl(path, rows, extra_lines=()):
 
 def test_masks_equal_reference_and_definition(tok_spec):
     "Stage masks == templates.assistant_mask (prefix method) row by row; locate == prefix; supervised runs end in EOT."
-    from dflash_nb.templates import assistant_mask
+    from dflash_nb.masks import assistant_mask
     spec, tok, eot = tok_spec
     rows = fixture_rows()
     for think in (None, False):

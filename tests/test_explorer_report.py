@@ -22,7 +22,7 @@ import pytest
 
 from dflash_nb.core import fixtures_dir
 from dflash_nb.formats import detect_format
-from dflash_nb.templates import explore, load_rows, template_report
+from dflash_nb.explorer import explore, load_rows, template_report
 
 ROOT = Path(__file__).resolve().parents[1]
 MESSY = ROOT / 'tests' / 'fixtures' / 'messy_report.jsonl'
@@ -130,7 +130,7 @@ def test_explorer_cell_executed_headless(tmp_path):
     from nbclient import NotebookClient
     from nbconvert import HTMLExporter
     nb = nbformat.v4.new_notebook(metadata={'kernelspec': {'name': 'python3', 'display_name': 'Python 3', 'language': 'python'}})
-    nb.cells = [nbformat.v4.new_code_cell(f"from dflash_nb.templates import explore_file\n"
+    nb.cells = [nbformat.v4.new_code_cell(f"from dflash_nb.explorer import explore_file\n"
                                           f"w = explore_file({str(MESSY)!r}, 'smollm2', max_tokens=200)\nw")]
     NotebookClient(nb, timeout=600, kernel_name='python3', resources={'metadata': {'path': str(tmp_path)}}).execute()
     outs = nb.cells[0].outputs
@@ -198,7 +198,7 @@ def test_explorer_in_live_jupyterlab(tmp_path):
     "In a live JupyterLab the widget renders and the static copy hides itself: the rows are shown once."
     import asyncio, nbformat
     nb = nbformat.v4.new_notebook(metadata={'kernelspec': {'name': 'python3', 'display_name': 'Python 3', 'language': 'python'}})
-    nb.cells = [nbformat.v4.new_code_cell(f"from dflash_nb.templates import explore_file\nexplore_file({str(MESSY)!r}, 'smollm2', max_tokens=200)")]
+    nb.cells = [nbformat.v4.new_code_cell(f"from dflash_nb.explorer import explore_file\nexplore_file({str(MESSY)!r}, 'smollm2', max_tokens=200)")]
     nbformat.write(nb, tmp_path / 'live.ipynb')
     port, dport = _free_port(), _free_port()
     lab = subprocess.Popen(['jupyter-lab', '--allow-root', '--no-browser', f'--port={port}', '--ServerApp.token=', '--ServerApp.password=',
