@@ -133,9 +133,7 @@ def _options(parser):
 # Options of other notebooks' commands that have no help text yet (each named in the cli engineer's report, with the
 # text to add); the test fails on any other option without help, and on an entry here that got its help.
 PENDING_HELP = {
-    *(('hidden-states', 'extract', o) for o in ('--target', '--out', '--num-features', '--include-last',
-                                               '--storage-dtype', '--device', '--dtype', '--max-batch-tokens',
-                                               '--max-batch-size', '--shard-mb', '--max-samples')),
+    *(('hidden-states', 'extract', o) for o in ('--target', '--out')),
     ('hidden-states', 'info', 'path'), ('train', 'run_dir'), ('train', 'config'), ('train', '--set'),
 }
 

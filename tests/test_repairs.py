@@ -122,7 +122,7 @@ def test_empty_supervised_turn_caught_with_smollm2(tmp_path):
     assert (s['ok'], s['failed'], s['content_lost'], fails[0]['id']) == (1, 1, 1, 'tool')
     from dflash_nb.tokenization import TokenizeOptions, tokenize_conversations
     write_jsonl(tmp_path / 'in.jsonl', [TOOL_ROW, PLAIN_ROW])
-    rep = tokenize_conversations(tmp_path / 'in.jsonl', tmp_path / 'tok', 'smollm2', TokenizeOptions(), tokenizer=tok)
+    rep = tokenize_conversations(tmp_path / 'in.jsonl', tmp_path / 'tok', 'smollm2', TokenizeOptions(min_supervised_tokens=1), tokenizer=tok)
     assert (rep['rows_out'], rep['quarantined'], rep['content_lost']) == (1, 1, 1)
     assert rep['quarantine_reasons'] == {'the template drops tool calls': 1}
     q = list(iter_jsonl(tmp_path / 'tok' / 'quarantine.jsonl'))

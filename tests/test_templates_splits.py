@@ -68,7 +68,7 @@ def canonical(rows) -> list[dict]:
 
 def tokenization_splits(tok, tpl, rows) -> tuple[dict, dict]:
     "({row id: samples kept} of the rows tokenization splits, its counts), from `encode_rows` itself."
-    out, rej, c = encode_rows(tok, canonical(rows), TokenizeOptions(chat_template=tpl))
+    out, rej, c = encode_rows(tok, canonical(rows), TokenizeOptions(chat_template=tpl, min_supervised_tokens=1))   # every turn, however short (the explorer's count)
     split = {e['id']: 0 for e in rej if e.get('split')}
     for o in out:
         if '#' in o['id']: k = o['id'].rsplit('#', 1)[0]; split[k] = split.get(k, 0) + 1
