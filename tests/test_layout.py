@@ -1,5 +1,5 @@
 "The project's nbdev layout: settings keep papermill tags, every stage declares its parameters."
-import configparser, json
+import configparser, json, re
 from pathlib import Path
 from dflash_nb.pipeline import discover_stages
 
@@ -123,3 +123,39 @@ def test_stage_notebooks_open_the_stage_and_skip_the_tutorial():
         want = nbsync.stage_tags(nb)
         got = ['skip-execution' in c.metadata.get('tags', []) for c in cells]
         assert got == want, f'{s.name}: run `python tools/nbsync.py --tags {s.name}`'
+
+def _package_imports() -> dict:
+    "{module: the package modules it imports} of dflash_nb (from the exported code)."
+    import ast
+    pkg, graph = Path(__file__).resolve().parents[1] / 'dflash_nb', {}
+    for f in pkg.glob('*.py'):
+        deps = set()
+        for n in ast.walk(ast.parse(f.read_text(encoding='utf-8'))):
+            if isinstance(n, ast.ImportFrom) and n.module and (n.level or n.module.startswith('dflash_nb.')):
+                deps.add(n.module.replace('dflash_nb.', '').split('.')[0])
+        graph[f.stem] = deps & {p.stem for p in pkg.glob('*.py')}
+    return graph
+
+def test_no_import_cycle_among_the_packages_modules():
+    graph, state = _package_imports(), {}
+    def visit(m, path):
+        if state.get(m) == 'open': raise AssertionError(f'import cycle: {" -> ".join(path + [m])}')
+        if state.get(m) == 'done': return
+        state[m] = 'open'
+        for d in sorted(graph[m]): visit(d, path + [m])
+        state[m] = 'done'
+    for m in sorted(graph): visit(m, [])
+
+# The target loader (resolve/load a target, its tokenizer and config) is exported by 01_targets but used by every stage
+# that runs the target: it is the one stage module others may import until it moves to a shared module of its own.
+SHARED_STAGE_MODULES = {'targets'}
+
+def test_no_stage_module_imports_another_stage_module():
+    stage_mods = {}
+    for s in discover_stages():
+        m = next((re.search(r'default_exp\s+([\w.]+)', ''.join(c['source'])) for c in json.loads(s.path.read_text())['cells']
+                  if 'default_exp' in ''.join(c['source'])), None)
+        if m: stage_mods[m.group(1)] = s.name
+    graph = _package_imports()
+    bad = {m: sorted(d for d in graph[m] if d in stage_mods and d != m and d not in SHARED_STAGE_MODULES) for m in stage_mods}
+    assert not {m: d for m, d in bad.items() if d}, bad
