@@ -166,10 +166,10 @@ def test_auto_splits_rows_the_template_drops_reasoning_of_tiny(tiny_tok, tmp_pat
     rows = agentic_rows()
     r = as_renderer(tiny_tok, str(tpl))
     assert any(split_reason(r, row['messages'], row.get('tools')) for row in rows)
-    out, rej, c = encode_rows(tiny_tok, rows, TokenizeOptions(chat_template=str(tpl), max_seq_len=0))
+    out, rej, c = encode_rows(tiny_tok, rows, TokenizeOptions(chat_template=str(tpl), max_seq_len=0, min_supervised_tokens=1))
     assert c['rows_split'] >= 3 and c['split_samples'] > c['rows_split'], c
     check_exact(tiny_tok, r, rows, out, rej, c)
-    conv = encode_rows(tiny_tok, rows, TokenizeOptions(chat_template=str(tpl), max_seq_len=0, rows='conversation'))[2]
+    conv = encode_rows(tiny_tok, rows, TokenizeOptions(chat_template=str(tpl), max_seq_len=0, min_supervised_tokens=1, rows='conversation'))[2]
     assert conv['rows_split'] == 0 and conv['rows_out'] == len(rows)   # the old behaviour: one sample per row
 
 _CALL = {'id': 'call_1', 'type': 'function', 'function': {'name': 'get_weather', 'arguments': {'city': 'Oslo'}}}
@@ -186,11 +186,11 @@ def test_rows_losing_more_than_earlier_reasoning_are_quarantined(tiny_tok, tmp_p
     content lost. `none`: the whole render loses the call (not split); `history`: only a call rendered last is
     dropped (a bad template), so the row splits and its calling sample loses the call."""
     tpl = tmp_path / f'{calls}.jinja'; tpl.write_text(_qwen_like(calls))
-    out, rej, c = encode_rows(tiny_tok, [_LOSSY], TokenizeOptions(chat_template=str(tpl), max_seq_len=0))
+    out, rej, c = encode_rows(tiny_tok, [_LOSSY], TokenizeOptions(chat_template=str(tpl), max_seq_len=0, min_supervised_tokens=1))
     assert out == [] and len(rej) == 1 and rej[0]['unit'] == 'conversation' and c['content_lost'] == 1
     assert rej[0]['reason'].startswith('the template drops tool calls'), rej[0]['reason']
     assert (c['rows_split'], 'split' in rej[0]) == ((0, False) if calls == 'none' else (1, True)), (c, rej[0])
-    ok = encode_rows(tiny_tok, [_LOSSY], TokenizeOptions(chat_template=str(tmp_path / 'all.jinja'), max_seq_len=0)
+    ok = encode_rows(tiny_tok, [_LOSSY], TokenizeOptions(chat_template=str(tmp_path / 'all.jinja'), max_seq_len=0, min_supervised_tokens=1)
                      ) if (tmp_path / 'all.jinja').write_text(_qwen_like()) else None
     assert [o['id'] for o in ok[0]] == ['x#1', 'x#3', 'x#5'] and ok[2]['rows_split'] == 1
 
@@ -199,11 +199,11 @@ def test_auto_splits_rows_qwen3(tmp_path):
     tok, tpl = fixture_tokenizer('qwen3'), fixture_template('qwen3')
     if tok is None: pytest.skip('needs ../shared/fixtures')
     rows = agentic_rows()
-    out, rej, c = encode_rows(tok, rows, TokenizeOptions(chat_template=str(tpl), max_seq_len=0))
+    out, rej, c = encode_rows(tok, rows, TokenizeOptions(chat_template=str(tpl), max_seq_len=0, min_supervised_tokens=1))
     assert c['rows_split'] >= 3, c
     check_exact(tok, as_renderer(tok, tpl), rows, out, rej, c)
     inp = tmp_path / 'rows.jsonl'; inp.write_text(''.join(json.dumps(r) + '\n' for r in rows))
-    rep = tokenize_conversations(inp, tmp_path / 'out', 'qwen3', TokenizeOptions(chat_template=str(tpl), max_seq_len=0),
+    rep = tokenize_conversations(inp, tmp_path / 'out', 'qwen3', TokenizeOptions(chat_template=str(tpl), max_seq_len=0, min_supervised_tokens=1),
                                  tokenizer=tok, vocab_size=len(tok), chunk_rows=4, echo=lambda *a: None)
     assert (rep['rows_in'], rep['conversations_out'], rep['quarantined']) == (len(rows), len(rows), 0)
     assert (rep['rows_split'], rep['split_samples'], rep['rows_out']) == (c['rows_split'], c['split_samples'], len(out))
