@@ -7,7 +7,7 @@ import torch
 
 from dflash_nb import hidden_states as H, features as F
 from dflash_nb.core import from_aux_layer_ids, to_aux_layer_ids
-from dflash_nb.targets import load_target
+from dflash_nb.targets import decoder_layers, load_target
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,7 +17,7 @@ def tiny():
 
 def _hook_reference(model, ids):
     "Each decoder layer's output and the final norm's output via forward hooks, plus the model's own hidden_states."
-    dec, layers = H.decoder_layers(model)
+    dec, layers = decoder_layers(model)
     outs = {}
     def hook(k):
         def f(mod, args, out): outs[k] = (out[0] if isinstance(out, tuple) else out).detach().clone()
@@ -52,7 +52,7 @@ def test_layer_convention(spec):
 
 def test_early_stop_skips_upper_layers(tiny):
     model, _ = tiny
-    dec, layers = H.decoder_layers(model)
+    dec, layers = decoder_layers(model)
     ran = []
     hs = [l.register_forward_pre_hook(lambda m, a, i=i: ran.append(i)) for i, l in enumerate(layers)]
     hs.append(dec.norm.register_forward_pre_hook(lambda m, a: ran.append('norm')))
@@ -132,7 +132,7 @@ def test_validation_quarantines_bad_rows(tiny, tmp_path, monkeypatch):
     NAN_TOK, ZERO_TOK, BIG_TOK = V - 1, V - 2, V - 3     # ids the tokenizer never produces
     rows[5]['input_ids'][0] = NAN_TOK; rows[6]['input_ids'][0] = ZERO_TOK; rows[7]['input_ids'][0] = BIG_TOK
     ds = Dataset.from_list(rows)
-    dec, layers = H.decoder_layers(model)
+    dec, layers = decoder_layers(model)
     state = {}
     def grab(m, args, kwargs): state['ids'] = kwargs['input_ids']
     def corrupt(m, args, out):   # fault injection inside layer 1, keyed by each sample's first token

@@ -78,6 +78,7 @@ def test_every_quarantine_is_announced_and_run_repairs_saves_rows(tmp_path):
 
 def test_new_writes_a_complete_config_with_a_real_runs_values(tmp_path):
     from dflash_nb.pipeline import check_config, discover_stages
+    from dflash_nb.cli import RUN_ONLY
     out = tmp_path / 'my_run.yaml'
     r = dflash('new', OWN, '--target', 'smollm2', '--out', out)
     assert 'read as messages (10 records)' in r.stdout, r.stdout
@@ -87,7 +88,8 @@ def test_new_writes_a_complete_config_with_a_real_runs_values(tmp_path):
     assert cfg['run']['target'] == 'smollm2' and cfg['run']['repairs'] == []
     for st in stages:   # every section, every declared key (the run-wide ones in `run`), each section commented
         assert any(l.startswith(f'{st.short}:') and f'# {st.name}: ' in l for l in text.splitlines()), st.name
-        assert set(cfg.get(st.short) or {}) == {k for k in st.params if k not in ('run_dir', 'target', 'seed', 'device', 'repairs')}, st.name
+        assert set(cfg.get(st.short) or {}) == {k for k in st.params if k != 'run_dir' and k not in RUN_ONLY}, st.name
+    assert {k: cfg['run'][k] for k in ('chat_template', 'enable_thinking', 'mask_method')} == {'chat_template': None, 'enable_thinking': None, 'mask_method': 'locate'}
     src = cfg['sources']
     assert src['sources'] == ['own_data'] and src['extra_sources']['own_data']['normalizer'] == 'messages'
     assert src['extra_sources']['own_data']['path'] == str(OWN) and src['total'] == 10

@@ -163,13 +163,15 @@ def test_sources_stage_uses_the_same_rule():
     assert len(rows) == 8
 
 def test_stage_defaults_fill_the_config():
-    """The demo config lists no sources and few training settings: the plan uses the stage notebooks' declared
-    defaults, as the chain does (56 rows, not 0; the train stage's 16 anchors, not a 512 of the plan's own)."""
+    """The demo config lists no sources: the plan uses the stage notebooks' declared defaults where the config is silent,
+    as the chain does (56 rows, not 0), and the config's values where it speaks (the demo's 16 anchors)."""
     from dflash_nb.pipeline import discover_stages
     plan = make_plan(None, target_config=TCFG, echo=lambda s: None)      # the demo's sections, Qwen3.6's shape
     e = plan['estimates']
     assert plan['ok'] and e['rows'] == 56 and len(e['per_source']) == 10 and e['tokens'] > 0
-    train = next(s for s in discover_stages() if s.short == 'train').defaults
+    from dflash_nb.params import resolve_params
+    from dflash_nb.core import load_config
+    train = resolve_params(next(s for s in discover_stages() if s.short == 'train'), load_config())
     A, B, epochs = train['num_anchors'], train['block_size'], train['epochs']
     assert e['stages']['80_train']['trained_block_tokens'] == 56 * min(A * B, e['tokens'] / 56 * B) * epochs
     assert plan['memory']['stages']['80_train']['setting']['batch'] == train['batch_size']
