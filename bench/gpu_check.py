@@ -14,7 +14,7 @@ rewritten after every section, so it exists even when the whole script is killed
   the GPU's bf16 peak, peak memory, and the number of torch.compile graphs (flex attention);
 - `regenerate`: SmolLM2-135M greedy generation at batch 64 (`model.generate`, as `regenerate.HFBackend` calls it,
   every row forced to `max_new_tokens`): generated tokens/s;
-- `extract`: `hidden_states.extract_features` at the DFlash layers of SmolLM2: tokens/s;
+- `extract`: `features.extract_features` at the DFlash layers of SmolLM2: tokens/s;
 - `lossless`: `evaluate.speculative_generate` with a freshly initialised drafter against `evaluate.plain_generate`
   in bf16 (GPU) or fp32 (CPU): the outputs must be identical (tau does not matter here);
 - `benchmark_step`: `train.benchmark_step` (the Trainer's own path: batching, compilation buckets) at the production

@@ -2,7 +2,7 @@
 """Each CPU stage against this machine's matmul roofline, measured in one run.
 
 For regeneration (the in-process HF backend: `transformers.generate` as before, the in-place decoding loop after),
-the features pass (`hidden_states.extract_features`) and a training step (`train.benchmark_step` on the quality
+the features pass (`features.extract_features`) and a training step (`train.benchmark_step` on the quality
 run's drafter), all on SmolLM2-135M-Instruct in bfloat16 as the stages run it:
 
   * achieved GFLOP/s: the stage's FLOPs over its wall time. Regeneration counts only useful work, analytically:
