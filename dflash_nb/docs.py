@@ -28,10 +28,10 @@ from .core import PKG_DIR, cache_dir, fixtures_dir, nbs_dir, obj_hash, repo_root
 __all__ = ['PAGE_TEMPLATE', 'FRAME_CSS', 'CELLS_CSS', 'DOCS_CSS', 'SEARCH_JS', 'TOC_JS', 'DOCS_JS', 'GROUPS', 'MAX_PAGE_BYTES',
            'site_settings', 'repo_url', 'cell_link', 'params_table', 'signature', 'DocsRenderer', 'should_run',
            'docs_should_run', 'exec_cells', 'order_show_docs', 'docs_procs', 'nbdev_settings_dir', 'process_notebook',
-           'notebook_key', 'build_notebook', 'docs_notebook', 'merge_record', 'scrub_context', 'local_paths',
-           'scrub_paths', 'find_local_path', 'plain_cells', 'outline', 'unique_ids', 'toc_html', 'search_entries',
-           'site_css', 'DocPage', 'inline_md', 'fix_anchors', 'check_page', 'doc_files', 'markdown_notebook',
-           'md_links', 'render_docs']
+           'notebook_key', 'build_notebook', 'docs_notebook', 'docs_cache', 'merge_record', 'scrub_context',
+           'local_paths', 'scrub_paths', 'find_local_path', 'plain_cells', 'outline', 'unique_ids', 'toc_html',
+           'search_entries', 'site_css', 'DocPage', 'inline_md', 'fix_anchors', 'check_page', 'doc_files',
+           'markdown_notebook', 'md_links', 'render_docs']
 
 # %% ../nbs/04_docs.ipynb #c467790f
 def site_settings() -> dict:
@@ -332,6 +332,13 @@ def docs_notebook(src,  # the source notebook
     m = nb.metadata['dflash_nb_docs']
     if echo: echo(f"docs: {src.name} done in {m['seconds']:.1f} s ({m['cpu_seconds']:.1f} CPU-s)")
     return nb
+
+# %% ../nbs/04_docs.ipynb #4b60340f
+def docs_cache(nbs=None  # folder of notebooks (default: the project's `nbs/`)
+              ) -> Path:  # where `render_docs` keeps their executed copies
+    "The folder of executed notebooks `render_docs` uses for `nbs`: `$DFLASH_NB_CACHE/docs/<hash of its path>`."
+    nbs = Path(nbs or nbs_dir()).resolve()
+    return cache_dir() / 'docs' / hashlib.sha256(str(nbs).encode()).hexdigest()[:12]
 
 # %% ../nbs/04_docs.ipynb #56afa76c
 def merge_record(nb,  # a processed notebook (from `docs_notebook`)
@@ -958,12 +965,12 @@ def render_docs(out_dir='_docs',  # the site's folder
                 run_dir=None,  # a run folder whose stage records to show in the stage pages
                 names=None,  # only these pages (e.g. `['00_core', '20_templates', 'readme', 'bench_quality']`)
                 execute: bool = True,  # run the notebooks (cached), else only what `show_doc` needs
-                cache=None,  # folder of executed notebooks (default: `$DFLASH_NB_CACHE/docs/<key of nbs>`)
+                cache=None,  # folder of executed notebooks (default: `docs_cache(nbs)`)
                 echo=print  # where progress lines go (None: nowhere)
                ) -> list[Path]:  # the pages written
     "Execute (or take from the cache), process and render the notebooks of `nbs` to `out_dir`."
     nbs, out_dir = Path(nbs or nbs_dir()).resolve(), Path(out_dir)
-    cache = Path(cache or cache_dir() / 'docs' / hashlib.sha256(str(nbs).encode()).hexdigest()[:12])
+    cache = Path(cache or docs_cache(nbs))
     pages = _pages(nbs, cache, run_dir, names, execute, echo)
     ex, links, bodies, index = _exporter(), _site_links(pages), {}, []
     with scrub_context(Path.cwd(), run_dir):

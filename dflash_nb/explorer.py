@@ -10,6 +10,7 @@ from typing import Iterable
 
 from fastcore.basics import patch
 from .core import atomic_write, write_json, write_text
+from .params import add_declared_options
 from .formats import GROUP_BY, NORMALIZERS, detect_format, group_records, normalize_record, read_file
 from .schema import FORMAT_ONLY, MEANING_CHANGING, REPAIRS, fix_row, repair_kind, repair_names, validate_row
 from .masks import (LOSS_REASONS, SPLIT_REASON, MaskError, Renderer, as_renderer, assistant_mask, assistant_masks,
@@ -844,8 +845,8 @@ def _add_probe(ts):
 
 def _masks_cmd(a) -> int:
     tok = load_tokenizer_spec(a.tokenizer)
-    c = masks_file(tok, a.input, a.output, a.template, a.enable_thinking, a.method)
-    if a.show: print(show_rows(tok, a.input, a.show, a.template, a.enable_thinking, a.method))
+    c = masks_file(tok, a.input, a.output, a.template, a.enable_thinking, a.mask_method)
+    if a.show: print(show_rows(tok, a.input, a.show, a.template, a.enable_thinking, a.mask_method))
     print(f"{c['rows']} rows: {c['ok']} with a mask, {c['errors']} with an error -> {a.output}")
     return 0
 
@@ -855,8 +856,7 @@ def _add_masks(ts):
     mk.add_argument('--tokenizer', required=True, help='tokenizer folder or target spec')
     mk.add_argument('--template', help="a .jinja file to use instead of the tokenizer's template")
     mk.add_argument('--enable-thinking', type=_bool_arg, help='true or false (default: the template decides)')
-    mk.add_argument('--method', choices=['prefix', 'locate'], default='prefix',
-                    help='prefix: confirmed by prefix renders; locate: one render')
+    add_declared_options(mk, '20_templates', ['mask_method'], {'mask_method': ['--method']})
     mk.add_argument('--show', type=int, default=0, metavar='N',
                     help="print the first N rows' supervised pieces, decoded, and the repair a failed row needs")
     mk.add_argument('input', help='canonical rows (JSONL)'); mk.add_argument('output', help='one JSON line per input line')
@@ -864,7 +864,7 @@ def _add_masks(ts):
 
 def _report_cmd(a) -> int:
     obj, tpl = _target_or_template(a)
-    exs, _ = template_report(a.data, obj, tpl, a.enable_thinking, a.format, a.limit, a.method, a.out,
+    exs, _ = template_report(a.data, obj, tpl, a.enable_thinking, a.format, a.limit, a.mask_method, a.out,
                              a.max_rows)
     for x in exs: print(format_report(x), end='\n\n')
     print(f'wrote {a.out}'); return 0
@@ -883,8 +883,7 @@ def _add_report(ts):
     rp.add_argument('--format', help='a normalizer name, or canonical for rows a stage wrote (default: what `dflash-nb sources detect` names)')
     rp.add_argument('--enable-thinking', type=_bool_arg,
                     help='true or false: that mode only (default: the template decides, and the other mode is reported too)')
-    rp.add_argument('--method', choices=['prefix', 'locate'], default='prefix',
-                    help='prefix: confirmed by prefix renders; locate: one render')
+    add_declared_options(rp, '20_templates', ['mask_method'], {'mask_method': ['--method']})
     rp.add_argument('--limit', type=int, help='read at most this many records')
     rp.add_argument('--max-rows', type=int, default=50,
                     help='rows included per reason (the counts cover all)')
