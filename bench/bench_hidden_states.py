@@ -111,7 +111,7 @@ def main():
     tmp = Path(tempfile.mkdtemp(prefix='bench_hs_'))
     try:
         if dev == 'cpu':
-            from dflash_nb.targets import load_target
+            from dflash_nb.models import load_target
             model, tok = load_target('smollm2', device='cpu')
             cfg = model.config
             ids = H.resolve_layer_ids(cfg.num_hidden_layers)

@@ -48,7 +48,7 @@ def main():
     from dflash_nb.regenerate import GenConfig, make_backend, regenerate_file
     from dflash_nb.features import FeatureStore
     from dflash_nb.hidden_states import ExtractOptions, extract_to_disk
-    from dflash_nb.targets import load_target
+    from dflash_nb.models import load_target
     res = {'threads': a.threads}
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)

@@ -18,7 +18,7 @@ import torch
 
 from dflash_nb.core import fixtures_dir, prompt_set_name
 from dflash_nb.evaluate import PromptLookupDrafter, evaluate_prompts, load_prompt_file, summarize
-from dflash_nb.targets import load_target
+from dflash_nb.models import load_target
 
 
 def main():

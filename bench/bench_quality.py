@@ -48,7 +48,7 @@ def train_tokens_per_step(run: Path) -> float:
 
 def tau_curve(run: Path, n: int, max_new_tokens: int, max_checkpoints: int | None = None, log=print) -> list:
     from dflash_nb.evaluate import DFlashDraftSession, evaluate_prompts, load_prompt_set, summarize
-    from dflash_nb.targets import load_target
+    from dflash_nb.models import load_target
     model, tok = load_target('smollm2', device='cpu')
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
     ck = checkpoint_drafters(run)

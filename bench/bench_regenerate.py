@@ -25,7 +25,7 @@ from pathlib import Path
 
 from dflash_nb.core import versions
 from dflash_nb.regenerate import GenConfig, GenRequest, HFBackend, HTTPBackend
-from dflash_nb.targets import resolve_target
+from dflash_nb.models import resolve_target
 
 ROOT = Path(__file__).resolve().parents[1]
 

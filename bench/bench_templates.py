@@ -73,7 +73,7 @@ def main():
     ap = argparse.ArgumentParser(); ap.add_argument('--rows', type=int, default=2000); ap.add_argument('--repeat', type=int, default=3)
     ap.add_argument('--out', default='templates.json')
     a = ap.parse_args()
-    from dflash_nb.targets import load_tokenizer
+    from dflash_nb.models import load_tokenizer
     from dflash_nb.masks import assistant_masks, as_renderer, fixture_tokenizer, fixture_template
     rows = fixture_rows(a.rows)
     cases = [('smollm2', load_tokenizer('smollm2'), None)]

@@ -195,7 +195,7 @@ def main():
     fx = fixtures_dir()
     tok_dir = a.tokenizer or (str(fx / 'tokenizers' / 'qwen3_6') if fx and (fx / 'tokenizers' / 'qwen3_6').is_dir() else None)
     if tok_dir is None:
-        from dflash_nb.targets import resolve_target
+        from dflash_nb.models import resolve_target
         tok_dir = resolve_target('smollm2')
     work = Path(a.workdir or tempfile.mkdtemp(prefix='bench_tok_'))
     work.mkdir(parents=True, exist_ok=True)

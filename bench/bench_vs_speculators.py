@@ -152,7 +152,7 @@ def prepare(run: Path, work: Path, n_rows: int, n_held: int):
 
 def spec_args(work: Path, a, mask_id: int, layer_ids, epochs: int, total_steps: int, dry: bool = False, tag: str = '') -> list:
     from dflash_nb.core import to_aux_layer_ids
-    from dflash_nb.targets import resolve_target
+    from dflash_nb.models import resolve_target
     args = ['--speculator-type', 'dflash', '--verifier-name-or-path', resolve_target('smollm2'),
             '--data-path', work / 'export', '--save-path', work / (f'spec_dry{tag}' if dry else f'spec_ckpt{tag}'),
             '--num-layers', 3, '--full-attention-indices', 0, 1, 2, '--block-size', 16, '--target-layer-ids', *to_aux_layer_ids(layer_ids),
@@ -180,7 +180,7 @@ def setup(a):
     "Everything both sides read: the exported rows, the held-out rows, the target's head, the drafter config."
     from transformers import AutoConfig
     from dflash_nb.drafter import build_config, resolve_mask_token_id
-    from dflash_nb.targets import load_tokenizer, resolve_target
+    from dflash_nb.models import load_tokenizer, resolve_target
     from dflash_nb.train import load_target_head
     run = Path(a.run).resolve(); work = Path(a.out or ROOT / 'runs' / 'vs_speculators').resolve(); work.mkdir(parents=True, exist_ok=True)
     store, train_ids, held_ids = prepare(run, work, a.rows, a.heldout)

@@ -23,7 +23,7 @@ def cmd_train(a):
     from dflash_nb.core import seed_everything
     from dflash_nb.drafter import DFlashDrafter, build_config, export_drafter, resolve_mask_token_id
     from dflash_nb.features import FeatureStore
-    from dflash_nb.targets import load_tokenizer, resolve_target
+    from dflash_nb.models import load_tokenizer, resolve_target
     from dflash_nb.train import Trainer, TrainConfig, load_target_head, init_drafter_from_target
     torch.set_num_threads(a.threads)
     seed_everything(a.seed)
@@ -70,7 +70,7 @@ def load_items(name, n):
 def cmd_eval(a):
     from dflash_nb.drafter import load_drafter
     from dflash_nb.evaluate import DFlashDraftSession, evaluate_prompts, summarize
-    from dflash_nb.targets import load_target
+    from dflash_nb.models import load_target
     torch.set_num_threads(a.threads)
     model, tok = load_target('smollm2', device='cpu')
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()

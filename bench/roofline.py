@@ -286,7 +286,7 @@ def main():
     print(f'load average at start: {load0[0]:.2f} (1 min) on {os.cpu_count()} cores; torch threads {a.threads}', flush=True)
     from bench_regenerate import prompts
     from dflash_nb.regenerate import GenConfig, GenRequest
-    from dflash_nb.targets import load_target
+    from dflash_nb.models import load_target
     model, tok = load_target('smollm2', device='cpu', dtype='bfloat16')
     dims, rows, skip = model_dims(model), [], set(filter(None, a.skip.split(',')))
     count_check = check_count(model, dims)

@@ -28,7 +28,7 @@ from transformers import AutoConfig
 from dflash_nb.core import seed_everything
 from dflash_nb.drafter import DFlashDrafter, build_config, resolve_mask_token_id, block_labels, build_masks, sample_anchors, pad_anchors
 from dflash_nb.features import FeatureStore
-from dflash_nb.targets import load_tokenizer, resolve_target
+from dflash_nb.models import load_tokenizer, resolve_target
 from dflash_nb.train import Trainer, TrainConfig, load_target_head, init_drafter_from_target, eligible_rows, collate
 
 

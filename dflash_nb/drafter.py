@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .core import default_target_layer_ids, check_target_layer_ids, write_json, read_json, atomic_dir
-from .targets import text_config
+from .models import text_config
 from fastcore.basics import patch
 
 # %% auto #0

@@ -17,7 +17,7 @@ from .core import (Quarantine, Stage, check_target_layer_ids, expand_path, file_
                             read_prompt_file, seed_everything, setup_logging, write_json, write_jsonl,
                             write_text)
 from .drafter import DFlashDrafter, DraftCache, draft_block, load_drafter
-from .targets import decoder_layers, load_target, resolve_target, target_fingerprint, text_config
+from .models import decoder_layers, load_target, resolve_target, target_fingerprint, text_config
 # transformers, datasets and matplotlib are imported where first used: `dflash-nb --help` imports this module
 
 # %% auto #0
@@ -1081,7 +1081,7 @@ def recorded_target(drafter_dir) -> dict | None:
     return None
 
 def _fingerprint(spec: str) -> str | None:
-    "`targets.target_fingerprint(spec)`, or None where it cannot be computed (a hub id not on this machine)."
+    "`models.target_fingerprint(spec)`, or None where it cannot be computed (a hub id not on this machine)."
     try: return target_fingerprint(spec)
     except (FileNotFoundError, OSError): return None
 

@@ -17,7 +17,7 @@ from .core import (PKG_DIR, atomic_dir, iter_jsonl, read_json, to_aux_layer_ids,
 from .drafter import engine_problems, hub_like, load_drafter
 from .features import FeatureStore
 from .schema import to_speculators
-from .targets import load_tokenizer
+from .models import load_tokenizer
 from .tokenization import build_vocab_mapping, count_tokens, freq_dict, save_token_freq
 
 # %% auto #0

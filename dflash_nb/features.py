@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .core import check_target_layer_ids, read_json
-from .targets import decoder_layers
+from .models import decoder_layers
 
 # %% auto #0
 __all__ = ['extract_features', 'final_norm_and_head', 'head_topk', 'target_outputs', 'FeatureStore']

@@ -13,7 +13,7 @@ from fastcore.basics import patch
 from .core import (Quarantine, check_target_layer_ids, default_target_layer_ids, get_device, obj_hash, read_json, seed_everything, setup_logging, to_aux_layer_ids, write_json)
 from .core import progress as progress_bar
 from .params import add_declared_options, check_fields, declared
-from .targets import load_target, text_config
+from .models import load_target, text_config
 from .features import FeatureStore, target_outputs
 
 # %% auto #0

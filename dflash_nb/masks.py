@@ -97,7 +97,7 @@ def as_renderer(
     if '{' in s or s.endswith('.jinja') or Path(s).is_file():
         if chat_template is not None: return Renderer(_template_text(chat_template), None, str(chat_template))
         return Renderer(_template_text(obj), None, Path(s).stem if '{' not in s else 'template')
-    from dflash_nb.targets import load_tokenizer   # loads transformers: only for a spec
+    from dflash_nb.models import load_tokenizer   # loads transformers: only for a spec
     return as_renderer(load_tokenizer(s), chat_template)
 
 # %% ../nbs/09_masks.ipynb #534f226a

@@ -14,7 +14,7 @@ from .core import Quarantine
 from .pipeline import check_config, discover_stages
 from .schema import DEFAULT_REPAIRS
 from .sources import NORMALIZERS, allocate, build_mix, get_source
-from .targets import resolve_target, text_config
+from .models import resolve_target, text_config
 
 # %% auto #0
 __all__ = ['PLAN_DEFAULTS', 'PLAN_FILES', 'GPU_KINDS', 'MEM_DEFAULTS', 'GATED_HOWTO', 'INTERLEAVED', 'complete_config',

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Iterator
 from fastcore.basics import patch
 from .params import add_declared_options, check_fields, declared
 from .schema import validate_row
-from .targets import load_target, load_tokenizer, text_config
+from .models import load_target, load_tokenizer, text_config
 from .core import (Stage, atomic_write, file_hash, iter_jsonl, read_json, setup_logging,
                             seed_everything, write_json, write_jsonl, progress as progress_bar)
 

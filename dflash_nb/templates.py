@@ -12,7 +12,7 @@ from .schema import FIXES, apply_repairs, fix_row, repair_kind, repair_names
 from .masks import (LOSS_REASONS, PROBE_TOOLS, SPLIT_REASON, MaskError, Renderer, as_renderer, assistant_mask,
                              assistant_masks, locate_turns, split_reason, supervised_pieces, template_features, turn_samples,
                              _ASST, _CALL, _CALL_STR, _SYS, _THINK, _TOOL, _USR, _USR2, _as_messages, _tc, _template_text)
-from .targets import load_tokenizer
+from .models import load_tokenizer
 
 # %% auto #0
 __all__ = ['PROBES', 'THINKING_PROBES', 'run_probe', 'explain_error', 'diagnose_probe', 'probe_template', 'probe_table',

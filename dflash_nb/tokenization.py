@@ -15,7 +15,7 @@ from .core import (Quarantine, atomic_dir, atomic_write, file_hash, iter_jsonl, 
                             setup_logging, write_json)
 from .schema import validate_row
 from .params import add_declared_options, check_fields, declared
-from .targets import load_tokenizer
+from .models import load_tokenizer
 from .masks import LOSS_REASONS, as_renderer, assistant_masks, split_reason, turn_samples
 
 # %% auto #0
@@ -437,7 +437,7 @@ def target_vocab_size(
 ) -> int:  # `config.vocab_size` (the `lm_head` rows) when readable, else `len(tokenizer)`
     "The target's output vocabulary size."
     try:
-        from dflash_nb.targets import resolve_target   # loads transformers: only when asked
+        from dflash_nb.models import resolve_target   # loads transformers: only when asked
         p = Path(resolve_target(target)) / 'config.json'
         if p.exists():
             cfg = read_json(p); cfg = cfg.get('text_config', cfg) if 'vocab_size' not in cfg else cfg

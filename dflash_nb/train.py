@@ -17,7 +17,7 @@ from .core import (atomic_dir, get_device, load_config, obj_hash, progress, read
                             weight_map, write_json, write_jsonl, Quarantine, Stage, setup_logging)
 from .features import FeatureStore, extract_features, target_outputs
 from .params import declared, stage_params
-from .targets import load_target, load_tokenizer, resolve_target, target_fingerprint, text_config
+from .models import load_target, load_tokenizer, resolve_target, target_fingerprint, text_config
 from transformers import AutoConfig
 from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_config, default_gamma,
                                dflash_loss, export_drafter, flex_available, acceptance_length, pad_anchors,

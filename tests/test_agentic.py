@@ -11,7 +11,7 @@ from dflash_nb.formats import NORMALIZERS, detect_format, normalize_record, read
 from dflash_nb.masks import (Renderer, as_renderer, assistant_mask, fixture_template, fixture_tokenizer, locate_turns,
                              split_reason, supervised_pieces, turn_samples)
 from dflash_nb.schema import validate_row
-from dflash_nb.targets import TINY_CHAT_TEMPLATE, build_tiny_tokenizer
+from dflash_nb.models import TINY_CHAT_TEMPLATE, build_tiny_tokenizer
 from dflash_nb.tokenization import TokenizeOptions, encode_rows, tokenize_conversations
 
 FIX = Path(__file__).parent / 'fixtures' / 'agentic'

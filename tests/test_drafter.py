@@ -353,7 +353,7 @@ def test_export_import_round_trip(tmp_path, dtype):
 
 
 def test_build_config_from_real_target_config():
-    from dflash_nb.targets import resolve_target
+    from dflash_nb.models import resolve_target
     from transformers import AutoConfig
     tc = AutoConfig.from_pretrained(resolve_target('tiny-qwen3'))
     cfg = build_config(tc, mask_token_id=tc.vocab_size - 1, num_hidden_layers=1, num_feature_layers=1)

@@ -6,7 +6,7 @@ from dflash_nb.evaluate import (DFlashDraftSession, Generation, Sampler, Scripte
                                 held_out_prompts, load_prompt_set, plain_generate, speculative_generate, summarize)
 from dflash_nb.core import fixtures_dir
 from dflash_nb.drafter import DFlashDrafter, build_config
-from dflash_nb.targets import load_target
+from dflash_nb.models import load_target
 
 _MODELS = {}
 
@@ -249,7 +249,7 @@ def test_evaluate_cli_bad_input(tmp_path, capsys):
         assert len(err.strip().splitlines()) == 1, err                            # one line, no traceback
     # a drafter made for another target (SmolLM2: hidden size 576): it does not fit tiny-qwen3 (64)
     from transformers import AutoConfig
-    from dflash_nb.targets import resolve_target
+    from dflash_nb.models import resolve_target
     other = build_config(AutoConfig.from_pretrained(resolve_target('smollm2')), mask_token_id=0, num_hidden_layers=1, block_size=4)
     export_drafter(DFlashDrafter(other).init_weights(0), tmp_path / 'other', 'bfloat16')
     code, _, err = run_cli(capsys, tmp_path / 'other', '--target', 'tiny-qwen3', '--prompts', good, '--device', 'cpu', '--out', tmp_path / 'o')

@@ -12,7 +12,7 @@ from dflash_nb import evaluate as E
 from dflash_nb.evaluate import (COLUMNS, VARIANTS, Generation, LateFeatures, ScriptedDrafter, ZeroedFeatures,
                                 EvalSettings, evaluate_drafter, plain_generate, report_md, speculative_generate, summarize,
                                 timing_verdict, verdict)
-from dflash_nb.targets import load_target, target_fingerprint
+from dflash_nb.models import load_target, target_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 _MODELS = {}

@@ -119,7 +119,7 @@ print("JSON" + json.dumps(out))
 
 def test_specforge_reads_export(run, tmp_path):
     from dflash_nb.features import FeatureStore
-    from dflash_nb.targets import resolve_target
+    from dflash_nb.models import resolve_target
     _venv('spec09')
     out = tmp_path / 'sf'
     s = export_specforge(run, out)
@@ -178,7 +178,7 @@ def _hub_inputs(drafter, tmp_path, prompts, eos):
     return p
 
 def test_hub_drafter_loads_and_decodes_losslessly(run, tmp_path):
-    from dflash_nb.targets import load_tokenizer, resolve_target
+    from dflash_nb.models import load_tokenizer, resolve_target
     out = tmp_path / 'hub'
     r = dflash('export', 'drafter', run, out)
     assert '"num_speculative_tokens": 15' in r.stdout and '--speculative-num-draft-tokens 16' in r.stdout
@@ -258,7 +258,7 @@ print("JSONnull")
 
 def test_load_drafter_reads_speculators_conversion(run, tmp_path):
     "speculators' own DFlashConverter turns our drafter folder into its format; load_drafter reads that back unchanged."
-    from dflash_nb.targets import resolve_target
+    from dflash_nb.models import resolve_target
     _venv('spec09')
     src = run / '80_train' / 'drafter'
     run_in('spec09', CONVERT, src, tmp_path / 'conv', resolve_target('smollm2'))

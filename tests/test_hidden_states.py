@@ -7,7 +7,7 @@ import torch
 
 from dflash_nb import hidden_states as H, features as F
 from dflash_nb.core import from_aux_layer_ids, to_aux_layer_ids
-from dflash_nb.targets import decoder_layers, load_target
+from dflash_nb.models import decoder_layers, load_target
 
 ROOT = Path(__file__).resolve().parents[1]
 

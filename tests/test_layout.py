@@ -146,10 +146,6 @@ def test_no_import_cycle_among_the_packages_modules():
         state[m] = 'done'
     for m in sorted(graph): visit(m, [])
 
-# The target loader (resolve/load a target, its tokenizer and config) is exported by 01_targets but used by every stage
-# that runs the target: it is the one stage module others may import until it moves to a shared module of its own.
-SHARED_STAGE_MODULES = {'targets'}
-
 def test_no_stage_module_imports_another_stage_module():
     stage_mods = {}
     for s in discover_stages():
@@ -157,5 +153,5 @@ def test_no_stage_module_imports_another_stage_module():
                   if 'default_exp' in ''.join(c['source'])), None)
         if m: stage_mods[m.group(1)] = s.name
     graph = _package_imports()
-    bad = {m: sorted(d for d in graph[m] if d in stage_mods and d != m and d not in SHARED_STAGE_MODULES) for m in stage_mods}
+    bad = {m: sorted(d for d in graph[m] if d in stage_mods and d != m) for m in stage_mods}
     assert not {m: d for m, d in bad.items() if d}, bad

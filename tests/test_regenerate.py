@@ -64,7 +64,7 @@ def check_regenerated(out, fails, rec):
 
 @pytest.fixture(scope='module')
 def model_dir():
-    from dflash_nb.targets import resolve_target
+    from dflash_nb.models import resolve_target
     return resolve_target('smollm2')
 
 @pytest.fixture(scope='module')

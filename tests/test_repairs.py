@@ -26,7 +26,7 @@ TOOL_ROW = {'id': 'tool', 'source': 't', 'messages': [
 PLAIN_ROW = {'id': 'plain', 'source': 't', 'messages': [{'role': 'user', 'content': 'Name a prime.'}, {'role': 'assistant', 'content': '7.'}]}
 
 def _smol():
-    from dflash_nb.targets import load_tokenizer
+    from dflash_nb.models import load_tokenizer
     return load_tokenizer('smollm2')
 
 def _targets():

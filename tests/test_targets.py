@@ -1,7 +1,7 @@
 "Target loading: local folders, hub ids, the offline built-ins and their hidden_states layout."
 import shutil
 import pytest, torch
-from dflash_nb.targets import load_target, resolve_target, hidden_states_layout, ensure_tiny
+from dflash_nb.models import load_target, resolve_target, hidden_states_layout, ensure_tiny
 
 def test_local_folder_and_hub_id(tmp_path):
     src = ensure_tiny('tiny-qwen3')

@@ -25,7 +25,7 @@ def tok_for(name):
     if name not in _TOKS:
         if name in ('qwen3_6', 'qwen3'): _TOKS[name] = fixture_tokenizer(name)
         else:
-            from dflash_nb.targets import load_tokenizer
+            from dflash_nb.models import load_tokenizer
             _TOKS[name] = load_tokenizer(name)
     return _TOKS[name]
 

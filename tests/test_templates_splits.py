@@ -44,7 +44,7 @@ TOY = ("{%- set ns = namespace(last=-1) %}{%- for m in messages %}{%- if m.role 
 
 @pytest.fixture(scope='module')
 def smol():
-    from dflash_nb.targets import load_tokenizer
+    from dflash_nb.models import load_tokenizer
     return load_tokenizer('smollm2')
 
 @pytest.fixture(scope='module', params=['toy', 'qwen3'])

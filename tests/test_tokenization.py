@@ -56,7 +56,7 @@ def tok_spec():
     if fx is not None and (fx / 'tokenizers/qwen3_6').is_dir():
         spec = str(fx / 'tokenizers/qwen3_6')
         return spec, AutoTokenizer.from_pretrained(spec), '<|im_end|>'
-    from dflash_nb.targets import load_tokenizer
+    from dflash_nb.models import load_tokenizer
     return 'smollm2', load_tokenizer('smollm2'), '<|im_end|>'
 
 
@@ -104,7 +104,7 @@ def test_builtin_supervised_text(tok_spec):
 
 
 def test_tiny_model_and_per_turn():
-    from dflash_nb.targets import load_tokenizer
+    from dflash_nb.models import load_tokenizer
     tok = load_tokenizer('tiny-qwen3')
     out, rej, c = encode_rows(tok, BUILTIN, _opts(rows='turn'))
     n_turns = sum(m['role'] == 'assistant' for r in BUILTIN for m in r['messages'])

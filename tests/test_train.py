@@ -45,7 +45,7 @@ def _weights_equal(a, b, atol=0.0):
 def test_learnable_task_reaches_high_per_slot_accuracy(tmp_path):
     """A tiny Qwen3 target over a deterministic source (counting sequences x_t = base + (s + t) mod 12): the token at
     anchor + k is a function of the anchor token, so a working trainer drives every slot's accuracy near 1."""
-    from dflash_nb.targets import ensure_tiny
+    from dflash_nb.models import ensure_tiny
     from transformers import AutoModelForCausalLM
     path = ensure_tiny('tiny-qwen3')
     target = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -139,7 +139,7 @@ def test_ddp_two_gloo_processes_equal_grad_accumulation(tmp_path, optimizer):
 
 
 def test_tied_and_untied_target_heads():
-    from dflash_nb.targets import resolve_target
+    from dflash_nb.models import resolve_target
     from transformers import AutoModelForCausalLM
     for spec in ('tiny-qwen3', 'smollm2'):
         try: path = resolve_target(spec)
@@ -153,7 +153,7 @@ def test_tied_and_untied_target_heads():
 
 def test_target_features_use_layer_outputs_not_the_final_norm():
     "Layer L's feature is its decoder layer's output (HF `hidden_states[L+1]`), the last layer's included (not the post-norm entry)."
-    from dflash_nb.targets import ensure_tiny
+    from dflash_nb.models import ensure_tiny
     from transformers import AutoModelForCausalLM
     m = AutoModelForCausalLM.from_pretrained(ensure_tiny('tiny-qwen3'), dtype=torch.float32).eval()
     ids = torch.randint(0, 500, (2, 9))
@@ -165,7 +165,7 @@ def test_target_features_use_layer_outputs_not_the_final_norm():
 
 def test_online_features_bring_the_targets_labels():
     "Online, the feature function returns the target's labels with the features; the trainer reads them (labels: target)."
-    from dflash_nb.targets import ensure_tiny, load_target
+    from dflash_nb.models import ensure_tiny, load_target
     from dflash_nb.train import online_features
     model, _ = load_target('tiny-qwen3')
     ids = torch.randint(10, 600, (2, 12), generator=torch.Generator().manual_seed(0))
@@ -361,7 +361,7 @@ def test_target_labels_train_on_what_the_target_predicts(tmp_path):
     """With labels from the target the drafter learns the target's predictions, not the text: on counting sequences
     (text: x_{t+1} = x_t + 1) whose stored target labels say x_t + 2 (mod 12), every slot learns the target's rule
     (slot k of anchor a: x_a + k + 1), under `loss: ce` and under `loss: kl` (a top-2 distribution)."""
-    from dflash_nb.targets import ensure_tiny
+    from dflash_nb.models import ensure_tiny
     from transformers import AutoModelForCausalLM
     path = ensure_tiny('tiny-qwen3')
     target = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -393,8 +393,8 @@ def test_target_labels_train_on_what_the_target_predicts(tmp_path):
 def test_trained_drafter_names_its_target(demo_run):
     "The drafter the chain trains carries `dflash_nb_target: {spec, fingerprint}` in config.json (evaluate needs no --target)."
     from dflash_nb.core import read_json
-    from dflash_nb.targets import resolve_target
-    from dflash_nb.targets import target_fingerprint   # the one evaluate checks against
+    from dflash_nb.models import resolve_target
+    from dflash_nb.models import target_fingerprint   # the one evaluate checks against
     run_dir, _ = demo_run
     cj = read_json(run_dir / '80_train' / 'drafter' / 'config.json')
     assert cj['dflash_nb_target'] == {'spec': 'smollm2', 'fingerprint': target_fingerprint(resolve_target('smollm2'))}

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from interop_venvs import run_in, venv_python
 from dflash_nb.drafter import DFlashDrafter, build_config, block_labels, build_masks, export_drafter, slot_targets
 from dflash_nb.features import extract_features, head_topk
-from dflash_nb.targets import load_target, resolve_target
+from dflash_nb.models import load_target, resolve_target
 
 # speculators' forward up to the logits, with its anchor sampler replaced by the test's anchors; CPU, sdpa attention
 SPEC_FORWARD = r'''

@@ -27,7 +27,7 @@ SMOKE = ['run.target=tiny-qwen3', 'sources.total=8', 'regenerate.max_new_tokens=
 
 def smoke_sets() -> list[str]:
     "The `--set` arguments of the smoke, with the tiny target's last (spare) embedding row as the mask token."
-    from dflash_nb.targets import resolve_target       # the checkout's, here: it builds the same cached tiny model
+    from dflash_nb.models import resolve_target       # the checkout's, here: it builds the same cached tiny model
     vocab = json.loads((Path(resolve_target('tiny-qwen3')) / 'config.json').read_text())['vocab_size']
     return [a for s in SMOKE + [f'train.mask_token={vocab - 1}'] for a in ('--set', s)]
 SKIP_IN_BASE = ('__editable__', 'dflash_nb', 'dflash-nb', '_dflash_nb')   # the editable install stays out
