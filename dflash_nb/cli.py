@@ -319,3 +319,6 @@ def main(argv: list[str] | None = None,  # the arguments (default: `sys.argv[1:]
         code = _expected(e)
         if code is None or a.debug: raise
         print(_one_line(e), file=sys.stderr); return code
+
+if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())   # `python -m dflash_nb.cli` (a notebook has no __file__)
+
