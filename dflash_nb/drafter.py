@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .core import default_target_layer_ids, check_target_layer_ids, write_json, read_json, atomic_dir
+from .core import default_target_layer_ids, check_target_layer_ids, write_json, read_json, atomic_dir, weight_map
 from .models import text_config
 from fastcore.basics import patch
 
@@ -880,16 +880,12 @@ def drafter_config_dict(d: dict, num_target_layers: int | None = None) -> tuple[
 
 # %% ../nbs/70_drafter.ipynb #12270221
 def _read_weights(path: Path) -> dict:
+    "Every tensor of a drafter folder, by `core.weight_map`; without an index, exactly one `model.safetensors`."
     from safetensors.torch import load_file
-    idx = path / 'model.safetensors.index.json'
-    if idx.exists():
-        sd = {}
-        for f in sorted(set(read_json(idx)['weight_map'].values())): sd.update(load_file(str(path / f)))
-        return sd
-    files = sorted(path.glob('*.safetensors'))
-    if [f.name for f in files] != ['model.safetensors']:
-        raise ValueError(f'{path}: expected exactly one model.safetensors, found {[f.name for f in files]}')
-    return load_file(str(files[0]))
+    files = sorted(f.name for f in path.glob('*.safetensors'))
+    if not (path / 'model.safetensors.index.json').exists() and files != ['model.safetensors']:
+        raise ValueError(f'{path}: expected exactly one model.safetensors, found {files}')
+    return {k: v for f in sorted(set(weight_map(path).values())) for k, v in load_file(str(path / f)).items()}
 
 def load_drafter(path, device='cpu', dtype=torch.float32, num_target_layers: int | None = None) -> DFlashDrafter:
     "Load a DFlash drafter folder (ours, z-lab's or speculators'); strict on the draft tensors' names and shapes."
