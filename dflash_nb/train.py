@@ -469,6 +469,7 @@ class Trainer:
         if not self.rows: raise ValueError('no trainable rows: no row has a supervised position with room for a block')
         self.gamma = default_gamma(B) if cfg.gamma is None else cfg.gamma
         self.step, self.epoch, self.step_in_epoch, self._order = 0, 0, 0, (None, [])
+        self.seconds, self._tick = 0.0, None   # training seconds, summed over the fits its checkpoints continued
         self._setup_parallel(); self._setup_optimizers(); self._setup_head(embed, lm_head); self._setup_shapes()
         writers = ScalarWriters(self.out_dir, cfg, self.log) if self.rank == 0 and self.out_dir else None
         self.metrics = Metrics(B - 1, self.total_steps, out_dir=self.out_dir, writers=writers, log=self.log,
@@ -552,7 +553,7 @@ def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> di
     `stop_after` (tests) ends the loop after that many optimizer steps *without* a final checkpoint, like a kill."""
     if resume: self.resume()
     self.model.train()
-    t0, step0, stopped = time.time(), self.step, 'done'
+    t0 = self._tick = time.time(); step0, stopped = self.step, 'done'
     self.metrics.start()
     pbar = progress(total=self.total_steps - self.step, desc='train', unit='step') if self.rank == 0 else None
     while self.epoch < self.cfg.epochs and self.step < self.total_steps:
@@ -580,6 +581,7 @@ def load_checkpoint(self: Trainer, path):
     for sc, s in zip(self.scheds, _as_list(st['scheduler']), strict=True): sc.load_state_dict(s)
     pr = st['progress']
     self.step, self.epoch, self.step_in_epoch = pr['step'], pr['epoch'], pr['step_in_epoch']
+    self.seconds = pr.get('seconds', 0.0)   # a checkpoint from before the clock: 0
     self.metrics.load(st)
     _set_rng_state(st['rng'])
     self.log(f'resumed from {path} (step {self.step}, epoch {self.epoch}, step {self.step_in_epoch} of the epoch)')
@@ -715,7 +717,7 @@ def save_checkpoint(self: Trainer) -> Path | None:
 def state_dict(self: Trainer) -> dict:
     "The resumable state (a collective under FSDP)."
     return {'model': self.model_state(), 'optimizer': self._optim_state(), 'scheduler': [s.state_dict() for s in self.scheds],
-            'progress': {'step': self.step, 'epoch': self.epoch, 'step_in_epoch': self.step_in_epoch}, **self.metrics.state(),
+            'progress': {'step': self.step, 'epoch': self.epoch, 'step_in_epoch': self.step_in_epoch, 'seconds': self.clock()}, **self.metrics.state(),
             'rng': _rng_state(), 'train_config': asdict(self.cfg), 'drafter_config': self.model.config.to_json_dict('float32'),
             'world_size': self.world}
 
@@ -732,6 +734,14 @@ def _optim_state(self: Trainer) -> dict:
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, StateDictOptions
     return get_optimizer_state_dict(self.model, self.opts, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
+# %% ../nbs/80_train.ipynb #508cb2fc
+@patch
+def clock(self: Trainer) -> float:
+    "Seconds spent training so far: the time since the last tick (inside `fit`) added to `seconds`."
+    now = time.time()
+    if self._tick is not None: self.seconds, self._tick = self.seconds + now - self._tick, now
+    return self.seconds
+
 # %% ../nbs/80_train.ipynb #7fa9d924
 @patch
 def out_of_time(self: Trainer, t0: float) -> bool:
@@ -747,8 +757,9 @@ def finish(self: Trainer, t0: float, stopped: str) -> dict:
     self.metrics.flush()
     if self.ckpt.dir is not None and not self.ckpt.is_latest(self.step): self.save_checkpoint()
     self.model.eval()
+    secs, self._tick = self.clock(), None   # the clock stops until the next fit
     return {'steps': self.step, 'epochs_done': self.epoch, 'total_steps': self.total_steps, 'stopped': stopped,
-            'seconds': round(time.time() - t0, 2), 'compiles': compile_count() - self.compiles0,
+            'seconds': round(secs, 2), 'seconds_this_fit': round(time.time() - t0, 2), 'compiles': compile_count() - self.compiles0,
             'buckets': {'seq': self.seq_buckets, 'anchors': self.anchor_buckets} if self.bucketing else None,
             'last': self.history[-1] if self.history else None}
 
