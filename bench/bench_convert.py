@@ -44,10 +44,10 @@ def make_corpus(path, n, seed=0):
 
 CHILD = r'''
 import json, resource, sys, time
-from dflash_nb.convert import convert_file
+from dflash_nb.convert import ConvertOptions, convert_file
 rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t = time.process_time()
-c = convert_file(sys.argv[1], sys.argv[2])
+c = convert_file(sys.argv[1], sys.argv[2], ConvertOptions(max_chars=None))
 dt = time.process_time() - t
 print(json.dumps({'seconds': dt, 'rss_before_kb': rss0, 'rss_peak_kb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
                   'rows_in': c['rows_in'], 'rows_out': c['rows_out'], 'quarantined': c['quarantined'], 'repairs': c['repairs'],

@@ -35,15 +35,17 @@ SETTINGS = [   # label, HFBackend kwargs, regenerate_file kwargs
 def regen(rows_n, max_new_tokens, only=None):
     from bench_regenerate import prompts
     from dflash_nb.core import iter_jsonl, write_jsonl
-    from dflash_nb.regenerate import GenConfig, HFBackend, regenerate_file
+    from dflash_nb.regenerate import BackendOptions, GenConfig, HFBackend, RegenOptions, regenerate_file
     rows = [{'id': f'r{i}', 'source': 'bench', 'messages': [{'role': 'user', 'content': p}]} for i, p in enumerate(prompts(rows_n))]
     out, texts = [], {}
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / 'in.jsonl'; write_jsonl(src, rows)
         for k, (label, bkw, fkw) in enumerate(SETTINGS):
             if only and k not in only: continue
-            be = HFBackend('smollm2', device='cpu', dtype='bfloat16', **bkw)
-            s = regenerate_file(src, Path(d) / f'o{k}.jsonl', be, GenConfig(max_new_tokens=max_new_tokens), progress=False, **fkw)
+            bkw = dict(bkw); decoder = bkw.pop('decoder', 'auto')
+            be = HFBackend('smollm2', opts=BackendOptions(device='cpu', dtype='bfloat16', **bkw), decoder=decoder)
+            s = regenerate_file(src, Path(d) / f'o{k}.jsonl', be, GenConfig(max_new_tokens=max_new_tokens),
+                                RegenOptions(mode='final', select='all', **fkw), progress=False)
             texts[k] = [r['messages'][-1]['content'] for r in iter_jsonl(Path(d) / f'o{k}.jsonl')]
             r = {'stage': 'regenerate', 'setting': label, 'rows': s['rows_in'], 'tokens': s['new_tokens'],
                  'seconds': round(s['seconds'], 1), 'tokens_per_s': round(s['new_tokens'] / s['seconds'], 1),

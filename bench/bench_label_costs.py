@@ -45,7 +45,7 @@ def main():
     import torch
     torch.set_num_threads(a.threads)
     from datasets import load_from_disk
-    from dflash_nb.regenerate import GenConfig, make_backend, regenerate_file
+    from dflash_nb.regenerate import BackendOptions, GenConfig, RegenOptions, make_backend, regenerate_file
     from dflash_nb.features import FeatureStore
     from dflash_nb.hidden_states import ExtractOptions, extract_to_disk
     from dflash_nb.models import load_target
@@ -54,10 +54,10 @@ def main():
         d = Path(d)
         rows = single_turn(a.conversations, a.regen_rows)
         (d / 'in.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
-        be = make_backend('hf', 'smollm2', device='cpu', dtype='bfloat16', batch_size=32, threads=a.threads)
+        be = make_backend(BackendOptions(backend='hf', target='smollm2', device='cpu', dtype='bfloat16', batch_size=32, threads=a.threads))
         c0 = cpu()
-        rep = regenerate_file(d / 'in.jsonl', d / 'out.jsonl', be, GenConfig(max_new_tokens=128, temperature=0.0), mode='all',
-                              select='all', chunk_size=32, progress=False)
+        rep = regenerate_file(d / 'in.jsonl', d / 'out.jsonl', be, GenConfig(max_new_tokens=128, temperature=0.0),
+                              RegenOptions(mode='all', select='all', chunk_size=32), progress=False)
         c = cpu() - c0
         res.update(regen_rows=len(rows), regen_new_tokens=rep['new_tokens'], regen_cpu_s=round(c, 1),
                    regen_cpu_s_per_row=round(c / len(rows), 4), regen_cpu_s_per_token=round(c / max(rep['new_tokens'], 1), 5))

@@ -46,7 +46,7 @@ def main():
             if 'turns' in it: it['turns'] = it['turns'][:1]
         t, cpu = time.time(), time.process_time()
         gens = evaluate_prompts(model, tok, items, {'prompt_lookup': (PromptLookupDrafter(a.block_size, a.max_ngram), 0)},
-                                a.max_new_tokens, set_name=prompt_set_name(f), enforce_lossless=True, log=None)
+                                a.max_new_tokens, 0.0, 0, False, set_name=prompt_set_name(f), enforce_lossless=True, log=None)
         m = summarize(gens['prompt_lookup'], gens['plain'], a.block_size)
         rows.append({'set': prompt_set_name(f), 'prompts': m['prompts'], 'tokens': m['tokens'], 'tau': m['tau'],
                      'accept_at_1': m['accept_at'][0], 'fwd_per_token': m['target_forwards_per_token'],

@@ -24,7 +24,7 @@ import argparse, json, os, platform, shutil, signal, socket, subprocess, sys, ti
 from pathlib import Path
 
 from dflash_nb.core import versions
-from dflash_nb.regenerate import GenConfig, GenRequest, HFBackend, HTTPBackend
+from dflash_nb.regenerate import BackendOptions, GenConfig, GenRequest, HFBackend, HTTPBackend, RegenOptions
 from dflash_nb.models import resolve_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,9 +87,9 @@ def real(a):
         src = Path(tempfile.mkdtemp()) / f'rows-{a.first_row}.jsonl'; src.write_text(''.join(lines))
     threads = a.threads or rg.get('threads')
     gen = GenConfig(max_new_tokens=rg.get('max_new_tokens', 128), enable_thinking=rg.get('enable_thinking'))
-    be = HFBackend(tgt, dtype=rg.get('dtype'), batch_size=rg.get('batch_size', 16), threads=threads,
-                   max_batch_tokens=rg.get('max_batch_tokens'))
-    ref = HFBackend(be.model, be.tok, batch_size=be.batch_size, max_batch_tokens=be.max_batch_tokens, decoder='generate')
+    be = HFBackend(tgt, opts=BackendOptions(device='cpu', dtype=rg.get('dtype'), batch_size=rg.get('batch_size', 16), threads=threads,
+                                            max_batch_tokens=rg.get('max_batch_tokens')))
+    ref = HFBackend(be.model, be.tok, BackendOptions(batch_size=be.batch_size, max_batch_tokens=be.max_batch_tokens), decoder='generate')
     how = dict(mode=rg.get('mode', 'all'), select=rg.get('select', 'all'), tool_turns=rg.get('tool_turns', 'keep'))
     new_bucket, loop, prefill = R.length_buckets, R.greedy_decode, {'padded': 0, 'real': 0}
     def counted(model, prompts, *args):
@@ -106,8 +106,8 @@ def real(a):
             for name, (backend, buckets, chunk) in settings.items():
                 R.length_buckets, prefill['padded'], prefill['real'] = buckets, 0, 0
                 t, c = time.perf_counter(), time.process_time()
-                s = R.regenerate_file(src, Path(d) / f'{rep}-{name}.jsonl', backend, gen, chunk_size=chunk,
-                                      limit=a.rows, progress=False, **how)
+                s = R.regenerate_file(src, Path(d) / f'{rep}-{name}.jsonl', backend, gen,
+                                      RegenOptions(chunk_size=chunk, limit=a.rows, **how), progress=False)
                 wall, cpu = time.perf_counter() - t, time.process_time() - c
                 texts[name] = [json.loads(l)['messages'] for l in open(Path(d) / f'{rep}-{name}.jsonl')]
                 r = {'setting': name, 'repeat': rep, 'rows': a.rows, 'chunk_size': chunk, 'new_tokens': s['new_tokens'],
@@ -158,7 +158,7 @@ def main():
     a = ap.parse_args()
     if a.real: return real(a)
     gen = GenConfig(max_new_tokens=a.max_new_tokens)
-    be = HFBackend('smollm2', device='cpu', batch_size=1, threads=a.threads, dtype=a.dtype, decoder=a.decoder)
+    be = HFBackend('smollm2', opts=BackendOptions(device='cpu', batch_size=1, threads=a.threads, dtype=a.dtype), decoder=a.decoder)
     import torch
     ps = prompts(max(128, a.rows))
     reqs = lambda n: [GenRequest([{'role': 'user', 'content': p}]) for p in ps[:n]]

@@ -189,7 +189,7 @@ def main():
     ap.add_argument('--workdir', default=None)
     a = ap.parse_args()
     from dflash_nb.core import fixtures_dir, cache_dir, write_json
-    from dflash_nb.tokenization import TokenizeOptions, tokenize_conversations
+    from dflash_nb.tokenization import TokenizeJob, TokenizeOptions, tokenize_conversations
     from datasets import load_from_disk
     from transformers import AutoTokenizer
     fx = fixtures_dir()
@@ -219,8 +219,9 @@ def main():
     del texts
     out = work / 'ours'; shutil.rmtree(out, ignore_errors=True)
     t, c0 = time.time(), cpu_seconds()
-    rep = tokenize_conversations(canon, out, tok_dir, TokenizeOptions(max_seq_len=a.seq_len), tokenizer=tok,
-                                 num_proc=a.workers, chunk_rows=1000, echo=lambda *x: None)
+    rep = tokenize_conversations(canon, out, tok_dir, TokenizeOptions(max_seq_len=a.seq_len),
+                                 TokenizeJob(num_proc=a.workers, chunk_rows=1000, shard_mb=500, draft_vocab_size=0),
+                                 tokenizer=tok, echo=lambda *x: None)
     t_stage, cpu_stage = time.time() - t, cpu_seconds() - c0
     rep.pop('_lengths', None)
     res['stage'] = {'seconds': round(t_stage, 3), 'seconds_with_tokenizer_load': round(t_stage + t_load, 3),

@@ -194,8 +194,8 @@ def check_count(model, dims):
 
 
 def regen(model, tok, dims, reqs, gen, setting) -> dict:
-    from dflash_nb.regenerate import HFBackend, greedy_decode
-    be = HFBackend(model, tok, batch_size=setting['batch'], decoder=setting['decoder'])
+    from dflash_nb.regenerate import BackendOptions, HFBackend, greedy_decode
+    be = HFBackend(model, tok, BackendOptions(batch_size=setting['batch']), decoder=setting['decoder'])
     c0, t0 = cpu_seconds(), time.perf_counter()
     res = be.generate(reqs, gen)
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0

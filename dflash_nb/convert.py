@@ -6,18 +6,21 @@
 from __future__ import annotations
 import hashlib, json
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from fastcore.basics import patch
 from .core import (PKG_DIR, Stage, atomic_write, expand_path, fixtures_dir, iter_jsonl, prompt_set_name,
                             read_prompt_file, setup_logging)
-from .schema import (DEFAULT_REPAIRS, PLACEHOLDER_USER, REPAIRS, check_row, from_sharegpt,
+from .params import check_fields, declared, from_declared
+from .schema import (DEFAULT_REPAIRS, REPAIRS, check_row, from_sharegpt,
                               from_speculators, repair_kind,
                               repair_names, to_sharegpt, to_speculators)
 from .formats import norm_text, repair_hint
 
 # %% auto #0
-__all__ = ['EVAL_SETS', 'allowed_repairs', 'convert_rows', 'convert_file', 'eval_prompt_path', 'EvalIndex', 'convert_stage']
+__all__ = ['EVAL_SETS', 'allowed_repairs', 'ConvertOptions', 'convert_rows', 'convert_file', 'eval_prompt_path', 'EvalIndex',
+           'convert_stage']
 
 # %% ../nbs/30_convert.ipynb #6873feec
 _OPT_IN = tuple(n for n, r in REPAIRS.items() if not r.valid_rows)   # what `repairs` may list (merge_same_role has its own flag)
@@ -53,6 +56,19 @@ def _with_notes(row: dict, notes: list[str]) -> dict:
     meta = row.get('meta') or {}
     return {**row, 'meta': {**meta, 'repairs': list(meta.get('repairs', [])) + notes}}
 
+# %% ../nbs/30_convert.ipynb #638ec338
+_C = '30_convert'
+
+@dataclass(kw_only=True)
+class ConvertOptions:
+    "How rows are repaired and which are kept (defaults and checks: the stage's declarations)."
+    merge_same_role: bool = declared(_C, 'merge_same_role')    # merge consecutive turns of one role (meaning-changing)
+    max_chars: int | None = declared(_C, 'max_chars')          # reject rows whose JSON is longer (None: no limit)
+    repairs: list = declared(_C, 'repairs')                    # meaning-changing repairs to opt in to
+    placeholder_user: str = declared(_C, 'placeholder_user')   # the text `prepend_user` inserts
+
+    def __post_init__(self): check_fields(self)
+
 # %% ../nbs/30_convert.ipynb #c21ff7b5
 def _would(reason: str, needs: list[str], rec=None, allowed=()) -> str:
     "The reason, with the meaning-changing repair that would save the row, or why the opted-in ones do not."
@@ -61,20 +77,18 @@ def _would(reason: str, needs: list[str], rec=None, allowed=()) -> str:
 
 def convert_rows(
     lines,  # parsed records (dicts, or `{'_error', '_line', '_raw'}` from `core.iter_jsonl(errors='yield')`)
-    merge_same_role: bool = False,  # merge consecutive turns of one role (meaning-changing)
-    max_chars: int | None = None,  # reject rows whose JSON is longer
+    opts: ConvertOptions | None = None,  # repairs, placeholder, longest row (None: the declared defaults)
     check_roundtrip: bool = True,  # check both output layouts convert back
-    repairs=(),  # meaning-changing repairs to opt in to
-    placeholder_user: str = PLACEHOLDER_USER,  # the text `prepend_user` inserts
     eval_index=None,  # an `EvalIndex`: rows holding an evaluation prompt are rejected as `eval_overlap`
 ):  # yields {'kind': 'ok', 'row', 'repairs', 'line'} or {'kind': 'bad', 'record', 'reasons', 'needs', 'line'}
     "Validate, repair and check each record: a kept row with the repairs made, or a rejected record with its reasons."
-    allowed, seen = allowed_repairs(repairs, merge_same_role), set()
+    o = opts or ConvertOptions()
+    allowed, seen = allowed_repairs(o.repairs, o.merge_same_role), set()
     for n, rec in enumerate(lines, 1):
         line = rec.get('_line', n) if isinstance(rec, dict) else n
         if isinstance(rec, dict) and '_error' in rec and set(rec) <= {'_error', '_line', '_raw'}:
             yield {'kind': 'bad', 'record': rec.get('_raw'), 'reasons': [rec['_error']], 'needs': [], 'line': line}; continue
-        c = check_row(rec, allowed, placeholder_user, max_chars)
+        c = check_row(rec, allowed, o.placeholder_user, o.max_chars)
         reasons = c['reasons'] or _stage_reasons(c['row'], seen, eval_index, check_roundtrip)
         if reasons: yield {'kind': 'bad', 'record': rec,
                            'reasons': [_would(reasons[0], c['needs'], rec, allowed)] + reasons[1:], 'needs': c['needs'],
@@ -108,11 +122,8 @@ def _count_ok(c: dict, v: dict):
 def convert_file(
     inp,  # canonical rows (JSONL)
     out_dir,  # where the four outputs go
-    merge_same_role: bool = False,  # merge consecutive turns of one role (meaning-changing)
-    max_chars: int | None = None,  # reject rows whose JSON is longer
+    opts: ConvertOptions | None = None,  # repairs, placeholder, longest row (None: the declared defaults)
     check_roundtrip: bool = True,  # check both output layouts convert back
-    repairs=(),  # meaning-changing repairs to opt in to
-    placeholder_user: str = PLACEHOLDER_USER,  # the text `prepend_user` inserts
     eval_index=None,  # an `EvalIndex`
 ) -> dict:  # the counts (see above); rows_in = rows_out + quarantined
     "Convert a JSONL file into `out_dir`: conversations, ShareGPT, speculators, quarantine."
@@ -120,9 +131,7 @@ def convert_file(
     c = _new_counts()
     with atomic_write(out_dir / _OUTPUTS[0]) as fc, atomic_write(out_dir / _OUTPUTS[1]) as fs, \
          atomic_write(out_dir / _OUTPUTS[2]) as fp, atomic_write(out_dir / _OUTPUTS[3]) as fq:
-        for v in convert_rows(iter_jsonl(inp, errors='yield'), merge_same_role=merge_same_role, max_chars=max_chars,
-                              check_roundtrip=check_roundtrip, repairs=repairs, placeholder_user=placeholder_user,
-                              eval_index=eval_index):
+        for v in convert_rows(iter_jsonl(inp, errors='yield'), opts, check_roundtrip, eval_index):
             c['rows_in'] += 1
             if v['kind'] == 'bad':
                 _count_bad(c, v)
@@ -215,8 +224,7 @@ def convert_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `par
     src = _stage_source(stage)
     eval_index = _stage_eval_index(stage)
     with stage.timer('convert'):
-        counts = convert_file(src, stage.dir, merge_same_role=p['merge_same_role'], max_chars=p['max_chars'],
-                              repairs=p['repairs'], placeholder_user=p['placeholder_user'], eval_index=eval_index)
+        counts = convert_file(src, stage.dir, from_declared(ConvertOptions, p), eval_index=eval_index)
     counts['eval_sets'] = eval_index.sets
     for f in _OUTPUTS: stage.output(stage.path(f))
     assert counts['rows_in'] == counts['rows_out'] + counts['quarantined'], counts

@@ -5,13 +5,13 @@
 # %% ../nbs/90_evaluate.ipynb #3344aa3e
 from __future__ import annotations
 import argparse, contextlib, heapq, inspect, json, os, statistics, sys, time
-from dataclasses import dataclass, field, fields, asdict
+from dataclasses import dataclass, field, asdict
 from pathlib import Path
 
 import torch
 from fastcore.basics import patch
 
-from .params import add_declared_options, check_fields, declared
+from .params import add_declared_options, check_fields, declared, from_declared
 from .core import (Quarantine, Stage, check_target_layer_ids, expand_path, file_hash, fixtures_dir,
                             get_device, iter_jsonl, obj_hash, progress, prompt_set_name, read_json,
                             read_prompt_file, seed_everything, setup_logging, write_json, write_jsonl,
@@ -602,7 +602,7 @@ def trained_row_ids(features_dir) -> list[str]:
 
 # %% ../nbs/90_evaluate.ipynb #00356bd2
 def render_prompt(tokenizer, messages: list,       # the conversation up to the last user turn
-                  enable_thinking: bool | None = False, # None: the template's default
+                  enable_thinking: bool | None,         # None: the template's default
                   tools=None) -> list[int]:       # token ids with the generation prompt
     "Token ids of `messages` with the chat template and the generation prompt (`User:/Assistant:` without)."
     if getattr(tokenizer, 'chat_template', None):
@@ -753,8 +753,9 @@ def _eos_ids(model, tokenizer) -> list:
 # %% ../nbs/90_evaluate.ipynb #97e1d92e
 def evaluate_prompts(model, tokenizer, items: list, # each `{'id'}` and `turns`, `messages` or `input_ids`
                      variants: dict,                 # `{name: (drafter, feature_shift)}`
-                     max_new_tokens: int, temperature: float = 0.0, seed: int = 0,
-                     enable_thinking: bool | None = False, eos_ids=None, set_name: str = 'prompts',
+                     max_new_tokens: int, temperature: float, seed: int,
+                     enable_thinking: bool | None,   # None: the template's default
+                     eos_ids=None, set_name: str = 'prompts',
                      done: dict | None = None,       # records of an earlier run, by key: reused
                      on_record=None,                 # receives one record per new generation
                      tree: dict | None = None, log=print,
@@ -816,9 +817,9 @@ def evaluate_set(model, tokenizer, set_name: str, items: list, variants: dict,
                  block_size: int,        # slots of `accept_at` for variants without a `block_size`
                  max_new_tokens: int,
                  quarantine,             # a `core.Quarantine` for unusable prompts
-                 source: str = '', temperature: float = 0.0, seed: int = 0, enable_thinking=False,
-                 max_prompt_tokens: int = 4096,
-                 lossless: str = 'enforce', # enforce: fail at T=0 on an output unlike plain decoding's; report
+                 source: str = '',
+                 *, temperature: float, seed: int, enable_thinking: bool | None, max_prompt_tokens: int,
+                 lossless: str,             # enforce: fail at T=0 on an output unlike plain decoding's; report
                  **kw,                      # to `evaluate_prompts` (done, on_record, tree, log, limits)
                 ) -> tuple[dict, dict]:     # `(result, generations)`
     "Evaluate one prompt set: quarantine, generate, enforce losslessness, summarize."
@@ -1194,7 +1195,8 @@ def _builtin_set(name: str, n, allow_hub: bool, held_out) -> tuple:
 def gather_prompt_sets(names=(),               # built-in sets: `PROMPT_SETS`
                        files=(),               # prompt files, one set each (named by the stem)
                        n: int | None = None,   # prompts per set, evenly spaced
-                       mt_bench_turns: int = 1, allow_hub: bool = True,
+                       *, mt_bench_turns: int, # turns of a multi-turn prompt kept
+                       allow_hub: bool,        # read the built-in sets from the hub without fixtures
                        held_out=None,          # `(dataset_dir, training row ids)` for 'held_out'
                       ) -> dict:               # `{set: (items, source, rejected rows)}`, the built-in sets first
     "Every prompt set of an evaluation; an unavailable built-in set has no items and its reason as the source."
@@ -1272,12 +1274,6 @@ class EvalSettings:
     def untrained_seed(self) -> int: return self.seed if self.init_seed is None else self.init_seed
 
 # %% ../nbs/90_evaluate.ipynb #d362dfe1
-@patch(cls_method=True)
-def from_params(cls: EvalSettings, params: dict, **kw) -> EvalSettings:
-    "The settings of the stage's `params` (those with a field), and `kw` (the evaluation's own)."
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in params.items() if k in names}, **kw)
-
 @patch
 def generation(self: EvalSettings, limited=()) -> dict:
     "The keywords of `evaluate_set` (hashed into the records' key): the variants in `limited` on the first `control_prompts` prompts."
@@ -1290,7 +1286,8 @@ def generation(self: EvalSettings, limited=()) -> dict:
 def _evaluation_sets(s: EvalSettings, prompt_files=(), prompt_sets=None, held_out=None) -> dict:
     "The prompt sets of an evaluation (`gather_prompt_sets`); ValueError when nothing names a prompt."
     names = list(prompt_sets) if prompt_sets is not None else [] if prompt_files else ['mt_bench', 'humaneval']
-    sets = gather_prompt_sets(names, prompt_files, s.max_prompts, s.mt_bench_turns, s.allow_hub, held_out)
+    sets = gather_prompt_sets(names, prompt_files, s.max_prompts, mt_bench_turns=s.mt_bench_turns,
+                              allow_hub=s.allow_hub, held_out=held_out)
     if prompt_sets is None and not any(v[0] for v in sets.values()):
         raise ValueError('no prompts: pass --prompts FILE (the MT-Bench/HumanEval fixtures are not available)')
     return sets
@@ -1370,7 +1367,7 @@ def _name_dir(s: str) -> tuple:
 
 def _cli_run(a) -> int:
     "`dflash-nb evaluate`: print the report (the verdict last); a lossless failure: one `error:` line, exit status 1."
-    settings = EvalSettings(**{k: getattr(a, k) for k in DECLARED_OPTIONS}, block_size=a.block_size)
+    settings = from_declared(EvalSettings, vars(a), block_size=a.block_size)
     try:
         ev = evaluate_drafter(a.drafter_dir, settings, target=a.target, prompt_files=a.prompts, out_dir=a.out,
                               control_drafters=dict(a.control), resume=a.resume, log=None)
@@ -1436,7 +1433,7 @@ def evaluate_stage(stage: Stage) -> dict:
     drafter, inputs = _stage_inputs(stage)
     init_seed, extra = _train_facts(stage.run_dir / '80_train', P['seed'])
     with stage.timer('evaluate'):
-        ev = evaluate_drafter(drafter, EvalSettings.from_params(P, init_seed=init_seed), target=P['target'],
+        ev = evaluate_drafter(drafter, from_declared(EvalSettings, P, init_seed=init_seed), target=P['target'],
                               prompt_sets=P['prompt_sets'], out_dir=stage.dir, resume=True, extra=extra,
                               log=slog.info, **inputs)
     finish_evaluate_stage(stage, ev)

@@ -5,14 +5,12 @@
 # %% ../nbs/60_hidden_states.ipynb #a5bece04
 from __future__ import annotations
 import json, logging, math, os, queue, random, shutil, threading, time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-
-from fastcore.basics import patch
 
 from .core import (Quarantine, check_target_layer_ids, default_target_layer_ids, get_device, obj_hash, read_json, seed_everything, setup_logging, to_aux_layer_ids, write_json)
 from .core import progress as progress_bar
-from .params import add_declared_options, check_fields, declared
+from .params import add_declared_options, check_fields, declared, from_declared
 from .models import load_target, text_config
 from .features import FeatureStore, target_outputs
 
@@ -41,22 +39,21 @@ _ITEMSIZE = {'bfloat16': 2, 'float16': 2, 'float32': 4}
 class InsufficientDiskError(RuntimeError):
     "The features would not fit on the free disk."
 
-def bytes_per_token(n_layers: int, hidden_size: int, dtype: str = 'bfloat16', include_last: bool = False,
-                    label_topk: int = 0) -> int:
+def bytes_per_token(n_layers: int, hidden_size: int, storage_dtype: str, include_last: bool, label_topk: int) -> int:
     "Stored bytes per token: features `[n, D]`, optional last hidden `[D]`, int32 token id, uint8 loss mask, k labels."
-    if dtype not in STORAGE_DTYPES: raise ValueError(f'storage dtype {dtype!r} not in {STORAGE_DTYPES}')
-    return _ITEMSIZE[dtype] * hidden_size * (n_layers + int(include_last)) + 4 + 1 + 8 * int(label_topk)
+    if storage_dtype not in STORAGE_DTYPES: raise ValueError(f'storage dtype {storage_dtype!r} not in {STORAGE_DTYPES}')
+    return _ITEMSIZE[storage_dtype] * hidden_size * (n_layers + int(include_last)) + 4 + 1 + 8 * int(label_topk)
 
 def _fmt_bytes(b: float) -> str:
     for u in ('B', 'KB', 'MB', 'GB', 'TB', 'PB'):
         if abs(b) < 1000 or u == 'PB': return f'{b:.1f} {u}' if u != 'B' else f'{int(b)} B'
         b /= 1000
 
-def storage_estimate(n_tokens: int, n_layers: int, hidden_size: int, dtype: str = 'bfloat16',
-                     include_last: bool = False, path=None, margin: float = 0.02, label_topk: int = 0) -> dict:
+def storage_estimate(n_tokens: int, n_layers: int, hidden_size: int, storage_dtype: str, include_last: bool,
+                     label_topk: int, path=None, margin: float = 0.02) -> dict:
     """Bytes needed for `n_tokens` tokens, the free disk at `path`, and whether it fits (with `margin` of the need kept
     free for indexes and temporary files)."""
-    bpt = bytes_per_token(n_layers, hidden_size, dtype, include_last, label_topk)
+    bpt = bytes_per_token(n_layers, hidden_size, storage_dtype, include_last, label_topk)
     need = bpt * int(n_tokens)
     out = {'bytes_per_token': bpt, 'n_tokens': int(n_tokens), 'bytes': need, 'human': _fmt_bytes(need)}
     if path is not None:
@@ -152,8 +149,8 @@ def _seq_lengths(ds) -> list[int]:
 
 def _shard_name(k: int) -> str: return f'shard-{k:05d}'
 
-def make_plan(ds, layer_ids, hidden_size: int, num_layers: int, storage_dtype: str = 'bfloat16',
-              include_last: bool = False, shard_mb: float = 1024, target: str | None = None, label_topk: int = 0) -> dict:
+def make_plan(ds, layer_ids, hidden_size: int, num_layers: int, storage_dtype: str, include_last: bool, shard_mb: float,
+              target: str, label_topk: int) -> dict:
     "The extraction plan of dataset `ds`: settings, length-sorted shards of sample indices, planning-time quarantine."
     lengths = _seq_lengths(ds)
     ids = [str(x) for x in ds['id']] if 'id' in ds.column_names else [str(i) for i in range(len(ds))]
@@ -444,11 +441,6 @@ class ExtractOptions:
 
     def __post_init__(self): check_fields(self)
 
-@patch(cls_method=True)
-def from_params(cls: ExtractOptions, params: dict) -> ExtractOptions:
-    "The settings from a stage's (or the CLI's) parameter values, by each field's declared name."
-    return cls(**{f.name: params[f.metadata['param']] for f in fields(cls) if f.metadata.get('param') in params})
-
 # %% ../nbs/60_hidden_states.ipynb #1f184c00
 def init_distributed(backend: str | None = None) -> tuple[int, int, int]:
     "Join the torchrun process group when `WORLD_SIZE` > 1; returns `(rank, world_size, local_rank)`."
@@ -479,8 +471,8 @@ def _load_model(target, opts: ExtractOptions, local: int, world_size: int):
 
 def _estimate(plan: dict, ids: list, cfg, opts: ExtractOptions, out_dir) -> dict:
     "The storage estimate against the free disk, the shards already written counted as free."
-    est = storage_estimate(plan['n_tokens'], len(ids), cfg.hidden_size, opts.storage_dtype, opts.include_last, path=out_dir,
-                           label_topk=opts.label_topk)
+    est = storage_estimate(plan['n_tokens'], len(ids), cfg.hidden_size, opts.storage_dtype, opts.include_last,
+                           opts.label_topk, path=out_dir)
     done = sum(read_json(p).get('bytes', 0) for p in Path(out_dir).glob('shard-*.json')) if Path(out_dir).exists() else 0
     if done and est.get('free_bytes') is not None: est['free_bytes'] += done; est['fits'] = est['bytes'] * 1.02 <= est['free_bytes']
     return est
@@ -570,7 +562,7 @@ def register_cli(sub):
         if a.aux_layer_ids:
             if ids: raise SystemExit('give --layer-ids or --aux-layer-ids, not both')
             ids = from_aux_layer_ids([int(x) for x in a.aux_layer_ids.split(',')])
-        res = extract_to_disk(a.dataset, a.target, a.out, ExtractOptions.from_params({**vars(a), 'target_layer_ids': ids}))
+        res = extract_to_disk(a.dataset, a.target, a.out, from_declared(ExtractOptions, vars(a), layer_ids=ids))
         if res['index'] is not None:
             idx = res['index']
             print(json.dumps({k: idx[k] for k in ('n_samples', 'n_quarantined', 'n_tokens', 'target_layer_ids', 'aux_layer_ids')}))
@@ -638,7 +630,7 @@ def hidden_states_stage(
     stage.input(dataset_dir)
     feat_dir = stage.path('features')
     with stage.timer('extract'):
-        res = extract_to_disk(dataset_dir, p['target'], feat_dir, ExtractOptions.from_params(p), rank=0, world_size=1)
+        res = extract_to_disk(dataset_dir, p['target'], feat_dir, from_declared(ExtractOptions, p), rank=0, world_size=1)
     stats = read_json(feat_dir / 'stats.json')
     plot_layer_norms(stats, stage.path('norms.png'))
     _finish(stage, res, stats, log)

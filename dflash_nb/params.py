@@ -16,8 +16,8 @@ from .core import DEVICE_RE, DEVICE_WORDS, ConfigError, STAGE_NAME_RE, expand_pa
 # %% auto #0
 __all__ = ['TYPES', 'GLOBAL_PARAMS', 'Param', 'parse_type', 'parse_comment', 'parse_declarations', 'check_path', 'StageSpec',
            'parameters_source', 'discover_stages', 'find_stage', 'declaration', 'declared', 'check_fields',
-           'resolve_params', 'check_stage_params', 'stage_params', 'param_rows', 'params_markdown', 'cmd_params',
-           'register_cli', 'add_declared_options']
+           'from_declared', 'resolve_params', 'check_stage_params', 'stage_params', 'param_rows', 'params_markdown',
+           'cmd_params', 'register_cli', 'add_declared_options']
 
 # %% ../nbs/06_params.ipynb #efa3d4ff
 TYPES = ('int', 'float', 'bool', 'str', 'list', 'dict', 'path', 'dir', 'device', 'any')
@@ -217,6 +217,15 @@ def check_fields(obj) -> None:
         if 'param' not in f.metadata: continue
         st = declaration(f.metadata['stage'])
         setattr(obj, f.name, st.params[f.metadata['param']].check(getattr(obj, f.name), f"{st.short}.{f.metadata['param']}"))
+
+# %% ../nbs/06_params.ipynb #65623b25
+def from_declared(cls,          # a settings dataclass whose fields are `declared`
+                  values: dict, # parameter values by declared name (`stage.params`, `vars(args)`)
+                  **kw,         # fields by name, set after `values`
+                 ):             # an instance of `cls`, checked by its own `__post_init__`
+    "An instance of settings dataclass `cls` from parameter values, each `declared` field by the name it declares."
+    got = {f.name: values[f.metadata['param']] for f in fields(cls) if f.metadata.get('param') in values}
+    return cls(**{**got, **kw})
 
 # %% ../nbs/06_params.ipynb #02a86ca4
 GLOBAL_PARAMS = ('target', 'seed', 'device', 'dtype', 'repairs', 'chat_template', 'enable_thinking', 'mask_method')   # run-section keys injected into every stage that declares them

@@ -13,7 +13,8 @@ from .cli import add_config_args, find_config, demo_values
 from .core import Quarantine
 from .pipeline import check_config, discover_stages
 from .schema import DEFAULT_REPAIRS
-from .sources import NORMALIZERS, allocate, build_mix, get_source
+from .params import from_declared
+from .sources import NORMALIZERS, MixOptions, allocate, build_mix, get_source
 from .models import resolve_target, text_config
 
 # %% auto #0
@@ -347,9 +348,9 @@ def local_rows(s,            # a registry source (`sources.get_source`)
     "What a local-file source gives for `quota`, counted by the sources stage's own mix builder."
     if not s.path or quota <= 0: return None
     q = Quarantine()
-    rows, counts = build_mix([s], quota, min_user_chars=src['min_user_chars'], max_chars=src['max_chars'],
-                             dedup=src['dedup'], scan_factor=src['scan_factor'], seed=src.get('seed', 0), quarantine=q,
-                             repairs=DEFAULT_REPAIRS + tuple(src.get('repairs') or ()), log=lambda m: None)
+    one = from_declared(MixOptions, src, total=quota, quotas={}, category_weights={})   # this source, all of `quota`
+    rows, counts = build_mix([s], one, quarantine=q, repairs=DEFAULT_REPAIRS + tuple(src.get('repairs') or ()),
+                             log=lambda m: None)
     c = counts[s.name]
     if c['status'] != 'ok': return None
     return {'rows': len(rows), 'read': c['read'], 'quarantined': dict(q.reasons),

@@ -6,12 +6,12 @@
 from __future__ import annotations
 import copy, inspect, json, logging, os, random, re, shutil, threading, time, urllib.error, urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields, asdict
+from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from fastcore.basics import patch
-from .params import add_declared_options, check_fields, declared
+from .params import add_declared_options, check_fields, declared, from_declared
 from .schema import validate_row
 from .models import load_target, load_tokenizer, text_config
 from .core import (Stage, atomic_write, file_hash, iter_jsonl, read_json, setup_logging,
@@ -23,11 +23,12 @@ _log = logging.getLogger('dflash_nb.regenerate')
 
 # %% auto #0
 __all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'ROW_COUNTS', 'DECLARED_OPTIONS', 'GenConfig',
-           'gen_config', 'GenRequest', 'GenResult', 'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected',
-           'RowJob', 'left_pad', 'slab_cache', 'decoder_supported', 'greedy_decode', 'batch_cost', 'length_buckets',
-           'HFBackend', 'api_base', 'endpoint_list', 'HTTPError', 'http_json', 'Server', 'ServerPool', 'HTTPBackend',
-           'read_response', 'regenerate_chunk', 'regenerate_file', 'assistant_token_counts', 'token_stats',
-           'length_histogram', 'make_backend', 'register_cli', 'regenerate_stage']
+           'GenRequest', 'GenResult', 'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected', 'RowJob',
+           'left_pad', 'slab_cache', 'decoder_supported', 'greedy_decode', 'batch_cost', 'length_buckets',
+           'BackendOptions', 'HFBackend', 'api_base', 'endpoint_list', 'HTTPError', 'http_json', 'Server', 'ServerPool',
+           'HTTPBackend', 'read_response', 'RegenOptions', 'regenerate_chunk', 'regenerate_file',
+           'assistant_token_counts', 'token_stats', 'length_histogram', 'make_backend', 'register_cli',
+           'regenerate_stage']
 
 # %% ../nbs/40_regenerate.ipynb #ef3f0f79
 @dataclass
@@ -47,12 +48,6 @@ class GenConfig:
 
     @property
     def greedy(self) -> bool: return float(self.temperature) == 0.0
-
-# %% ../nbs/40_regenerate.ipynb #6b979815
-def gen_config(params: dict, # checked parameter values of `40_regenerate` (`stage.params`, or the CLI's options)
-              ) -> GenConfig: # each field: the parameter its declaration names
-    "The generation settings of a stage's parameters."
-    return GenConfig(**{f.name: params[f.metadata['param']] for f in fields(GenConfig) if 'param' in f.metadata})
 
 # %% ../nbs/40_regenerate.ipynb #6cad0fc0
 @dataclass
@@ -149,7 +144,7 @@ def _answers(row) -> list:
     return [m for m in row.get('messages') or [] if isinstance(m, dict) and m.get('role') == 'assistant']
 
 def is_selected(row: dict,          # a canonical row
-                select: str = 'all'  # all | prompt_only | unanswered
+                select: str,        # all | prompt_only | unanswered
                ) -> bool:
     "Whether `row` is regenerated under `select`."
     if select not in SELECTS: raise ValueError(f'select must be one of {SELECTS}, got {select!r}')
@@ -161,7 +156,7 @@ def is_selected(row: dict,          # a canonical row
 # %% ../nbs/40_regenerate.ipynb #bc6b437a
 class RowJob:
     "The regeneration of one row: yields generation requests in conversation order and assembles the new row."
-    def __init__(self, row: dict, mode: str = 'final', tool_turns: str = 'keep'):
+    def __init__(self, row: dict, mode: str, tool_turns: str):   # mode: final | all; tool_turns: keep | regenerate
         if mode not in MODES: raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
         if tool_turns not in TOOL_TURNS:
             raise ValueError(f'tool_turns must be one of {TOOL_TURNS}, got {tool_turns!r}')
@@ -349,8 +344,8 @@ def batch_cost(rows: int, longest: int, max_new_tokens: int, cost: dict | None =
 
 def length_buckets(lengths: list,                      # prompt lengths in tokens
                    batch_size: int,                    # most rows per batch
-                   max_batch_tokens: int | None = None,  # most cache positions per batch (None: no bound)
-                   max_new_tokens: int = 0,            # tokens each row may add
+                   max_batch_tokens: int | None,       # most cache positions per batch (None: no bound)
+                   max_new_tokens: int,                # tokens each row may add (0: the prompts only)
                    cost: dict | None = None            # `BATCH_COST` by default
                   ) -> list:  # batches of indices into `lengths`, longest prompts first
     "Cut the prompts, sorted by length, into the batches of least total `batch_cost`."
@@ -366,24 +361,44 @@ def length_buckets(lengths: list,                      # prompt lengths in token
     while j: bounds.append((cut[j], j)); j = cut[j]
     return [order[i:j] for i, j in reversed(bounds)]
 
+# %% ../nbs/40_regenerate.ipynb #089fbc06
+_R = '40_regenerate'
+
+@dataclass(kw_only=True)
+class BackendOptions:
+    "Which backend generates, and how it is loaded or reached (defaults and checks: the stage's declarations)."
+    backend: str = declared(_R, 'backend')                   # hf (in-process) | http (OpenAI-compatible servers)
+    target: str = declared(_R, 'target')                     # hf: the target spec (a name, a folder, a hub id)
+    device: str = declared(_R, 'device')                     # hf: where the target runs (auto: cuda, mps, cpu)
+    dtype: str | None = declared(_R, 'dtype')                # hf: its dtype (None: float32 on CPU, bfloat16 on CUDA)
+    batch_size: int = declared(_R, 'batch_size')             # hf: most rows per batch
+    max_batch_tokens: int | None = declared(_R, 'max_batch_tokens')  # hf: most cache positions per batch
+    threads: int | None = declared(_R, 'threads')            # hf: torch CPU threads (process-wide)
+    endpoint: Any = declared(_R, 'endpoint')                 # http: a URL, a comma-separated string or a list of URLs
+    served_model: str | None = declared(_R, 'served_model')  # http: the model name sent (None: what the servers list)
+    concurrency: int = declared(_R, 'concurrency')           # http: requests in flight per server
+    timeout_s: float = declared(_R, 'timeout_s')             # http: seconds per request
+    max_retries: int = declared(_R, 'max_retries')           # http: attempts after the first
+
+    def __post_init__(self): check_fields(self)
+
 # %% ../nbs/40_regenerate.ipynb #032dc9a4
 class HFBackend:
     "In-process generation with transformers: prompts bucketed by length, batched, left-padded; CPU or GPU."
     name = 'hf'
-    def __init__(self, model, tokenizer=None, device: str | None = 'cpu', dtype=None, batch_size: int = 16,
-                 max_batch_tokens: int | None = None, threads: int | None = None, decoder: str = 'auto'):
+    def __init__(self, model, tokenizer=None, opts: BackendOptions | None = None, decoder: str = 'auto'):
+        o = opts or BackendOptions()   # device, dtype, batch_size, max_batch_tokens, threads
         if decoder not in ('auto', 'generate'): raise ValueError(f"decoder: 'auto' or 'generate', not {decoder!r}")
-        if threads:   # torch's CPU threads (process-wide)
-            import torch; torch.set_num_threads(int(threads))
+        if o.threads:   # torch's CPU threads (process-wide)
+            import torch; torch.set_num_threads(int(o.threads))
         self.init_kwargs = None
         if isinstance(model, (str, Path)):
             self.spec = str(model)
-            self.init_kwargs = dict(model=self.spec, device=device, dtype=dtype, batch_size=batch_size,
-                                    max_batch_tokens=max_batch_tokens, threads=threads, decoder=decoder)
-            self.model, tokenizer = load_target(self.spec, device=device, dtype=dtype)
+            self.init_kwargs = dict(model=self.spec, opts=asdict(o), decoder=decoder)   # plain values: a worker rebuilds it
+            self.model, tokenizer = load_target(self.spec, device=o.device, dtype=o.dtype)
         else: self.model, self.spec = model, getattr(model.config, '_name_or_path', 'model')
         self.tok, self.device = tokenizer, self.model.device
-        self.batch_size, self.max_batch_tokens = int(batch_size), max_batch_tokens
+        self.batch_size, self.max_batch_tokens = int(o.batch_size), o.max_batch_tokens
         if self.tok.pad_token_id is None: self.tok.pad_token = self.tok.eos_token
         self.stop_ids = self._stop_ids()
         self.reads_thinking = 'enable_thinking' in (self.tok.chat_template or '')
@@ -760,25 +775,43 @@ def _job_record(job: RowJob, info: dict, gen: GenConfig, keep_truncated: bool) -
         return _failed(job.row, f'truncated: a turn hit max_new_tokens={gen.max_new_tokens}', regenerated=new)
     return {'kind': 'row', 'status': 'regenerated', 'row': new}
 
+# %% ../nbs/40_regenerate.ipynb #22a1e1b1
+@dataclass(kw_only=True)
+class RegenOptions:
+    "Which rows and turns are regenerated, and how the work is cut (defaults and checks: the stage's declarations)."
+    select: str = declared(_R, 'select')                  # all | prompt_only | unanswered (the others pass through)
+    mode: str = declared(_R, 'mode')                      # final (last turn) | all (every turn, in order)
+    tool_turns: str = declared(_R, 'tool_turns')          # keep | regenerate
+    keep_truncated: bool = declared(_R, 'keep_truncated') # False: rows cut by max_new_tokens go to the failures
+    chunk_size: int = declared(_R, 'chunk_size')          # rows per resumable part
+    limit: int | None = declared(_R, 'limit')             # only the first N rows (None: all)
+    workers: int = declared(_R, 'workers')                # processes, one model each (in-process backend only)
+
+    def __post_init__(self): check_fields(self)
+
+    @property
+    def how(self) -> dict:
+        "What decides a regenerated row (in the parts' settings key)."
+        return dict(mode=self.mode, select=self.select, tool_turns=self.tool_turns, keep_truncated=self.keep_truncated)
+
 # %% ../nbs/40_regenerate.ipynb #f5930738
 def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSONL; `_error` records: bad lines)
                      backend,                    # an `HFBackend`, an `HTTPBackend` (`generate` and `info`)
                      gen: GenConfig,             # generation settings
-                     mode: str = 'final',        # final | all
-                     select: str = 'all',        # all | prompt_only | unanswered
-                     tool_turns: str = 'keep',   # keep | regenerate
-                     keep_truncated: bool = True,  # False: rows cut by max_new_tokens go to the failures
+                     opts: RegenOptions | None = None,  # select, mode, tool_turns, keep_truncated (None: declared)
+                     *,
                      seen_ids: set | None = None,  # ids of earlier chunks (updated)
                      progress=None               # callback(rows, tokens)
                     ) -> list:  # per row, `{kind: row, row, status}` or `{kind: failed, reason, id, row}`
     "Regenerate one chunk of rows."
-    recs, jobs = _screen(rows, select, mode, tool_turns, set() if seen_ids is None else seen_ids)
+    o = opts or RegenOptions()
+    recs, jobs = _screen(rows, o.select, o.mode, o.tool_turns, set() if seen_ids is None else seen_ids)
     if progress:
         for r in recs:
             if r is not None and r['kind'] == 'row': progress(1, 0)
     _run_jobs(jobs, backend, gen, progress)
     info = backend.info()
-    for i, job in jobs.items(): recs[i] = _job_record(job, info, gen, keep_truncated)
+    for i, job in jobs.items(): recs[i] = _job_record(job, info, gen, o.keep_truncated)
     return recs
 
 # %% ../nbs/40_regenerate.ipynb #1026faa2
@@ -814,29 +847,29 @@ def _seen_before(input_path, chunk_size: int, limit=None) -> list:
     return out
 
 # %% ../nbs/40_regenerate.ipynb #23c16522
-def _chunk_worker(init_kwargs, input_path, parts, todo, gen, how, chunk_size, limit, seen):
+def _chunk_worker(init_kwargs, input_path, parts, todo, gen, opts, seen):
     "Worker process: build its own backend and regenerate the chunks `todo` into `parts`."
-    gen = GenConfig(**gen)
+    gen, opts, kw = GenConfig(**gen), RegenOptions(**opts), dict(init_kwargs)
     seed_everything(gen.seed)
-    backend, parent = HFBackend(**init_kwargs), os.getppid()
-    for k, rows in enumerate(_chunks(input_path, int(chunk_size), limit)):
+    backend = HFBackend(kw.pop('model'), opts=BackendOptions(**kw.pop('opts')), **kw)
+    parent = os.getppid()
+    for k, rows in enumerate(_chunks(input_path, opts.chunk_size, opts.limit)):
         if os.getppid() != parent: return          # the stage was killed: stop after the last whole part
         if k in todo and not _part(Path(parts), k).exists():
-            recs = regenerate_chunk(rows, backend, gen, seen_ids=set(seen[k]), **how)
+            recs = regenerate_chunk(rows, backend, gen, opts, seen_ids=set(seen[k]))
             write_jsonl(_part(Path(parts), k), recs)
 
-def _run_workers(workers: int, backend, input_path, parts: Path, gen, how, chunk_size, limit, meter) -> tuple:
+def _run_workers(backend, input_path, parts: Path, gen, opts: RegenOptions, meter) -> tuple:
     "Regenerate the missing chunks in `workers` processes (one model each); (chunks resumed, chunks run)."
     import multiprocessing as mp
     if getattr(backend, 'init_kwargs', None) is None:
         raise ValueError('workers > 1 needs an in-process backend built from a target spec (HFBackend(spec))')
-    seen = _seen_before(input_path, chunk_size, limit)
+    seen, workers = _seen_before(input_path, opts.chunk_size, opts.limit), opts.workers
     todo = [k for k in range(len(seen)) if not _part(parts, k).exists()]
-    meter.skip(sum(len(c) for k, c in enumerate(_chunks(input_path, int(chunk_size), limit)) if k not in todo))
+    meter.skip(sum(len(c) for k, c in enumerate(_chunks(input_path, opts.chunk_size, opts.limit)) if k not in todo))
     from dflash_nb import regenerate as mod   # the package's (a notebook's __main__ cannot be unpickled)
     job = lambda w: dict(init_kwargs=backend.init_kwargs, input_path=str(input_path), parts=str(parts),
-                         todo=set(todo[w::workers]), gen=asdict(gen), how=how, chunk_size=chunk_size, limit=limit,
-                         seen=seen)
+                         todo=set(todo[w::workers]), gen=asdict(gen), opts=asdict(opts), seen=seen)
     ctx = mp.get_context('spawn')
     procs = [ctx.Process(target=mod._chunk_worker, daemon=True, kwargs=job(w)) for w in range(workers)]
     for p in procs: p.start()
@@ -858,14 +891,14 @@ def _watch(procs, todo, parts, meter):
                                'finished chunks are kept: run again to resume')
 
 # %% ../nbs/40_regenerate.ipynb #5a52f139
-def _run_here(backend, input_path, parts: Path, gen, how: dict, chunk_size, limit, meter) -> tuple:
+def _run_here(backend, input_path, parts: Path, gen, opts: RegenOptions, meter) -> tuple:
     "Regenerate the missing chunks in this process; returns (chunks resumed, chunks run)."
     seen, resumed, run = set(), 0, 0
-    for k, rows in enumerate(_chunks(input_path, int(chunk_size), limit)):
+    for k, rows in enumerate(_chunks(input_path, opts.chunk_size, opts.limit)):
         if _part(parts, k).exists():
             seen |= _ids_taken(_part(parts, k)); resumed += 1; meter.skip(len(rows))
             continue
-        write_jsonl(_part(parts, k), regenerate_chunk(rows, backend, gen, seen_ids=seen, progress=meter, **how))
+        write_jsonl(_part(parts, k), regenerate_chunk(rows, backend, gen, opts, seen_ids=seen, progress=meter))
         run += 1
     return resumed, run
 
@@ -913,40 +946,26 @@ def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     return counts, reasons
 
 # %% ../nbs/40_regenerate.ipynb #0810b285
-def _check_how(mode, select, tool_turns, keep_truncated, chunk_size) -> dict:
-    if mode not in MODES: raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-    if select not in SELECTS: raise ValueError(f'select must be one of {SELECTS}, got {select!r}')
-    if tool_turns not in TOOL_TURNS:
-        raise ValueError(f'tool_turns must be one of {TOOL_TURNS}, got {tool_turns!r}')
-    if int(chunk_size) < 1: raise ValueError('chunk_size must be >= 1')
-    return dict(mode=mode, select=select, tool_turns=tool_turns, keep_truncated=bool(keep_truncated))
-
 def regenerate_file(input_path,                 # canonical conversations JSONL
                     output_path,                # regenerated rows JSONL
                     backend,                    # an `HFBackend`, an `HTTPBackend` (`generate`, `info`, `name`)
-                    gen: GenConfig | None = None,  # generation settings
+                    gen: GenConfig | None = None,     # generation settings (None: the declared defaults)
+                    opts: RegenOptions | None = None, # rows, turns, chunks, workers (None: the declared defaults)
+                    *,
                     failures_path=None,         # failed rows JSONL (default: OUTPUT stem + `.failures.jsonl`)
-                    mode: str = 'final',        # final | all
-                    select: str = 'all',        # all | prompt_only | unanswered
-                    tool_turns: str = 'keep',   # keep | regenerate
-                    keep_truncated: bool = True,  # False: rows cut by max_new_tokens go to the failures
-                    chunk_size: int = 64,       # rows per resumable part
-                    limit: int | None = None,   # only the first N rows
                     parts_dir=None,             # where the parts live (default: beside the output)
                     progress: bool = True,      # show a progress bar
-                    workers: int = 1            # processes, one model each (in-process backend only)
                    ) -> dict:  # counts, failure reasons, tokens, timings, the backend (and per-server counts)
     "Regenerate the assistant turns of `input_path` into `output_path`, resumably."
-    gen, how = gen or GenConfig(), _check_how(mode, select, tool_turns, keep_truncated, chunk_size)
+    gen, o = gen or GenConfig(), opts or RegenOptions()
     input_path, output_path = Path(input_path), Path(output_path)
     if not input_path.exists(): raise FileNotFoundError(f'input {input_path} does not exist')
     failures_path = Path(failures_path or output_path.with_name(output_path.stem + '.failures.jsonl'))
-    key = _settings_key(input_path, chunk_size=chunk_size, gen=gen, how=how, limit=limit, backend=backend)
+    key = _settings_key(input_path, chunk_size=o.chunk_size, gen=gen, how=o.how, limit=o.limit, backend=backend)
     parts = _open_parts(Path(parts_dir) if parts_dir else output_path.with_name(f'.{output_path.name}.parts'), key)
-    total, meter = _count_rows(input_path, limit), _Meter(_count_rows(input_path, limit), progress)
-    job = dict(backend=backend, input_path=input_path, parts=parts, gen=gen, how=how, chunk_size=chunk_size,
-               limit=limit, meter=meter)
-    resumed, ran = _run_workers(int(workers), **job) if int(workers) > 1 else _run_here(**job)
+    total, meter = _count_rows(input_path, o.limit), _Meter(_count_rows(input_path, o.limit), progress)
+    job = dict(backend=backend, input_path=input_path, parts=parts, gen=gen, opts=o, meter=meter)
+    resumed, ran = _run_workers(**job) if o.workers > 1 else _run_here(**job)
     meter.close()
     counts, reasons = _merge_parts(parts, output_path, failures_path)
     shutil.rmtree(parts)
@@ -954,7 +973,7 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
     dt = max(time.time() - meter.t0, 1e-9)
     servers = {'servers': backend.stats()} if hasattr(backend, 'stats') else {}
     return {**counts, 'failure_reasons': reasons, 'chunks_resumed': resumed, 'chunks_run': ran,
-            'seconds': round(dt, 3), 'workers': int(workers),
+            'seconds': round(dt, 3), 'workers': o.workers,
             'rows_per_s': round((meter.rows or counts['rows_in']) / dt, 3),
             'tokens_per_s': round((meter.tokens or counts['new_tokens']) / dt, 3), 'output': str(output_path),
             'failures': str(failures_path), **backend.info(), **servers}
@@ -982,7 +1001,7 @@ def token_stats(counts: Iterable[int]  # token counts
 # %% ../nbs/40_regenerate.ipynb #071e4f55
 def length_histogram(new_tokens: list,               # generated tokens per turn
                      path,                           # PNG to write
-                     max_new_tokens: int | None = None,  # draw the limit
+                     max_new_tokens: int | None,     # the limit, drawn (None or 0: none)
                      title: str = 'generated length per turn'
                     ) -> Path:  # `path`
     "Save a histogram PNG of generated tokens per turn."
@@ -1001,27 +1020,17 @@ def length_histogram(new_tokens: list,               # generated tokens per turn
     return Path(path)
 
 # %% ../nbs/40_regenerate.ipynb #bb395376
-def make_backend(backend: str = 'hf',         # hf (in-process) | http (OpenAI-compatible servers)
-                 model: str | None = None,    # target spec of the hf backend
-                 endpoint=None,               # http: a URL, a comma-separated string or a list of URLs
-                 served_model: str | None = None,  # http: model name sent (None: what the servers list)
-                 device: str = 'cpu', dtype=None,  # hf: device and dtype of the target
-                 batch_size: int = 16,        # hf: most rows per batch
-                 max_batch_tokens: int | None = None,  # hf: most cache positions per batch
-                 threads: int | None = None,  # hf: torch CPU threads
-                 concurrency: int = 8,        # http: requests in flight per server
-                 timeout_s: float = 300, max_retries: int = 3,  # http: per request
-                 extra_body: dict | None = None  # http: extra fields of every request body
+def make_backend(opts: BackendOptions | None = None,  # which backend, and its settings (None: the declared defaults)
+                 extra_body: dict | None = None,      # http: extra fields of every request body
                 ):
-    "An `HFBackend` (target spec `model`) or an `HTTPBackend` (`endpoint`)."
-    if backend == 'http' or (backend is None and endpoint):
-        if not endpoint: raise ValueError('the http backend needs an endpoint (http://host:8000/v1, or a list)')
-        return HTTPBackend(endpoint, model=served_model, concurrency=concurrency, timeout_s=timeout_s,
-                           max_retries=max_retries, extra_body=extra_body)
-    if backend not in ('hf', None): raise ValueError(f"backend must be 'hf' or 'http', got {backend!r}")
-    if not model: raise ValueError('the hf backend needs a target model (spec, folder or hub id)')
-    return HFBackend(model, device=device, dtype=dtype, batch_size=batch_size,
-                     max_batch_tokens=max_batch_tokens, threads=threads)
+    "An `HFBackend` (of `opts.target`) or an `HTTPBackend` (of `opts.endpoint`)."
+    o = opts or BackendOptions()
+    if o.backend == 'http':
+        if not o.endpoint: raise ValueError('the http backend needs an endpoint (http://host:8000/v1, or a list)')
+        return HTTPBackend(o.endpoint, model=o.served_model, concurrency=o.concurrency, timeout_s=o.timeout_s,
+                           max_retries=o.max_retries, extra_body=extra_body)
+    if not o.target: raise ValueError('the hf backend needs a target model (spec, folder or hub id)')
+    return HFBackend(o.target, opts=o)
 
 # %% ../nbs/40_regenerate.ipynb #19081a43
 def _bool(s):
@@ -1050,14 +1059,11 @@ def _cli_options(p):
 # %% ../nbs/40_regenerate.ipynb #df082750
 def _cli_run(a) -> int:
     seed_everything(a.seed)
-    gen = gen_config(vars(a))
-    be = make_backend('http' if a.endpoint else 'hf', model=a.model, endpoint=a.endpoint,
-                      served_model=a.served_model, device=a.device, dtype=a.dtype, batch_size=a.batch_size,
-                      max_batch_tokens=a.max_batch_tokens, threads=a.threads, concurrency=a.concurrency,
-                      timeout_s=a.timeout_s, max_retries=a.max_retries)
-    s = regenerate_file(a.input, a.output, be, gen=gen, failures_path=a.failures, mode=a.mode, select=a.select,
-                        tool_turns=a.tool_turns, keep_truncated=a.keep_truncated, chunk_size=a.chunk_size,
-                        limit=a.limit, progress=not a.quiet, workers=a.workers)
+    v = vars(a)
+    be = make_backend(from_declared(BackendOptions, v, backend='http' if a.endpoint else 'hf',
+                                    **({'target': a.model} if a.model else {})))
+    s = regenerate_file(a.input, a.output, be, from_declared(GenConfig, v), from_declared(RegenOptions, v),
+                        failures_path=a.failures, progress=not a.quiet)
     print(json.dumps(s, indent=2))
     return 0
 
@@ -1070,22 +1076,13 @@ def register_cli(sub):
 # %% ../nbs/40_regenerate.ipynb #32239f81
 def _stage_backend(stage: Stage):
     "The backend the stage's parameters name, loaded (timed)."
-    p = stage.params
-    with stage.timer('load'):
-        return make_backend(p['backend'], model=p['target'], endpoint=p['endpoint'], served_model=p['served_model'],
-                            device=p['device'], dtype=p['dtype'], batch_size=p['batch_size'],
-                            max_batch_tokens=p['max_batch_tokens'], threads=p['threads'],
-                            concurrency=p['concurrency'], timeout_s=p['timeout_s'], max_retries=p['max_retries'])
+    with stage.timer('load'): return make_backend(from_declared(BackendOptions, stage.params))
 
 def _stage_regenerate(stage: Stage, src: Path, backend, gen: GenConfig) -> dict:
     "`regenerate_file` of `src` into the stage's folder with the stage's settings (timed); its summary."
-    p = stage.params
     with stage.timer('regenerate'):
-        return regenerate_file(src, stage.path('regenerated.jsonl'), backend, gen=gen,
-                               failures_path=stage.path('failures.jsonl'), mode=p['mode'], select=p['select'],
-                               tool_turns=p['tool_turns'], keep_truncated=p['keep_truncated'],
-                               chunk_size=p['chunk_size'], limit=p['limit'], parts_dir=stage.path('parts'),
-                               workers=p['workers'])
+        return regenerate_file(src, stage.path('regenerated.jsonl'), backend, gen, from_declared(RegenOptions, stage.params),
+                               failures_path=stage.path('failures.jsonl'), parts_dir=stage.path('parts'))
 
 # %% ../nbs/40_regenerate.ipynb #3aa0afb4
 def _regenerated(path) -> Iterator[dict]:
@@ -1119,7 +1116,7 @@ def regenerate_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `
     seed_everything(p['seed'])
     log = setup_logging(stage.dir)
     src = stage.input(stage.run_dir / '30_convert' / 'conversations.jsonl')
-    gen = gen_config(p)
+    gen = from_declared(GenConfig, p)
     be = _stage_backend(stage)
     s = _stage_regenerate(stage, src, be, gen)
     log.info('regenerated %s rows, passed %s, failed %s (%s); %.1f tok/s', s['regenerated'], s['passed'], s['failed'],

@@ -18,13 +18,15 @@ from .core import (Quarantine, Stage, atomic_write, expand_path, setup_logging, 
                             write_jsonl)
 from .formats import (GROUP_BY, NORMALIZERS, SourceUnavailable, detect_format, group_records,
                                norm_text, normalize_record, read_file, resolve_path)
+from .params import check_fields, declared, from_declared
 from .schema import DEFAULT_REPAIRS, MEANING_CHANGING, REPAIRS, user_text
 
 # %% auto #0
 __all__ = ['CATEGORIES', 'REGISTRY', 'Source', 'get_source', 'hub_reachable', 'read_source', 'normalize_stream', 'row_chars',
-           'survey_source', 'dedup_keys', 'scale_quotas', 'allocate', 'build_mix', 'plot_mix', 'plot_lengths',
-           'auto_source', 'file_source', 'normalize_file', 'cmd_sources_list', 'repair_label', 'cmd_sources_normalize',
-           'cmd_sources_detect', 'register_cli', 'survey_names', 'mix_summary', 'sources_stage']
+           'survey_source', 'dedup_keys', 'scale_quotas', 'allocate', 'MixOptions', 'build_mix', 'plot_mix',
+           'plot_lengths', 'auto_source', 'file_source', 'normalize_file', 'cmd_sources_list', 'repair_label',
+           'cmd_sources_normalize', 'cmd_sources_detect', 'register_cli', 'survey_names', 'mix_summary',
+           'sources_stage']
 
 # %% ../nbs/10_sources.ipynb #8e897995
 CATEGORIES = ('general', 'code', 'multi-turn', 'tool-calling', 'agentic', 'eval')
@@ -318,8 +320,8 @@ def scale_quotas(total: int | None, # rows wanted (None or <= 0: no total)
 # %% ../nbs/10_sources.ipynb #95cf8167
 def allocate(total: int, # rows in the mix
              sources: list[Source], # the sources of the mix
-             quotas: dict | None = None, # {source: rows}; scaled by `scale_quotas` when they exceed `total`
-             category_weights: dict | None = None, # {category: weight} of the sources without a quota (1)
+             quotas: dict, # {source: rows}; scaled by `scale_quotas` when they exceed `total`
+             category_weights: dict, # {category: weight} of the sources without a quota (absent: 1)
             ) -> dict: # {source name: rows}
     "Per-source row quotas."
     quotas = scale_quotas(total, quotas); cw = dict(category_weights or {})
@@ -379,32 +381,41 @@ def _source_counts(src: Source, quota: int) -> dict:
             'too_short': 0, 'too_long': 0, 'dup_exact': 0, 'dup_normalized': 0, 'candidates': 0, 'kept': 0,
             'status': 'ok'}
 
+# %% ../nbs/10_sources.ipynb #25f50449
+_S = '10_sources'
+
+@dataclass(kw_only=True)
+class MixOptions:
+    "How the prompt mix is drawn: size, split, filters, reading, seed (defaults and checks: the stage's declarations)."
+    total: int = declared(_S, 'total')                          # rows in the mix
+    quotas: dict = declared(_S, 'quotas')                       # {source: rows}, overriding the split of `total`
+    category_weights: dict = declared(_S, 'category_weights')   # {category: weight} of the sources without a quota
+    min_user_chars: int = declared(_S, 'min_user_chars')        # drop rows with less user text
+    max_chars: int | None = declared(_S, 'max_chars')           # drop rows with more content characters (None: no limit)
+    dedup: str = declared(_S, 'dedup')                          # none | exact | normalized
+    scan_factor: int = declared(_S, 'scan_factor')              # read at most scan_factor * quota records per source
+    seed: int = declared(_S, 'seed')                            # the reservoir samples and the final shuffle
+
+    def __post_init__(self): check_fields(self)
+
 # %% ../nbs/10_sources.ipynb #20de9e68
 def build_mix(sources: list[Source], # the sources, in order: earlier ones win duplicates
-              total: int, # rows in the mix
-              quotas: dict | None = None, # {source: rows}
-              category_weights: dict | None = None, # {category: weight}
-              min_user_chars: int = 1, # drop rows with less user text
-              max_chars: int | None = None, # drop rows with more content characters
-              dedup: str = 'normalized', # none, exact or normalized
-              scan_factor: int = 20, # read at most scan_factor * quota records per source
-              seed: int = 0, # the reservoir samples and the final shuffle
+              opts: MixOptions | None = None, # size, split, filters, seed (None: the declared defaults)
               quarantine: Quarantine | None = None, # collects the rejected records with their reasons
               repairs=DEFAULT_REPAIRS, # the repairs allowed: format-only, plus the meaning-changing ones opted in
               log=print, # where an unavailable source is reported
              ) -> tuple[list[dict], dict]: # (rows, counts per source)
     "Build the prompt mix; an unavailable source is reported, not fatal."
-    if dedup not in ('none', 'exact', 'normalized'):
-        raise ValueError(f"dedup must be none, exact or normalized, got {dedup!r}")
-    alloc, kept, mix, counts = allocate(total, sources, quotas, category_weights), (set(), set()), [], {}
-    filters = dict(min_user_chars=min_user_chars, max_chars=max_chars, dedup=dedup, kept=kept)
+    o = opts or MixOptions()
+    alloc, kept, mix, counts = allocate(o.total, sources, o.quotas, o.category_weights), (set(), set()), [], {}
+    filters = dict(min_user_chars=o.min_user_chars, max_chars=o.max_chars, dedup=o.dedup, kept=kept)
     for src in sources:
         c = counts[src.name] = _source_counts(src, alloc[src.name])
         if c['quota'] <= 0: c['status'] = 'no quota'; continue
-        rng, reservoir = random.Random(seed * 1_000_003 + zlib.crc32(src.name.encode())), []
+        rng, reservoir = random.Random(o.seed * 1_000_003 + zlib.crc32(src.name.encode())), []
         c['unmapped_fields'] = Counter()   # native fields the normalizer did not map
         keep = partial(_keep, seen=(set(), set()), **filters)
-        try: _fill(src, c, reservoir, keep, scan_factor, rng, quarantine, repairs)
+        try: _fill(src, c, reservoir, keep, o.scan_factor, rng, quarantine, repairs)
         except SourceUnavailable as e:
             c['status'] = e.status; c['error'] = str(e); log(f'[sources] {src.name}: {e} (skipped)')
         for r in reservoir:
@@ -412,7 +423,7 @@ def build_mix(sources: list[Source], # the sources, in order: earlier ones win d
         c['kept'] = len(reservoir)
         if c['status'] == 'ok' and c['kept'] < c['quota']: c['short_by'] = c['quota'] - c['kept']
         mix.extend(reservoir)
-    random.Random(seed).shuffle(mix)
+    random.Random(o.seed).shuffle(mix)
     return mix, counts
 
 # %% ../nbs/10_sources.ipynb #3ff91c9a
@@ -646,10 +657,8 @@ def _stage_mix(stage: Stage, srcs: list[Source], q: Quarantine, log) -> tuple[li
     "`build_mix` with the stage's settings (timed)."
     p = stage.params
     with stage.timer('mix'):
-        return build_mix(srcs, total=p['total'], quotas=p['quotas'], category_weights=p['category_weights'],
-                         min_user_chars=p['min_user_chars'], max_chars=p['max_chars'], dedup=p['dedup'],
-                         scan_factor=p['scan_factor'], seed=p['seed'], quarantine=q,
-                         repairs=DEFAULT_REPAIRS + tuple(p['repairs']), log=log.info)
+        return build_mix(srcs, from_declared(MixOptions, p), quarantine=q, repairs=DEFAULT_REPAIRS + tuple(p['repairs']),
+                         log=log.info)
 
 def _write_mix(stage: Stage, rows: list[dict], counts: dict, report: list[dict], q: Quarantine) -> int:
     "Write the mix, its quarantine, `survey.json` and the two plots, each a declared output; returns the rows written."

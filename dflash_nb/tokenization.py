@@ -5,21 +5,19 @@
 # %% ../nbs/50_tokenization.ipynb #44ec82a2
 from __future__ import annotations
 import argparse, html, itertools, json, math, os, shutil, sys, time
-from dataclasses import dataclass, asdict, fields
+from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import Iterator
-
-from fastcore.basics import patch
 
 from .core import (Quarantine, atomic_dir, atomic_write, file_hash, iter_jsonl, obj_hash, read_json, seed_everything,
                             setup_logging, write_json)
 from .schema import validate_row
-from .params import add_declared_options, check_fields, declared
+from .params import add_declared_options, check_fields, declared, from_declared
 from .models import load_tokenizer
 from .masks import LOSS_REASONS, as_renderer, assistant_masks, split_reason, turn_samples
 
 # %% auto #0
-__all__ = ['DECLARED_OPTIONS', 'TokenizeOptions', 'encode_rows', 'count_tokens', 'freq_dict', 'save_token_freq',
+__all__ = ['DECLARED_OPTIONS', 'TokenizeOptions', 'TokenizeJob', 'encode_rows', 'count_tokens', 'freq_dict', 'save_token_freq',
            'load_token_freq', 'build_vocab_mapping', 'tokenizer_key', 'encode_file', 'EmptyDatasetError', 'assemble',
            'target_vocab_size', 'tokenize_conversations', 'plot_lengths', 'show_rows', 'stage_input',
            'tokenization_stage', 'InputError', 'check_input', 'register_cli']
@@ -45,10 +43,15 @@ class TokenizeOptions:
         self.max_seq_len = self.max_seq_len or 0      # the dataset's (and the resume hash's) "no limit"
 
 # %% ../nbs/50_tokenization.ipynb #f2c8a3b0
-@patch(cls_method=True)
-def from_params(cls: TokenizeOptions, params: dict) -> TokenizeOptions:
-    "The options from a stage's (or the CLI's) parameter values, by each field's declared name."
-    return cls(**{f.name: params[f.metadata['param']] for f in fields(cls) if f.metadata.get('param') in params})
+@dataclass(kw_only=True)
+class TokenizeJob:
+    "How the tokenization is cut and written; none of it changes a row (defaults and checks: the stage's)."
+    num_proc: int = declared(_T, 'num_proc')                  # worker processes
+    chunk_rows: int = declared(_T, 'chunk_rows')              # rows per resumable chunk
+    shard_mb: float = declared(_T, 'shard_mb')                # target size of a dataset shard in MB
+    draft_vocab_size: int = declared(_T, 'draft_vocab_size')  # the reduced draft vocabulary (0: the full target vocabulary)
+
+    def __post_init__(self): check_fields(self)
 
 # %% ../nbs/50_tokenization.ipynb #ec853ce8
 def _last_run(mask: list[int]) -> list[int]:
@@ -353,8 +356,8 @@ def encode_file(
     tokenizer,  # the loaded tokenizer
     tokenizer_spec: str,  # its spec (what a spawned worker loads)
     opts: TokenizeOptions,  # the options
-    num_proc: int = 1,  # worker processes
-    chunk_rows: int = 2000,  # rows per chunk
+    num_proc: int,  # worker processes
+    chunk_rows: int,  # rows per chunk
     max_chunks: int | None = None,  # stop after this many new chunks (None: all)
     echo=print,  # where messages go
 ) -> dict:  # {'chunks', 'done_before', 'done_now', 'complete'}
@@ -405,7 +408,7 @@ def assemble(
     work,  # the work folder with the finished chunks
     out_dir,  # the dataset folder to write (atomically)
     opts: TokenizeOptions,  # the options (for the error message)
-    shard_mb: float = 500,  # target shard size in MB
+    shard_mb: float,  # target shard size in MB
     quarantine_path=None,  # where the quarantine goes (None: not written)
 ) -> dict:  # counts, reasons, numpy token counts, per-row lengths, shards, worker seconds
     "Write the dataset (`save_to_disk`, in shards) and the quarantine from the chunks; an empty dataset is an error."
@@ -489,32 +492,30 @@ def tokenize_conversations(
     input_path,  # canonical conversations (JSONL)
     out_dir,  # the output folder
     target: str,  # the target spec (tokenizer, template, vocabulary size)
-    opts: TokenizeOptions | None = None,  # the options (None: defaults)
+    opts: TokenizeOptions | None = None,  # what decides the rows (None: the declared defaults)
+    job: TokenizeJob | None = None,  # processes, chunk rows, shard size, draft vocabulary (None: the declared defaults)
+    *,
     tokenizer=None,  # the tokenizer, already loaded (None: loaded from `target`)
-    draft_vocab_size: int = 0,  # the reduced draft vocabulary (0: the full target vocabulary)
     vocab_size: int | None = None,  # the target vocabulary size (None: from its config)
-    num_proc: int = 1,  # worker processes
-    chunk_rows: int = 2000,  # rows per resumable chunk
-    shard_mb: float = 500,  # target shard size in MB
     max_chunks: int | None = None,  # stop after this many new chunks (then `{'complete': False}` and no outputs)
     keep_work: bool = False,  # keep the work folder
     echo=print,  # where messages go
 ) -> dict:  # the report (also `report.json`), with `_lengths` (per-row lengths) for plotting
     "Tokenize a JSONL of conversations into `dataset/`, `token_freq.pt`, `d2t.npy`, `t2d.npy`, `quarantine.jsonl`, `report.json`."
-    opts, out_dir, t0 = opts or TokenizeOptions(), Path(out_dir), time.time()
+    opts, job, out_dir, t0 = opts or TokenizeOptions(), job or TokenizeJob(), Path(out_dir), time.time()
     out_dir.mkdir(parents=True, exist_ok=True)
     if tokenizer is None: tokenizer = load_tokenizer(target)
     t1 = time.time()
-    run = encode_file(input_path, out_dir / 'work', tokenizer, target, opts, num_proc, chunk_rows,
+    run = encode_file(input_path, out_dir / 'work', tokenizer, target, opts, job.num_proc, job.chunk_rows,
                       max_chunks, echo)
     if not run['complete']: return {'complete': False, **run}
     t2 = time.time()
-    a = assemble(out_dir / 'work', out_dir / 'dataset', opts, shard_mb, out_dir / 'quarantine.jsonl')
+    a = assemble(out_dir / 'work', out_dir / 'dataset', opts, job.shard_mb, out_dir / 'quarantine.jsonl')
     V, freq = int(vocab_size or target_vocab_size(target, tokenizer)), freq_dict(a['freq'])
-    d2t, t2d = _write_vocab(out_dir, freq, draft_vocab_size, V)
+    d2t, t2d = _write_vocab(out_dir, freq, job.draft_vocab_size, V)
     secs = {'load_tokenizer': round(t1 - t0, 3), 'encode': round(t2 - t1, 3),
             'assemble': round(time.time() - t2, 3), 'total': round(time.time() - t0, 3)}
-    rep = _report(input_path, opts, target, a, freq, d2t, t2d, V, run, num_proc, secs)
+    rep = _report(input_path, opts, target, a, freq, d2t, t2d, V, run, job.num_proc, secs)
     rep['shards'] = [{'file': p.name, 'bytes': p.stat().st_size} for p in sorted((out_dir / 'dataset').glob('*.arrow'))]
     write_json(out_dir / 'report.json', rep)
     if not keep_work: shutil.rmtree(out_dir / 'work', ignore_errors=True)
@@ -524,8 +525,8 @@ def tokenize_conversations(
 def plot_lengths(
     seq_len,  # tokens per row
     supervised,  # supervised tokens per row
-    path=None,  # the PNG to write (None: not saved)
-    max_seq_len: int = 0,  # drawn as a red line when not 0
+    path,  # the PNG to write (None: not saved)
+    max_seq_len: int | None,  # drawn as a red line (None or 0: no limit, no line)
 ):  # the matplotlib figure
     "Histograms of tokens per row and supervised tokens per row."
     import matplotlib; matplotlib.use('Agg')   # heavy and optional: only for the plot
@@ -603,11 +604,9 @@ def tokenization_stage(
     seed_everything(p['seed'])
     log = setup_logging(stage.dir)
     input_path = stage.input(stage_input(stage.run_dir, p['input_stage']))
-    opts, tok = TokenizeOptions.from_params(p), load_tokenizer(p['target'])
+    opts, tok = from_declared(TokenizeOptions, p), load_tokenizer(p['target'])
     with stage.timer('tokenize'):
-        rep = tokenize_conversations(input_path, stage.dir, p['target'], opts, tokenizer=tok,
-                                     draft_vocab_size=p['draft_vocab_size'], num_proc=p['num_proc'],
-                                     chunk_rows=p['chunk_rows'], shard_mb=p['shard_mb'])
+        rep = tokenize_conversations(input_path, stage.dir, p['target'], opts, from_declared(TokenizeJob, p), tokenizer=tok)
     plot_lengths(*rep.pop('_lengths'), stage.path('lengths.png'), p['max_seq_len'])
     _finish(stage, rep, input_path, log)
     return rep
@@ -662,9 +661,8 @@ def _run_cmd(a) -> int:
     if a.chat_template is None and not getattr(tok, 'chat_template', None):
         raise InputError(f'the tokenizer of {a.target} has no chat template: pass one with --chat-template FILE.jinja')
     print(f'{a.input}: {n} canonical conversations', file=sys.stderr)
-    rep = tokenize_conversations(a.input, a.out, a.target, TokenizeOptions.from_params(vars(a)), tokenizer=tok,
-                                 draft_vocab_size=a.draft_vocab_size,
-                                 num_proc=a.num_proc, chunk_rows=a.chunk_rows, shard_mb=a.shard_mb)
+    rep = tokenize_conversations(a.input, a.out, a.target, from_declared(TokenizeOptions, vars(a)),
+                                 from_declared(TokenizeJob, vars(a)), tokenizer=tok)
     rep.pop('_lengths', None); rep.pop('histogram', None)
     print(json.dumps(rep, indent=2)); return 0
 

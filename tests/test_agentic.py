@@ -12,7 +12,7 @@ from dflash_nb.masks import (Renderer, as_renderer, assistant_mask, fixture_temp
                              split_reason, supervised_pieces, turn_samples)
 from dflash_nb.schema import validate_row
 from dflash_nb.models import TINY_CHAT_TEMPLATE, build_tiny_tokenizer
-from dflash_nb.tokenization import TokenizeOptions, encode_rows, tokenize_conversations
+from dflash_nb.tokenization import TokenizeJob, TokenizeOptions, encode_rows, tokenize_conversations
 
 FIX = Path(__file__).parent / 'fixtures' / 'agentic'
 LAYOUTS = {'openai_parts.jsonl': ('messages', 5, {'image-5'}),          # file: (normalizer, records, ids rejected)
@@ -204,7 +204,8 @@ def test_auto_splits_rows_qwen3(tmp_path):
     check_exact(tok, as_renderer(tok, tpl), rows, out, rej, c)
     inp = tmp_path / 'rows.jsonl'; inp.write_text(''.join(json.dumps(r) + '\n' for r in rows))
     rep = tokenize_conversations(inp, tmp_path / 'out', 'qwen3', TokenizeOptions(chat_template=str(tpl), max_seq_len=0, min_supervised_tokens=1),
-                                 tokenizer=tok, vocab_size=len(tok), chunk_rows=4, echo=lambda *a: None)
+                                 TokenizeJob(num_proc=1, chunk_rows=4, shard_mb=500, draft_vocab_size=0),
+                                 tokenizer=tok, vocab_size=len(tok), echo=lambda *a: None)
     assert (rep['rows_in'], rep['conversations_out'], rep['quarantined']) == (len(rows), len(rows), 0)
     assert (rep['rows_split'], rep['split_samples'], rep['rows_out']) == (c['rows_split'], c['split_samples'], len(out))
     saved = json.loads((tmp_path / 'out' / 'report.json').read_text())

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from dflash_nb.schema import (validate_row, repair_row, to_sharegpt, from_sharegpt, to_speculators, from_speculators)
-from dflash_nb.convert import convert_file
+from dflash_nb.convert import ConvertOptions, convert_file
 from dflash_nb.core import fixtures_dir
 
 # ---------- generated canonical rows ----------
@@ -110,7 +110,7 @@ def test_malformed_rows_are_all_accounted_for(tmp_path):
         lines.append(line); expected[len(lines)] = kind
     lines += ['', json.dumps(_ok(2, messages=[{'role': 'human', 'content': [{'type': 'text', 'text': 'real'}]}, A]))]   # format-only repairs: kept
     (tmp_path / 'in.jsonl').write_text('\n'.join(lines) + '\n')
-    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', max_chars=200_000)   # the defaults: format-only repairs
+    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', ConvertOptions())   # the defaults: format-only repairs
     assert len(BAD) >= 20
     assert c['rows_in'] == c['rows_out'] + c['quarantined'] == len(lines) - 1        # the blank line is not a row
     assert c['rows_out'] == 2 and c['quarantined'] == len(BAD)
@@ -134,7 +134,7 @@ OPT_IN = ['map_unknown_roles', 'prepend_user', 'move_system_first']
 def test_meaning_changing_repairs_are_quarantined_by_default_with_the_repair_that_would_apply(tmp_path):
     lines = [l.replace('"id": "r0"', f'"id": "bad{i}"') for i, (k, l) in enumerate(BAD.items()) if k != 'duplicate id']
     (tmp_path / 'in.jsonl').write_text('\n'.join(lines) + '\n')
-    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', max_chars=200_000)
+    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', ConvertOptions())
     assert c['rows_out'] == 0 and c['quarantined'] == len(lines) and c['repairs'] == {}
     assert c['needs_opt_in'] == {'map_unknown_roles': 1, 'prepend_user': 1, 'move_system_first': 1}
     q = {r['reason'].split(':')[0]: r for r in map(json.loads, (tmp_path / 'out/quarantine.jsonl').read_text().splitlines())}
@@ -146,7 +146,7 @@ def test_meaning_changing_repairs_are_quarantined_by_default_with_the_repair_tha
 def test_repairs_keep_exactly_the_repairable_rows_and_record_them(tmp_path):
     lines = [l.replace('"id": "r0"', f'"id": "bad{i}"') for i, (k, l) in enumerate(BAD.items()) if k != 'duplicate id']
     (tmp_path / 'in.jsonl').write_text('\n'.join(lines) + '\n')
-    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', max_chars=200_000, repairs=OPT_IN)   # opted in
+    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out', ConvertOptions(repairs=OPT_IN))   # opted in
     assert c['rows_in'] == len(lines) and c['rows_out'] == len(REPAIRABLE) and c['quarantined'] == len(lines) - len(REPAIRABLE)
     assert c['repairs'] == {'map_unknown_roles': 1, 'prepend_user': 1, 'move_system_first': 1}
     assert c['repair_kinds'] == {'meaning-changing': 3} and c['needs_opt_in'] == {}
@@ -156,7 +156,7 @@ def test_repairs_keep_exactly_the_repairable_rows_and_record_them(tmp_path):
     got = {kinds[int(o['id'][3:])]: o['meta']['repairs'] for o in out}
     assert got == REPAIRABLE
     assert all(validate_row(o) == [] for o in out)
-    c2 = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out2', max_chars=200_000, repairs=['move_system_first'])
+    c2 = convert_file(tmp_path / 'in.jsonl', tmp_path / 'out2', ConvertOptions(repairs=['move_system_first']))
     assert c2['rows_out'] == 1 and c2['repairs'] == {'move_system_first': 1}   # only what is configured
 
 def test_eval_prompts_are_removed_from_training(tmp_path):
@@ -186,7 +186,7 @@ def test_merge_same_role_only_when_asked(tmp_path):
     (tmp_path / 'in.jsonl').write_text(json.dumps(row) + '\n')
     c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'o1')
     assert c['repairs'] == {} and len(json.loads((tmp_path / 'o1/conversations.jsonl').read_text())['messages']) == 2
-    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'o2', merge_same_role=True)
+    c = convert_file(tmp_path / 'in.jsonl', tmp_path / 'o2', ConvertOptions(merge_same_role=True))
     assert c['repairs'] == {'merge_same_role': 1}
     assert json.loads((tmp_path / 'o2/conversations.jsonl').read_text())['messages'] == [{'role': 'user', 'content': 'a\n\nb'}]
 
@@ -207,5 +207,5 @@ def test_real_rows_convert_without_losses(name, tmp_path):
     assert c['read'] == n_records
     assert c['quarantined'] == 0, c['reasons']          # every real record normalizes
     assert c['written'] == n_records                     # one conversation per record for these formats
-    cc = convert_file(tmp_path / 'norm.jsonl', tmp_path / 'conv')
+    cc = convert_file(tmp_path / 'norm.jsonl', tmp_path / 'conv', ConvertOptions(max_chars=None))   # real rows, however long
     assert cc['rows_in'] == cc['rows_out'] == n_records and cc['quarantined'] == 0

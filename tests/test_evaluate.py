@@ -271,14 +271,14 @@ def test_lossless_failure_is_detected_and_named(tmp_path, monkeypatch, capsys):
     model, tok = target('tiny-qwen3')
     items = [{'id': 'p0', 'messages': [{'role': 'user', 'content': 'Write a short poem about the sea'}]}]
     variants = {'trained': (dflash_session(model, block_size=4), 0)}
-    ok = evaluate_prompts(model, tok, items, variants, 8, enforce_lossless=True, log=None)      # unpatched: passes
+    ok = evaluate_prompts(model, tok, items, variants, 8, 0.0, 0, False, enforce_lossless=True, log=None)      # unpatched: passes
     assert ok['trained'][0].tokens == ok['plain'][0].tokens
     plain = ok['plain'][0].tokens
     bad = (plain[1] + 1) % model.config.vocab_size
     b = BrokenVerify(model, bad)
     try:
         with pytest.raises(LosslessError, match=r'prompts/p0 turn 0, variant trained: output differs from plain decoding at generated token (\d+) \(position \d+\)'):
-            evaluate_prompts(model, tok, items, variants, 8, enforce_lossless=True, log=None)
+            evaluate_prompts(model, tok, items, variants, 8, 0.0, 0, False, enforce_lossless=True, log=None)
         # the command fails too, with one line naming the prompt and the position
         d = tiny_drafter_dir(tmp_path / 'drafter')
         write_jsonl(tmp_path / 'one.jsonl', [{'id': 'p0', 'prompt': 'Write a short poem about the sea'}])
@@ -290,7 +290,7 @@ def test_lossless_failure_is_detected_and_named(tmp_path, monkeypatch, capsys):
         assert 'target logits there' in err and 'Traceback' not in err, err                   # plain's token is the target's choice
         assert len([l for l in err.splitlines() if 'error' in l]) == 1, err
         # report mode counts it instead of failing
-        r = evaluate_prompts(model, tok, items, variants, 8, enforce_lossless=False, log=None)
+        r = evaluate_prompts(model, tok, items, variants, 8, 0.0, 0, False, enforce_lossless=False, log=None)
         assert r['trained'][0].tokens != r['plain'][0].tokens
     finally: b.remove()
 
@@ -325,7 +325,8 @@ def test_control_prompts_limit_a_variant_to_the_first_prompts():
     model, tok = target('tiny-qwen3')
     items = [{'id': f'p{i}', 'messages': [{'role': 'user', 'content': f'Count to {i + 3}'}]} for i in range(3)]
     variants = {'trained': (dflash_session(model, block_size=4), 0), 'untrained': (dflash_session(model, block_size=4), 0)}
-    res, gens = evaluate_set(model, tok, 'few', items, variants, 4, 6, Quarantine(None), limits={'untrained': 1}, log=None)
+    res, gens = evaluate_set(model, tok, 'few', items, variants, 4, 6, Quarantine(None), temperature=0.0, seed=0,
+                             enable_thinking=False, max_prompt_tokens=4096, lossless='enforce', limits={'untrained': 1}, log=None)
     assert [len(gens[v]) for v in ('plain', 'trained', 'untrained')] == [3, 3, 1]
     assert res['variants']['trained']['prompts'] == 3 and res['variants']['untrained']['prompts'] == 1
     assert res['variants']['untrained']['identical'] == 1.0

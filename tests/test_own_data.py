@@ -49,8 +49,8 @@ def test_an_opted_in_repair_saves_the_row_or_says_why():
     orphan = {'messages': greet['messages'] + [{'role': 'tool', 'content': '{}'}]}   # prepend_user applies, yet it fails
     _, rej = normalize_record('mine', NORMALIZERS['messages'], orphan, 0, repairs=DEFAULT_REPAIRS + ('prepend_user',))
     assert 'prepend_user applied, but the row still fails: orphan tool message' in rej[0]['reason'], rej
-    from dflash_nb.convert import convert_rows
-    v = next(convert_rows([{'id': 'o', 'source': 's', **orphan}], repairs=['prepend_user']))
+    from dflash_nb.convert import ConvertOptions, convert_rows
+    v = next(convert_rows([{'id': 'o', 'source': 's', **orphan}], ConvertOptions(repairs=['prepend_user'])))
     assert 'prepend_user applied, but the row still fails: orphan tool message' in v['reasons'][0], v
 
 def test_every_quarantine_is_announced_and_run_repairs_saves_rows(tmp_path):

@@ -97,12 +97,17 @@ def test_every_subcommand_option_shows_the_declared_default():
 
 def test_settings_dataclasses_take_the_declared_defaults():
     "Each field of a settings dataclass that a stage declares is a `params.declared` field: no second default."
-    from dflash_nb.regenerate import GenConfig
-    from dflash_nb.tokenization import TokenizeOptions
+    from dflash_nb.sources import MixOptions
+    from dflash_nb.convert import ConvertOptions
+    from dflash_nb.regenerate import BackendOptions, GenConfig, RegenOptions
+    from dflash_nb.tokenization import TokenizeJob, TokenizeOptions
     from dflash_nb.train import TrainConfig
     from dflash_nb.hidden_states import ExtractOptions
     from dflash_nb.evaluate import EvalSettings
-    for cls, stage, rename in ((GenConfig, '40_regenerate', {}), (TokenizeOptions, '50_tokenization', {'dtype': 'ids_dtype'}),
+    for cls, stage, rename in ((MixOptions, '10_sources', {}), (ConvertOptions, '30_convert', {}),
+                               (GenConfig, '40_regenerate', {}), (RegenOptions, '40_regenerate', {}),
+                               (BackendOptions, '40_regenerate', {}),
+                               (TokenizeOptions, '50_tokenization', {'dtype': 'ids_dtype'}), (TokenizeJob, '50_tokenization', {}),
                                (TrainConfig, '80_train', {}), (EvalSettings, '90_evaluate', {}),
                                (ExtractOptions, '60_hidden_states', {'layer_ids': 'target_layer_ids'})):
         st, obj = next(s for s in STAGES if s.name == stage), cls()
@@ -112,6 +117,73 @@ def test_settings_dataclasses_take_the_declared_defaults():
             assert f.metadata.get('param') == name and f.metadata.get('stage') == stage, (cls.__name__, f.name)
             want = st.params[name].default
             assert getattr(obj, f.name) == (want or 0 if (cls, name) == (TokenizeOptions, 'max_seq_len') else want), (cls.__name__, f.name)
+
+# --- one default per parameter: function signatures -------------------------------------------------------------------
+
+import importlib, inspect
+
+SIGNATURE_MODULES = ('sources', 'convert', 'templates', 'regenerate', 'tokenization', 'hidden_states', 'train', 'evaluate',
+                     'plan', 'export')   # a stage's module checks against its stage; plan and export against every stage
+
+# A parameter named like a declared one whose default means something else; the caller resolves the declared value.
+_TORCH_DEVICE = "a torch device the caller resolved (`core.get_device` of the stage's `device`), not the spec `auto`"
+OWN_DEFAULT = {
+    ('sources', 'build_mix', 'repairs'): 'every repair allowed, format-only ones included (the stage passes DEFAULT_REPAIRS + its opt-ins)',
+    ('sources', 'normalize_file', 'repairs'): 'every repair allowed, format-only ones included (the CLI adds its --repair opt-ins)',
+    ('train', 'load_target_head', 'device'): _TORCH_DEVICE, ('train', 'shard_drafter', 'device'): _TORCH_DEVICE,
+    ('train', 'Trainer', 'device'): _TORCH_DEVICE, ('train', 'RemoteFeatures', 'device'): _TORCH_DEVICE,
+    ('train', 'serve_features', 'device'): _TORCH_DEVICE,
+    ('train', 'benchmark_step', 'device'): 'the GPU whose training step is timed (a benchmark, not a run)',
+    ('evaluate', 'tree_mask', 'device'): "the mask tensor's torch device (the target session's)",
+    ('evaluate', 'tree_mask', 'dtype'): "the mask tensor's torch dtype (the target's weights')",
+    ('evaluate', 'open_drafter', 'device'): 'where the drafter folder is read to (torch); `load_pair` moves it to the target',
+    ('evaluate', 'open_drafter', 'dtype'): 'the torch dtype the drafter is read in; `load_pair` casts it to the target',
+    ('evaluate', 'drafter_target', 'target'): "None: the target the drafter's config.json names (see OWN_MEANING)",
+    ('evaluate', 'evaluate_drafter', 'target'): "None: the target the drafter's config.json names (see OWN_MEANING)",
+    ('evaluate', 'evaluate_drafter', 'prompt_sets'): 'None: mt_bench and humaneval unless prompt files are given (no held_out '
+                                                     'without a run); the stage passes its declared sets',
+    ('export', 'export_speculators', 'draft_vocab_size'): "None: the size the run's tokenization wrote (its d2t.npy), not a new one",
+}
+
+def _same(default, declared) -> bool:
+    "A default that says what the declaration says: equal, a tuple for a list, or None/() for an empty list or dict."
+    if isinstance(default, tuple) and isinstance(declared, list): default = list(default)
+    if default is None and declared in ([], {}): return True
+    return default == declared
+
+def _signatures(mod):
+    "(qualified name, signature) of each public function and class of `mod` (constructors and methods; not dataclasses)."
+    for name, obj in vars(mod).items():
+        if name.startswith('_') or getattr(obj, '__module__', None) != mod.__name__: continue
+        fns = [(name, obj)] if inspect.isfunction(obj) else []
+        if inspect.isclass(obj) and not dataclasses.is_dataclass(obj):
+            fns = [(name, obj)] + [(f'{name}.{k}', v) for k, v in vars(obj).items() if inspect.isfunction(v) and not k.startswith('_')]
+        for qn, f in fns:
+            try: yield qn, inspect.signature(f)
+            except (TypeError, ValueError): continue
+
+def signature_drift() -> list:
+    "`(module, function, parameter, its default, the declared default)` of each default that is not the declaration's."
+    by_short, drift = {s.short: s for s in STAGES}, []
+    for m in SIGNATURE_MODULES:
+        stages = [by_short[m]] if m in by_short else STAGES
+        for qn, sig in _signatures(importlib.import_module(f'dflash_nb.{m}')):
+            for p in sig.parameters.values():
+                decl = [s.params[p.name].default for s in stages if p.name in s.params and p.name != 'run_dir']
+                if not decl or p.default is inspect.Parameter.empty or (m, qn.split('.')[0], p.name) in OWN_DEFAULT: continue
+                if not any(_same(p.default, d) for d in decl): drift.append((m, qn, p.name, p.default, decl[0]))
+    return drift
+
+def test_no_signature_keeps_a_default_of_its_own():
+    """A public function of a stage module whose parameter is named like a parameter of that stage has the declared
+    default or none (the settings travel in the declared dataclasses); the exceptions say why, by name."""
+    assert not signature_drift(), signature_drift()
+
+def test_the_exceptions_are_still_there():
+    "Each exception names a parameter that exists and still has a default (a stale entry would hide nothing)."
+    for m, fn, name in OWN_DEFAULT:
+        obj = getattr(importlib.import_module(f'dflash_nb.{m}'), fn)
+        assert inspect.signature(obj).parameters[name].default is not inspect.Parameter.empty, (m, fn, name)
 
 def test_no_stage_module_reads_notebooks_at_import():
     "Importing a stage module reads no notebook (the wheel's nbs/ may be absent in a stripped install)."

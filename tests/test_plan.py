@@ -127,7 +127,7 @@ def test_total_scales_quotas():
     e = plan['estimates']
     assert e['rows'] == 2000 and sum(v['rows'] for v in e['per_source'].values()) == 2000
     srcs = [get_source(n) for n in cfg['sources']['sources']]
-    assert {k: v['rows'] for k, v in e['per_source'].items()} == allocate(2000, srcs, cfg['sources']['quotas'])
+    assert {k: v['rows'] for k, v in e['per_source'].items()} == allocate(2000, srcs, cfg['sources']['quotas'], {})
     assert e['per_source']['openorca']['rows'] == round(371000 * 2000 / 912756)   # 813: the mix's proportions kept
     assert any('scaled by' in w for w in e['warnings'])
     full = make_plan(PROD, target_config=TCFG, echo=lambda s: None)['estimates']
@@ -156,9 +156,10 @@ def test_scale_quotas():
 
 def test_sources_stage_uses_the_same_rule():
     "The mix builder scales the quotas as the plan does: 30 + 10 asked, total 8 -> 6 + 2 rows."
-    from dflash_nb.sources import build_mix, get_source
+    from dflash_nb.sources import MixOptions, build_mix, get_source
     srcs = [get_source('demo-alpaca'), get_source('demo-sharegpt')]
-    rows, counts = build_mix(srcs, total=8, quotas={'demo-alpaca': 30, 'demo-sharegpt': 10}, log=lambda m: None)
+    mix = MixOptions(total=8, quotas={'demo-alpaca': 30, 'demo-sharegpt': 10}, min_user_chars=1, max_chars=None, category_weights={})
+    rows, counts = build_mix(srcs, mix, log=lambda m: None)
     assert (counts['demo-alpaca']['quota'], counts['demo-sharegpt']['quota']) == (6, 2)
     assert len(rows) == 8
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from dflash_nb.core import iter_jsonl
-from dflash_nb.regenerate import GenConfig, GenRequest, HFBackend, HTTPBackend, regenerate_file
+from dflash_nb.regenerate import BackendOptions, GenConfig, GenRequest, HFBackend, HTTPBackend, RegenOptions, regenerate_file
 
 GEN = GenConfig(max_new_tokens=6)
 TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'current weather',
@@ -71,14 +71,14 @@ def model_dir():
 def hf_backend(model_dir):
     import torch
     n = torch.get_num_threads()
-    be = HFBackend('smollm2', batch_size=8, threads=1)
+    be = HFBackend('smollm2', opts=BackendOptions(device='cpu', batch_size=8, threads=1))
     yield be
     torch.set_num_threads(n)
 
 def test_hf_backend(tmp_path, hf_backend):
     inp = write_rows(tmp_path / 'in.jsonl', ROWS)
     rec = Recorder(hf_backend)
-    s = regenerate_file(inp, tmp_path / 'out.jsonl', rec, GEN, mode='all', chunk_size=8, progress=False)
+    s = regenerate_file(inp, tmp_path / 'out.jsonl', rec, GEN, RegenOptions(mode='all', select='all', chunk_size=8), progress=False)
     assert (s['rows_in'], s['rows_out'], s['failed'], s['regenerated']) == (4, 2, 2, 2)
     assert s['failure_reasons'] == {'invalid': 1, 'duplicate id': 1}
     check_regenerated(tmp_path / 'out.jsonl', tmp_path / 'out.failures.jsonl', rec)
@@ -93,7 +93,7 @@ def bf16_backend(model_dir):
     "The quality run's setting: SmolLM2 in bfloat16 (one thread here)."
     import torch
     n = torch.get_num_threads()
-    yield HFBackend('smollm2', dtype='bfloat16', batch_size=8, threads=1)
+    yield HFBackend('smollm2', opts=BackendOptions(device='cpu', dtype='bfloat16', batch_size=8, threads=1))
     torch.set_num_threads(n)
 
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
@@ -101,7 +101,7 @@ def test_decoding_loop_matches_generate(dtype, hf_backend, request):
     """The in-place decoding loop gives exactly `generate`'s tokens on the same batch, in the same dtype: prompts of
     different lengths (padding, masks, positions), rows that stop early next to rows that hit the limit."""
     fast = hf_backend if dtype == 'float32' else request.getfixturevalue('bf16_backend')
-    ref = HFBackend(fast.model, fast.tok, batch_size=8, decoder='generate')
+    ref = HFBackend(fast.model, fast.tok, BackendOptions(batch_size=8), decoder='generate')
     assert (fast.no_loop, ref.no_loop) == (None, 'turned off')
     reqs, g = [GenRequest([{'role': 'user', 'content': p}]) for p in PROMPTS], GenConfig(max_new_tokens=24)
     got, want = fast.generate(reqs, g), ref.generate(reqs, g)
@@ -121,9 +121,9 @@ def test_multi_turn_all_mode_matches_generate(bf16_backend):
     """`mode: all` over multi-turn rows, bfloat16, batches cut around a long prompt: every turn of every row is
     `generate`'s, turn by turn (later turns see the earlier regenerated answers)."""
     from dflash_nb.regenerate import regenerate_chunk
-    ref = HFBackend(bf16_backend.model, bf16_backend.tok, batch_size=8, decoder='generate')
+    ref = HFBackend(bf16_backend.model, bf16_backend.tok, BackendOptions(batch_size=8), decoder='generate')
     g = GenConfig(max_new_tokens=12)
-    got, want = (regenerate_chunk(MULTI, be, g, mode='all') for be in (bf16_backend, ref))
+    got, want = (regenerate_chunk(MULTI, be, g, RegenOptions(mode='all', select='all')) for be in (bf16_backend, ref))
     assert [r['row']['messages'] for r in got] == [r['row']['messages'] for r in want]
     assert [len(r['row']['meta']['regenerated']['turns']) for r in got] == [2, 3, 1, 1, 1, 1, 1, 1]
 
@@ -132,24 +132,24 @@ def test_a_long_prompt_gets_its_own_batch():
     to 744 made the prefill 7x the real positions; the outlier goes alone."""
     from dflash_nb.regenerate import length_buckets
     lengths = [50 + i % 20 for i in range(127)] + [744]
-    batches = length_buckets(lengths, 128, max_new_tokens=128)
+    batches = length_buckets(lengths, 128, max_batch_tokens=None, max_new_tokens=128)
     assert [len(b) for b in batches] == [1, 127] and batches[0] == [127]
     padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
     assert padded < 1.5 * sum(lengths)
-    assert [len(b) for b in length_buckets([60] * 256, 128, max_new_tokens=128)] == [128, 128]   # no needless cut
+    assert [len(b) for b in length_buckets([60] * 256, 128, max_batch_tokens=None, max_new_tokens=128)] == [128, 128]   # no needless cut
 
 def test_hf_final_mode_and_drop_truncated(tmp_path, hf_backend):
     rows = [{'id': 'a', 'source': 's', 'messages': [{'role': 'user', 'content': 'Tell me a long story about a dragon.'},
                                                    {'role': 'assistant', 'content': 'OK.'}]},
             {'id': 'b', 'source': 's', 'messages': [{'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hello'}]}]
     inp = write_rows(tmp_path / 'in.jsonl', rows)
-    s = regenerate_file(inp, tmp_path / 'o.jsonl', hf_backend, GenConfig(max_new_tokens=3), mode='final', select='all',
-                        keep_truncated=False, progress=False)
+    s = regenerate_file(inp, tmp_path / 'o.jsonl', hf_backend, GenConfig(max_new_tokens=3),
+                        RegenOptions(mode='final', select='all', keep_truncated=False), progress=False)
     assert s['rows_in'] == s['rows_out'] + s['failed'] == 2
     fails = list(iter_jsonl(tmp_path / 'o.failures.jsonl'))
     assert s['failed'] == len(fails) >= 1 and all(f['reason'].startswith('truncated') for f in fails)
     # select=prompt_only: rows with answers pass through untouched
-    s = regenerate_file(inp, tmp_path / 'p.jsonl', hf_backend, GEN, select='prompt_only', progress=False)
+    s = regenerate_file(inp, tmp_path / 'p.jsonl', hf_backend, GEN, RegenOptions(mode='final', select='prompt_only'), progress=False)
     assert s['passed'] == 2 and list(iter_jsonl(tmp_path / 'p.jsonl')) == rows
 
 def _free_port():
@@ -187,7 +187,7 @@ def test_http_backend_real_server(tmp_path, server, model_dir):
     be = HTTPBackend(server, concurrency=2, timeout_s=120, max_retries=1)
     assert be.model == model_dir                      # taken from GET /v1/models
     rec = Recorder(be)
-    s = regenerate_file(inp, tmp_path / 'out.jsonl', rec, GEN, mode='all', chunk_size=8, progress=False)
+    s = regenerate_file(inp, tmp_path / 'out.jsonl', rec, GEN, RegenOptions(mode='all', select='all', chunk_size=8), progress=False)
     assert (s['rows_in'], s['rows_out'], s['failed'], s['backend']) == (4, 2, 2, 'http')
     check_regenerated(tmp_path / 'out.jsonl', tmp_path / 'out.failures.jsonl', rec)
 
@@ -197,7 +197,7 @@ def test_http_failures_are_per_row(tmp_path):
     rows.append({'id': 'keep', 'source': 's', 'messages': [{'role': 'user', 'content': 'q'}, {'role': 'assistant', 'content': 'a'}]})
     inp = write_rows(tmp_path / 'in.jsonl', rows)
     be = HTTPBackend(f'http://127.0.0.1:{_free_port()}/v1', model='m', concurrency=2, max_retries=2, backoff_s=0.01, timeout_s=5)
-    s = regenerate_file(inp, tmp_path / 'out.jsonl', be, GEN, select='prompt_only', chunk_size=2, progress=False)
+    s = regenerate_file(inp, tmp_path / 'out.jsonl', be, GEN, RegenOptions(mode='final', select='prompt_only', chunk_size=2), progress=False)
     assert (s['rows_in'], s['rows_out'], s['passed'], s['failed']) == (4, 1, 1, 3)
     fails = list(iter_jsonl(tmp_path / 'out.failures.jsonl'))
     assert [f['id'] for f in fails] == ['r0', 'r1', 'r2']
@@ -233,8 +233,9 @@ def test_resume_after_kill(tmp_path, model_dir):
 def test_workers_match_one_process(tmp_path, hf_backend):
     "workers=2 (two spawned processes, one model each): the same rows and failures as one process, duplicates found across chunks."
     inp = write_rows(tmp_path / 'in.jsonl', ROWS)
-    one = regenerate_file(inp, tmp_path / 'one.jsonl', hf_backend, GEN, mode='all', chunk_size=1, progress=False)
-    two = regenerate_file(inp, tmp_path / 'two.jsonl', hf_backend, GEN, mode='all', chunk_size=1, progress=False, workers=2)
+    one = regenerate_file(inp, tmp_path / 'one.jsonl', hf_backend, GEN, RegenOptions(mode='all', select='all', chunk_size=1), progress=False)
+    two = regenerate_file(inp, tmp_path / 'two.jsonl', hf_backend, GEN, RegenOptions(mode='all', select='all', chunk_size=1, workers=2),
+                          progress=False)
     assert (two['rows_in'], two['rows_out'], two['failed'], two['workers']) == (4, 2, 2, 2)
     assert two['failure_reasons'] == one['failure_reasons'] == {'invalid': 1, 'duplicate id': 1}   # 'mt' again in chunk 3
     assert list(iter_jsonl(tmp_path / 'two.jsonl')) == list(iter_jsonl(tmp_path / 'one.jsonl'))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dflash_nb.core import iter_jsonl
-from dflash_nb.regenerate import GenConfig, HTTPBackend, make_backend, regenerate_file
+from dflash_nb.regenerate import BackendOptions, GenConfig, HTTPBackend, RegenOptions, make_backend, regenerate_file
 
 
 class Stub:
@@ -62,9 +62,9 @@ def answer(row): return row['messages'][-1]['content']
 def test_server_dies_mid_run(tmp_path):
     "One of two servers crashes after 10 answers: every row is regenerated exactly once, in order, by someone."
     a, b = Stub('A', die_after=10), Stub('B')
-    be = make_backend('http', endpoint=[a.url, b.url], concurrency=2, timeout_s=10, max_retries=3)
+    be = make_backend(BackendOptions(backend='http', endpoint=[a.url, b.url], concurrency=2, timeout_s=10, max_retries=3))
     inp = write(tmp_path / 'in.jsonl', rows(40))
-    s = regenerate_file(inp, tmp_path / 'out.jsonl', be, GenConfig(max_new_tokens=8), chunk_size=8, progress=False)
+    s = regenerate_file(inp, tmp_path / 'out.jsonl', be, GenConfig(max_new_tokens=8), RegenOptions(mode='final', select='all', chunk_size=8), progress=False)
     b.kill()
     out = list(iter_jsonl(tmp_path / 'out.jsonl'))
     assert (s['rows_in'], s['rows_out'], s['failed']) == (40, 40, 0)
@@ -89,7 +89,7 @@ def test_restarted_server_returns(tmp_path):
         time.sleep(0.3); again['A'] = Stub('A2', delay=0.05, port=port)
     threading.Thread(target=restart, daemon=True).start()
     inp = write(tmp_path / 'in.jsonl', rows(80))
-    s = regenerate_file(inp, tmp_path / 'out.jsonl', be, GenConfig(max_new_tokens=8), chunk_size=80, progress=False)
+    s = regenerate_file(inp, tmp_path / 'out.jsonl', be, GenConfig(max_new_tokens=8), RegenOptions(mode='final', select='all', chunk_size=80), progress=False)
     assert (s['rows_out'], s['failed']) == (80, 0)
     assert len(again['A'].answered) > 0                       # back in rotation
     stat = next(st for st in s['servers'] if st['endpoint'] == a.url)
@@ -102,7 +102,7 @@ def test_all_servers_die(tmp_path):
     a, b = Stub('A', die_after=4), Stub('B', die_after=8)
     be = HTTPBackend([a.url, b.url], model='stub-model', concurrency=2, timeout_s=5, max_retries=2, backoff_s=0.02)
     inp = write(tmp_path / 'in.jsonl', rows(30))
-    s = regenerate_file(inp, tmp_path / 'out.jsonl', be, GenConfig(max_new_tokens=8), chunk_size=10, progress=False)
+    s = regenerate_file(inp, tmp_path / 'out.jsonl', be, GenConfig(max_new_tokens=8), RegenOptions(mode='final', select='all', chunk_size=10), progress=False)
     out = [r['id'] for r in iter_jsonl(tmp_path / 'out.jsonl')]
     fails = list(iter_jsonl(tmp_path / 'out.failures.jsonl'))
     assert s['rows_in'] == len(out) + len(fails) == 30 and not set(out) & {f['id'] for f in fails}

@@ -10,7 +10,7 @@ import dflash_nb.explorer as explorer_mod
 import dflash_nb.templates as templates_mod
 from dflash_nb import schema
 from dflash_nb.cli import main
-from dflash_nb.convert import convert_file
+from dflash_nb.convert import ConvertOptions, convert_file
 from dflash_nb.core import iter_jsonl, write_jsonl
 from dflash_nb.schema import DEFAULT_REPAIRS, FORMAT_ONLY, MEANING_CHANGING, REPAIRS
 from dflash_nb.explorer import explore_file
@@ -72,16 +72,16 @@ def test_messy_file_meaning_changing_rows_quarantined_by_default(tmp_path):
     assert q['mid-system']['row'] == json.loads(MESSY.read_text().splitlines()[0])    # quarantined as it came, not half-repaired
 
 def test_opting_in_applies_the_meaning_changing_repair(tmp_path):
-    c = convert_file(MESSY, tmp_path / 'out', repairs=['move_system_first', 'prepend_user'])
+    c = convert_file(MESSY, tmp_path / 'out', ConvertOptions(repairs=['move_system_first', 'prepend_user']))
     assert (c['rows_out'], c['quarantined'], c['needs_opt_in']) == (6, 0, {})
     assert c['repair_kinds'] == {FORMAT_ONLY: 2, MEANING_CHANGING: 3}
     out = {r['id']: r for r in iter_jsonl(tmp_path / 'out' / 'conversations.jsonl')}
     assert out['mid-system']['messages'][0] == {'role': 'system', 'content': 'From now on answer only in French.'}
     assert out['greeting-first']['messages'][0] == {'role': 'user', 'content': schema.PLACEHOLDER_USER}
     assert out['no-prompt']['meta']['repairs'] == ["prepend_user: 'Continue.' inserted"]
-    c = convert_file(MESSY, tmp_path / 'out2', repairs=['move_system_first'])          # only what is listed
+    c = convert_file(MESSY, tmp_path / 'out2', ConvertOptions(repairs=['move_system_first']))          # only what is listed
     assert (c['rows_out'], c['needs_opt_in']) == (4, {'prepend_user': 2})
-    with pytest.raises(ValueError, match="convert.repairs: unknown repair 'guess'"): convert_file(MESSY, tmp_path / 'o3', repairs=['guess'])
+    with pytest.raises(ValueError, match="convert.repairs: "): convert_file(MESSY, tmp_path / 'o3', ConvertOptions(repairs=['guess']))
 
 # ------------------------------------------------------------------ the explorer shows exactly what convert applies
 def test_explorer_repair_is_byte_for_byte_what_convert_applies(tmp_path):
@@ -95,7 +95,7 @@ def test_explorer_repair_is_byte_for_byte_what_convert_applies(tmp_path):
             (tmp_path / 'one.jsonl').write_text(src + '\n')
             opt_in = [n for n in v['repair'].split('+') if REPAIRS[n].kind == MEANING_CHANGING]
             assert v['repair_kind'] == (MEANING_CHANGING if opt_in else FORMAT_ONLY)
-            c = convert_file(tmp_path / 'one.jsonl', tmp_path / f'{label}-{k}', repairs=opt_in)
+            c = convert_file(tmp_path / 'one.jsonl', tmp_path / f'{label}-{k}', ConvertOptions(repairs=opt_in))
             assert c['rows_out'] == 1, (label, k, c)
             got = next(iter_jsonl(tmp_path / f'{label}-{k}' / 'conversations.jsonl'))
             assert json.dumps(got['messages'], ensure_ascii=False) == json.dumps(v['repaired_messages'], ensure_ascii=False)
@@ -120,9 +120,11 @@ def test_empty_supervised_turn_caught_with_smollm2(tmp_path):
     assert 'tool calls' in probe_template(tok)['summary']['drops']
     s, fails = mask_check(tok, [TOOL_ROW, PLAIN_ROW])
     assert (s['ok'], s['failed'], s['content_lost'], fails[0]['id']) == (1, 1, 1, 'tool')
-    from dflash_nb.tokenization import TokenizeOptions, tokenize_conversations
+    from dflash_nb.tokenization import TokenizeJob, TokenizeOptions, tokenize_conversations
     write_jsonl(tmp_path / 'in.jsonl', [TOOL_ROW, PLAIN_ROW])
-    rep = tokenize_conversations(tmp_path / 'in.jsonl', tmp_path / 'tok', 'smollm2', TokenizeOptions(min_supervised_tokens=1), tokenizer=tok)
+    job = TokenizeJob(num_proc=1, chunk_rows=2000, shard_mb=500, draft_vocab_size=0)
+    rep = tokenize_conversations(tmp_path / 'in.jsonl', tmp_path / 'tok', 'smollm2', TokenizeOptions(min_supervised_tokens=1), job,
+                                 tokenizer=tok)
     assert (rep['rows_out'], rep['quarantined'], rep['content_lost']) == (1, 1, 1)
     assert rep['quarantine_reasons'] == {'the template drops tool calls': 1}
     q = list(iter_jsonl(tmp_path / 'tok' / 'quarantine.jsonl'))

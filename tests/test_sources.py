@@ -4,7 +4,11 @@ from pathlib import Path
 import pytest
 
 from dflash_nb.formats import NORMALIZERS, SIGNATURES, detect_format, normalize_record
-from dflash_nb.sources import REGISTRY, CATEGORIES, build_mix, normalize_file, survey_source, read_source, allocate, Source
+from dflash_nb.sources import REGISTRY, CATEGORIES, MixOptions, build_mix, normalize_file, survey_source, read_source, allocate, Source
+
+def _mix(**kw):
+    "The mix settings these tests were written with: no length filters, equal category weights."
+    return MixOptions(**{'min_user_chars': 1, 'max_chars': None, 'category_weights': {}, **kw})
 from dflash_nb.core import fixtures_dir
 from dflash_nb.schema import validate_row
 from conftest import dflash
@@ -40,23 +44,23 @@ def test_demo_sample_covers_the_categories():
 def test_mix_is_deterministic_deduplicated_and_respects_quotas():
     names = ['demo-alpaca', 'demo-glaive-toolcall', 'demo-glaive-v2', 'demo-qwen35-toolcalling', 'demo-mtbench']
     srcs = [REGISTRY[n] for n in names]
-    a, ca = build_mix(srcs, total=40, seed=5, log=lambda m: None)
-    b, _ = build_mix(srcs, total=40, seed=5, log=lambda m: None)
-    c, _ = build_mix(srcs, total=40, seed=6, log=lambda m: None)
+    a, ca = build_mix(srcs, _mix(total=40, seed=5), log=lambda m: None)
+    b, _ = build_mix(srcs, _mix(total=40, seed=5), log=lambda m: None)
+    c, _ = build_mix(srcs, _mix(total=40, seed=6), log=lambda m: None)
     assert a == b and a != c and len(a) == 40
     assert all(ca[n]['kept'] == ca[n]['quota'] for n in names)
     assert len({r['id'] for r in a}) == 40
     from dflash_nb.sources import dedup_keys
     assert len({dedup_keys(r)[1] for r in a}) == 40                  # no two rows share normalized user text
-    full, cf = build_mix(srcs[1:4], total=200, quotas={'demo-glaive-toolcall': 100, 'demo-glaive-v2': 50, 'demo-qwen35-toolcalling': 50}, log=lambda m: None)
+    full, cf = build_mix(srcs[1:4], _mix(total=200, quotas={'demo-glaive-toolcall': 100, 'demo-glaive-v2': 50, 'demo-qwen35-toolcalling': 50}), log=lambda m: None)
     assert cf['demo-glaive-v2']['kept'] == 0 and cf['demo-qwen35-toolcalling']['kept'] == 0   # both are Glaive again
     for n, c in cf.items():   # counts reconcile at every step
         assert c['normalized'] == c['too_short'] + c['too_long'] + c['dup_exact'] + c['dup_normalized'] + c['candidates']
-    assert sum(allocate(57, srcs, category_weights={'general': 2}).values()) == 57
+    assert sum(allocate(57, srcs, {}, {'general': 2}).values()) == 57
 
 def test_filters_and_unavailable_sources(monkeypatch):
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')
-    mix, c = build_mix([REGISTRY['glaive-v2'], REGISTRY['demo-alpaca']], total=20, min_user_chars=40, max_chars=600, log=lambda m: None)
+    mix, c = build_mix([REGISTRY['glaive-v2'], REGISTRY['demo-alpaca']], _mix(total=20, min_user_chars=40, max_chars=600), log=lambda m: None)
     assert c['glaive-v2']['status'] == 'offline' and c['glaive-v2']['kept'] == 0
     assert c['demo-alpaca']['too_short'] > 0 and c['demo-alpaca']['too_long'] > 0
     assert all(len(r['messages'][0]['content']) >= 40 for r in mix)
@@ -69,7 +73,7 @@ def test_mix_reads_a_bounded_prefix_of_large_sources(tmp_path):
     with open(p, 'w') as f:
         for i in range(5000): f.write(json.dumps({'instruction': f'question number {i} about things', 'output': 'x'}) + '\n')
     src = Source('big', 'alpaca', 'general', 'x', path=str(p))
-    mix, c = build_mix([src], total=10, scan_factor=20, log=lambda m: None)
+    mix, c = build_mix([src], _mix(total=10, scan_factor=20), log=lambda m: None)
     assert c['big']['read'] == 200 and len(mix) == 10
 
 def test_cli_list_and_normalize(tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dflash_nb.core import file_hash, fixtures_dir
-from dflash_nb.tokenization import (EmptyDatasetError, TokenizeOptions, build_vocab_mapping, encode_rows,
+from dflash_nb.tokenization import (EmptyDatasetError, TokenizeJob, TokenizeOptions, build_vocab_mapping, encode_rows,
                                     load_token_freq, tokenize_conversations)
 
 BUILTIN = [
@@ -63,6 +63,10 @@ def tok_spec():
 def _opts(**kw):
     "Options with the one-supervised-token minimum these tests were written with (the declaration's 16 is a real run's)."
     return TokenizeOptions(**{'min_supervised_tokens': 1, **kw})
+
+def _job(**kw):
+    "The work's settings these tests were written with: one process, 2000-row chunks, 500 MB shards, the full vocabulary."
+    return TokenizeJob(**{'num_proc': 1, 'chunk_rows': 2000, 'shard_mb': 500, 'draft_vocab_size': 0, **kw})
 
 
 def write_jsonl(path, rows, extra_lines=()):
@@ -142,8 +146,8 @@ def test_stage_outputs_token_freq_vocab(tok_spec, tmp_path):
     rows = fixture_rows()
     inp = write_jsonl(tmp_path / 'in.jsonl', rows + [{'id': 'p', 'source': 's', 'messages': [{'role': 'user', 'content': 'hi'}]}],
                       extra_lines=['{not json'])
-    rep = tokenize_conversations(inp, tmp_path / 'out', spec, _opts(max_seq_len=4096), tokenizer=tok,
-                                 draft_vocab_size=64, num_proc=2, chunk_rows=16, shard_mb=0.05)
+    rep = tokenize_conversations(inp, tmp_path / 'out', spec, _opts(max_seq_len=4096),
+                                 TokenizeJob(draft_vocab_size=64, num_proc=2, chunk_rows=16, shard_mb=0.05), tokenizer=tok)
     assert rep['rows_in'] == len(rows) + 2 == rep['rows_out'] + rep['quarantined']
     assert rep['quarantine_reasons'] == {'invalid JSON': 1, 'prompt-only': 1}
     q = [json.loads(l) for l in open(tmp_path / 'out/quarantine.jsonl')]
@@ -182,7 +186,7 @@ def test_empty_dataset_fails_clearly(tok_spec, tmp_path):
     spec, tok, _ = tok_spec
     inp = write_jsonl(tmp_path / 'in.jsonl', [{'id': 'p', 'source': 's', 'messages': [{'role': 'user', 'content': 'hi'}]}])
     with pytest.raises(EmptyDatasetError, match='prompt-only'):
-        tokenize_conversations(inp, tmp_path / 'out', spec, tokenizer=tok)
+        tokenize_conversations(inp, tmp_path / 'out', spec, job=_job(), tokenizer=tok)
     assert not (tmp_path / 'out/dataset').exists()
 
 
@@ -190,16 +194,17 @@ def test_resume_after_interruption_gives_same_dataset(tok_spec, tmp_path):
     "A run stopped after 2 chunks and resumed (and a second run on top) equals an uninterrupted run, byte for byte."
     spec, tok, _ = tok_spec
     inp = write_jsonl(tmp_path / 'in.jsonl', fixture_rows())
-    kw = dict(tokenizer=tok, draft_vocab_size=32, chunk_rows=8)
-    ref = tokenize_conversations(inp, tmp_path / 'ref', spec, num_proc=2, **kw)
-    part = tokenize_conversations(inp, tmp_path / 'res', spec, num_proc=1, max_chunks=2, **kw)
+    kw = dict(tokenizer=tok)
+    ref = tokenize_conversations(inp, tmp_path / 'ref', spec, job=_job(draft_vocab_size=32, chunk_rows=8, num_proc=2), **kw)
+    part = tokenize_conversations(inp, tmp_path / 'res', spec, job=_job(draft_vocab_size=32, chunk_rows=8), max_chunks=2, **kw)
     assert part['complete'] is False and not (tmp_path / 'res/dataset').exists()
-    res = tokenize_conversations(inp, tmp_path / 'res', spec, num_proc=2, **kw)
+    res = tokenize_conversations(inp, tmp_path / 'res', spec, job=_job(draft_vocab_size=32, chunk_rows=8, num_proc=2), **kw)
     assert res['chunks_resumed'] == 2
     for f in ('dataset', 'token_freq.pt', 'd2t.npy', 't2d.npy', 'quarantine.jsonl'):
         assert file_hash(tmp_path / 'ref' / f) == file_hash(tmp_path / 'res' / f), f
     # changed options discard the old work instead of mixing it in
-    other = tokenize_conversations(inp, tmp_path / 'res', spec, _opts(max_seq_len=64), num_proc=1, max_chunks=1, **kw)
+    other = tokenize_conversations(inp, tmp_path / 'res', spec, _opts(max_seq_len=64), _job(draft_vocab_size=32, chunk_rows=8),
+                                   max_chunks=1, **kw)
     assert other['done_before'] == 0
 
 
@@ -210,9 +215,10 @@ def test_sigkill_and_resume(tok_spec, tmp_path):
     rows = base * max(3, -(-160 // len(base)))               # >= 40 chunks of 4: the kill lands mid-run
     rows = [{**r, 'id': f'{r["id"]}-{i}'} for i, r in enumerate(rows)]
     inp = write_jsonl(tmp_path / 'in.jsonl', rows)
-    ref = tokenize_conversations(inp, tmp_path / 'ref', spec, tokenizer=tok, chunk_rows=4, num_proc=1)
-    code = ('import sys; from dflash_nb.tokenization import tokenize_conversations; '
-            f'tokenize_conversations({str(inp)!r}, {str(tmp_path / "kill")!r}, {spec!r}, chunk_rows=4, num_proc=1)')
+    ref = tokenize_conversations(inp, tmp_path / 'ref', spec, job=_job(chunk_rows=4), tokenizer=tok)
+    code = ('import sys; from dflash_nb.tokenization import TokenizeJob, tokenize_conversations; '
+            f'tokenize_conversations({str(inp)!r}, {str(tmp_path / "kill")!r}, {spec!r}, '
+            'job=TokenizeJob(chunk_rows=4, num_proc=1, shard_mb=500, draft_vocab_size=0))')
     p = subprocess.Popen([sys.executable, '-c', code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     work = tmp_path / 'kill/work'
     t = time.time()
@@ -222,7 +228,7 @@ def test_sigkill_and_resume(tok_spec, tmp_path):
     os.kill(p.pid, signal.SIGKILL)
     assert p.wait() == -signal.SIGKILL
     assert not (tmp_path / 'kill/dataset').exists()
-    res = tokenize_conversations(inp, tmp_path / 'kill', spec, tokenizer=tok, chunk_rows=4, num_proc=2)
+    res = tokenize_conversations(inp, tmp_path / 'kill', spec, job=_job(chunk_rows=4, num_proc=2), tokenizer=tok)
     assert 3 <= res['chunks_resumed'] < res['chunks']
     assert file_hash(tmp_path / 'ref/dataset') == file_hash(tmp_path / 'kill/dataset')
     assert file_hash(tmp_path / 'ref/token_freq.pt') == file_hash(tmp_path / 'kill/token_freq.pt')
