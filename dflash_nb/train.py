@@ -5,7 +5,7 @@
 # %% ../nbs/80_train.ipynb #bbd96960
 from __future__ import annotations
 import contextlib, json, math, os, random, re, shutil, time
-from dataclasses import dataclass, asdict, fields
+from dataclasses import dataclass, asdict
 from pathlib import Path
 
 import torch
@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from .core import (atomic_dir, get_device, load_config, obj_hash, progress, read_json, seed_everything,
                             weight_map, write_json, write_jsonl, Quarantine, Stage, setup_logging)
 from .features import FeatureStore, extract_features, target_outputs
-from .params import declared, stage_params
+from .params import declared, from_declared, stage_params
 from .models import load_target, load_tokenizer, resolve_target, target_fingerprint, text_config
 from transformers import AutoConfig
 from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_config, default_gamma,
@@ -84,13 +84,6 @@ class TrainConfig:
     def backend(self, device) -> str:
         if self.attn_backend != 'auto': return self.attn_backend
         return 'flex' if str(device).startswith('cuda') and flex_available() else 'sdpa'
-
-# %% ../nbs/80_train.ipynb #910315b9
-@patch(cls_method=True)
-def from_params(cls: TrainConfig, params: dict) -> TrainConfig:
-    "The trainer's settings from the stage's parameters (those it has a field for; the others are the stage's own)."
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in params.items() if k in names})
 
 # %% ../nbs/80_train.ipynb #85ced142
 def load_target_head(path, device='cpu', dtype=torch.float32):
@@ -1043,7 +1036,7 @@ def train_stage(stage: Stage) -> dict:   # the summary (`80_train/metrics.json`)
     P, (rank, world) = stage.params, _dist()    # joins the torchrun process group first (and picks this rank's GPU)
     seed_everything(P['seed'])
     log = setup_logging(stage.dir if rank == 0 else None).info
-    dev, tconf = get_device(P['device']), TrainConfig.from_params(P)
+    dev, tconf = get_device(P['device']), from_declared(TrainConfig, P)
     data, layer_ids = stage_inputs(stage, P)
     label_topk = check_label_source(P, tconf, data)
     T = target_side(P, tconf, layer_ids, dev, label_topk)
