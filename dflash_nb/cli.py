@@ -10,34 +10,12 @@ from typing import Iterable
 
 import yaml
 
-from .core import PKG_DIR, ConfigError, load_config, quarantine_line, read_manifest
-from .pipeline import ChainError, chain_status, check_config, discover_stages, run_chain
-from .params import resolve_params
+from .core import ConfigError, find_config, load_config, quarantine_line, read_manifest
+from .pipeline import RUN_ONLY, ChainError, add_config_args, chain_status, check_config, demo_values, discover_stages, run_chain
 
 # %% auto #0
-__all__ = ['CONFIGS_DIR', 'RUN_ONLY', 'COMMAND_MODULES', 'shipped_configs', 'find_config', 'HelpFormatter', 'add_config_args',
-           'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'demo_values', 'new_config', 'cmd_new',
+__all__ = ['COMMAND_MODULES', 'HelpFormatter', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs', 'new_config', 'cmd_new',
            'add_builtin_commands', 'declared_commands', 'add_module_commands', 'build_parser', 'main']
-
-# %% ../nbs/03_cli.ipynb #630bc18a
-CONFIGS_DIR = PKG_DIR / 'configs'   # the run configs shipped with the package
-
-def shipped_configs() -> list[str]:
-    "Names of the run configs shipped with the package (what `dflash-nb run NAME` accepts)."
-    return sorted(p.stem for p in CONFIGS_DIR.glob('*.yaml'))
-
-# %% ../nbs/03_cli.ipynb #e8866e22
-def find_config(name: str | Path | None,  # a file or run folder, or a shipped file's name (`.yaml` optional)
-               ) -> Path | None:          # the path to read (None stays None: the embedded demo)
-    "A CONFIG argument as a path: what exists as given, else a file shipped in `dflash_nb/configs/`."
-    # TODO(core): `core.load_config` could resolve shipped names itself, for library callers too
-    if name is None: return None
-    p = Path(name)
-    if p.exists() or len(p.parts) != 1: return p
-    for cand in (CONFIGS_DIR / p.name, CONFIGS_DIR / f'{p.name}.yaml'):
-        if cand.is_file(): return cand
-    raise ConfigError(f'config {str(name)!r} not found: no such file or folder here, and no shipped '
-                      f'config of that name (shipped: {", ".join(shipped_configs())})')
 
 # %% ../nbs/03_cli.ipynb #3dd628db
 def _shows_no_default(d) -> bool:
@@ -50,16 +28,6 @@ class HelpFormatter(argparse.HelpFormatter):
         if 'default' in h.lower() or _shows_no_default(action.default): return h
         if not action.option_strings and action.nargs not in ('?', '*'): return h
         return f'{h} (default: %(default)s)'
-
-# %% ../nbs/03_cli.ipynb #2c18ddbb
-def add_config_args(p: argparse.ArgumentParser,  # a command's parser
-                   ):
-    "The CONFIG positional, `--set` and `--runs-dir` of a command that reads a run config."
-    p.add_argument('config', nargs='?', default=None, help='run config: a YAML file, a run folder or the '
-                   'name of a shipped config (dflash_nb/configs/; default: the embedded demo)')
-    p.add_argument('--set', dest='overrides', action='append', default=[], metavar='SECTION.KEY=VALUE',
-                   help='override a config value (YAML-parsed); repeatable')
-    p.add_argument('--runs-dir', default=None, help='folder of runs (default: run.runs_dir, else ./runs)')
 
 # %% ../nbs/03_cli.ipynb #38839a56
 def cmd_run(a: argparse.Namespace,  # config, overrides, runs_dir, from_stage, only, until, force, quiet, ...
@@ -104,14 +72,6 @@ def cmd_docs(a: argparse.Namespace,  # `out`, `run`, `only`
     return 0
 
 # %% ../nbs/03_cli.ipynb #e636b964
-RUN_ONLY = ('target', 'seed', 'device', 'repairs', 'chat_template', 'enable_thinking', 'mask_method')   # given once, in the `run` section
-
-def demo_values(stages=None) -> dict:
-    "{section: {key: value}}: the demo config's value of each stage setting it sets apart from the declared default."
-    stages, cfg = stages or discover_stages(), load_config()
-    vals = {st.short: {k: v for k, v in resolve_params(st, cfg).items() if k not in RUN_ONLY and v != st.defaults[k]} for st in stages}
-    return {k: v for k, v in vals.items() if v}
-
 def _flow(v) -> str:
     "`v` as one line of YAML (flow style)."
     return yaml.safe_dump([v], default_flow_style=True, width=10**9, allow_unicode=True).strip()[1:-1]

@@ -12,13 +12,14 @@ import yaml
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'REJECT_FILES', 'DEVICE_RE', 'DEVICE_WORDS', 'RUN_KEYS', 'STAGE_LOG_ENV', 'repo_root',
-           'nbs_dir', 'cache_dir', 'fixtures_dir', 'expand_path', 'atomic_write', 'write_text', 'write_json',
-           'read_json', 'write_jsonl', 'open_text', 'JSONLError', 'iter_jsonl', 'atomic_dir', 'file_hash', 'obj_hash',
-           'weight_map', 'versions', 'Stage', 'quarantine_summary', 'quarantine_line', 'read_manifest', 'ConfigError',
-           'default_config_path', 'apply_override', 'validate_run_section', 'load_config', 'seed_everything',
-           'get_device', 'setup_logging', 'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids',
-           'from_aux_layer_ids', 'Quarantine', 'prompt_set_name', 'read_prompt_file', 'Progress', 'progress']
+__all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'REJECT_FILES', 'DEVICE_RE', 'DEVICE_WORDS', 'RUN_KEYS', 'CONFIGS_DIR', 'STAGE_LOG_ENV',
+           'repo_root', 'nbs_dir', 'cache_dir', 'fixtures_dir', 'expand_path', 'atomic_write', 'write_text',
+           'write_json', 'read_json', 'write_jsonl', 'open_text', 'JSONLError', 'iter_jsonl', 'atomic_dir', 'file_hash',
+           'obj_hash', 'weight_map', 'versions', 'Stage', 'quarantine_summary', 'quarantine_line', 'read_manifest',
+           'ConfigError', 'default_config_path', 'apply_override', 'validate_run_section', 'shipped_configs',
+           'find_config', 'load_config', 'seed_everything', 'get_device', 'setup_logging', 'default_target_layer_ids',
+           'check_target_layer_ids', 'to_aux_layer_ids', 'from_aux_layer_ids', 'Quarantine', 'prompt_set_name',
+           'read_prompt_file', 'Progress', 'progress']
 
 # %% ../nbs/00_core.ipynb #4fdd9f67
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().parent / 'dflash_nb'
@@ -364,11 +365,30 @@ def validate_run_section(cfg: dict) -> dict:
             raise ConfigError(f'section {k!r} must be a mapping of parameters, got {type(v).__name__}')
     return cfg
 
+# %% ../nbs/00_core.ipynb #630bc18a
+CONFIGS_DIR = PKG_DIR / 'configs'   # the run configs shipped with the package
+
+def shipped_configs() -> list[str]:
+    "Names of the run configs shipped with the package (what `dflash-nb run NAME` accepts)."
+    return sorted(p.stem for p in CONFIGS_DIR.glob('*.yaml'))
+
+# %% ../nbs/00_core.ipynb #e8866e22
+def find_config(name: str | Path | None,  # a file or run folder, or a shipped file's name (`.yaml` optional)
+               ) -> Path | None:          # the path to read (None stays None: the embedded demo)
+    "A CONFIG argument as a path: what exists as given, else a file shipped in `dflash_nb/configs/`."
+    if name is None: return None
+    p = Path(name)
+    if p.exists() or len(p.parts) != 1: return p
+    for cand in (CONFIGS_DIR / p.name, CONFIGS_DIR / f'{p.name}.yaml'):
+        if cand.is_file(): return cand
+    raise ConfigError(f'config {str(name)!r} not found: no such file or folder here, and no shipped '
+                      f'config of that name (shipped: {", ".join(shipped_configs())})')
+
 # %% ../nbs/00_core.ipynb #19aab8d1
 def load_config(path=None, overrides: Iterable[str] = ()) -> dict:
     """Load a run configuration (default: the embedded demo), apply `--set` overrides and validate the `run` section.
     `path` may also be a run folder: its `config.yaml` is read and the run stays in that folder."""
-    path = Path(path) if path else default_config_path()
+    path = find_config(path) if path else default_config_path()   # a shipped config's name works too
     run_folder = None
     if path.is_dir():
         if not (path / 'config.yaml').is_file(): raise ConfigError(f'{path} is a folder without config.yaml: not a run folder')

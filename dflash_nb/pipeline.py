@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_pipeline.ipynb #0b1f41b4
 from __future__ import annotations
-import contextlib, json, os, re, tempfile, threading, time
+import argparse, contextlib, json, os, re, tempfile, threading, time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -16,10 +16,10 @@ from .core import (ConfigError, STAGE_LOG_ENV, Stage, atomic_write, expand_path,
 from .params import StageSpec, check_stage_params, discover_stages, find_stage, resolve_params
 
 # %% auto #0
-__all__ = ['NON_STAGE_SECTIONS', 'SKIP_TAG', 'check_config', 'stage_status', 'chain_status', 'stage_view', 'record_header',
-           'run_config_params', 'adopt_params', 'begin_hand_run', 'finish_hand_run', 'ipc_kernel_manager', 'LogTail',
-           'ChainError', 'execute_stage', 'select_stages', 'run_chain', 'smoke_run_dir', 'prepare_upstream',
-           'open_stage', 'make_stage_notebook']
+__all__ = ['NON_STAGE_SECTIONS', 'RUN_ONLY', 'SKIP_TAG', 'check_config', 'add_config_args', 'demo_values', 'stage_status',
+           'chain_status', 'stage_view', 'record_header', 'run_config_params', 'adopt_params', 'begin_hand_run',
+           'finish_hand_run', 'ipc_kernel_manager', 'LogTail', 'ChainError', 'execute_stage', 'select_stages',
+           'run_chain', 'smoke_run_dir', 'prepare_upstream', 'open_stage', 'make_stage_notebook']
 
 # %% ../nbs/02_pipeline.ipynb #78d18dc8
 NON_STAGE_SECTIONS = ('run', 'plan')   # `plan`: assumptions for `dflash-nb plan` (see 95_plan)
@@ -46,6 +46,26 @@ def check_config(cfg: dict, stages: list[StageSpec], cwd=None) -> dict:
     params = {s.name: resolve_params(s, cfg) for s in stages}
     _inject_eval_prompts(cfg, params)
     return {s.name: check_stage_params(s, params[s.name], cfg, cwd) for s in stages}
+
+# %% ../nbs/02_pipeline.ipynb #2c18ddbb
+def add_config_args(p: argparse.ArgumentParser,  # a command's parser
+                   ):
+    "The CONFIG positional, `--set` and `--runs-dir` of a command that reads a run config."
+    p.add_argument('config', nargs='?', default=None, help='run config: a YAML file, a run folder or the '
+                   'name of a shipped config (dflash_nb/configs/; default: the embedded demo)')
+    p.add_argument('--set', dest='overrides', action='append', default=[], metavar='SECTION.KEY=VALUE',
+                   help='override a config value (YAML-parsed); repeatable')
+    p.add_argument('--runs-dir', default=None, help='folder of runs (default: run.runs_dir, else ./runs)')
+
+# %% ../nbs/02_pipeline.ipynb #be462f90
+RUN_ONLY = ('target', 'seed', 'device', 'repairs', 'chat_template', 'enable_thinking', 'mask_method')   # given once, in the `run` section
+
+def demo_values(stages=None) -> dict:
+    "{section: {key: value}}: the demo config's value of each stage setting it sets apart from the declared default."
+    stages, cfg = stages or discover_stages(), load_config()
+    vals = {st.short: {k: v for k, v in resolve_params(st, cfg).items() if k not in RUN_ONLY and v != st.defaults[k]} for st in stages}
+    return {k: v for k, v in vals.items() if v}
+
 
 # %% ../nbs/02_pipeline.ipynb #807765b8
 def _norm(o): return json.loads(json.dumps(o, sort_keys=True, default=str))

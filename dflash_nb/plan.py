@@ -8,10 +8,8 @@ import copy, math, os, shutil, socket
 from pathlib import Path
 
 from .core import (ConfigError, check_target_layer_ids, default_target_layer_ids, expand_path,
-                            load_config, read_json, write_json)
-from .cli import add_config_args, find_config, demo_values
-from .core import Quarantine
-from .pipeline import check_config, discover_stages
+                            Quarantine, find_config, load_config, read_json, write_json)
+from .pipeline import add_config_args, check_config, demo_values, discover_stages
 from .schema import DEFAULT_REPAIRS
 from .params import from_declared
 from .sources import NORMALIZERS, MixOptions, allocate, build_mix, get_source

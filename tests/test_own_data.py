@@ -78,7 +78,7 @@ def test_every_quarantine_is_announced_and_run_repairs_saves_rows(tmp_path):
 
 def test_new_writes_a_complete_config_with_a_real_runs_values(tmp_path):
     from dflash_nb.pipeline import check_config, discover_stages
-    from dflash_nb.cli import RUN_ONLY
+    from dflash_nb.pipeline import RUN_ONLY
     out = tmp_path / 'my_run.yaml'
     r = dflash('new', OWN, '--target', 'smollm2', '--out', out)
     assert 'read as messages (10 records)' in r.stdout, r.stdout
