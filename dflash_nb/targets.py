@@ -27,7 +27,7 @@ def register_cli(sub):
     pr.set_defaults(func=run)
 
 # %% ../nbs/01_targets.ipynb #2c5ad9be
-def describe_target(spec: str, device: str = 'cpu') -> dict:
+def describe_target(spec: str, device: str) -> dict:
     "Load a target and summarize it: path, architecture, sizes, vocabulary, chat template and the hidden_states layout."
     import torch
     t = time.time()

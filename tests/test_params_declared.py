@@ -122,7 +122,7 @@ def test_settings_dataclasses_take_the_declared_defaults():
 
 import importlib, inspect
 
-SIGNATURE_MODULES = ('sources', 'convert', 'templates', 'regenerate', 'tokenization', 'hidden_states', 'train', 'evaluate',
+SIGNATURE_MODULES = ('targets', 'sources', 'convert', 'templates', 'regenerate', 'tokenization', 'hidden_states', 'train', 'evaluate',
                      'plan', 'export')   # a stage's module checks against its stage; plan and export against every stage
 
 # A parameter named like a declared one whose default means something else; the caller resolves the declared value.
