@@ -181,23 +181,25 @@ def hybrid(self: TargetSession) -> bool:
 
 @patch
 def snapshot(self: TargetSession):
-    "Copies of the recurrent and conv states (None for a pure attention cache)."
+    "Copies of the recurrent and conv states and the token count (None for a pure attention cache)."
     if not self.hybrid: return None
     copy = lambda d: {k: v.clone() for k, v in d.items() if v is not None}
-    return [(copy(l.conv_states), copy(l.recurrent_states), dict(l.has_previous_state)) if _is_linear_layer(l)
-            else None for l in self.cache.layers]
+    count = lambda l: getattr(l, 'cumulative_length_linear', None)   # transformers >= 5.25 counts tokens per layer
+    return [(copy(l.conv_states), copy(l.recurrent_states), dict(l.has_previous_state),
+             None if count(l) is None else count(l).clone()) if _is_linear_layer(l) else None for l in self.cache.layers]
 
 @patch
 def _restore(self: TargetSession, snap):
     "Put the states of `snapshot()` back."
     for l, s in zip(self.cache.layers, snap):
         if s is None: continue
-        conv, rec, prev = s
+        conv, rec, prev, count = s
         for k, v in conv.items():
             if l.conv_states[k] is not None and l.conv_states[k].shape == v.shape: l.conv_states[k].copy_(v)
             else: l.conv_states[k] = v.clone()
         for k, v in rec.items(): l.recurrent_states[k].copy_(v)
         l.has_previous_state.update(prev)
+        if count is not None: l.cumulative_length_linear.copy_(count)
 
 # %% ../nbs/90_evaluate.ipynb #123ef462
 @patch
