@@ -57,32 +57,39 @@ def load_rows(train_runs, heldout_run, n_heldout, max_rows=None):
 
 
 @torch.no_grad()
+def block_leads(model, r, an, emb, head, mask_id, dcfg, full_slots=2, acc=None, cnt=None):
+    """Teacher-forced, per anchor position `an` of row `r`: how many leading slots' argmax equal the row's next tokens
+    (an unsupervised slot neither counts nor stops the run). The accuracy of slots 1..`full_slots` is added into
+    `acc` and `cnt`. Past `full_slots` the LM head runs only on blocks still correct so far."""
+    B = dcfg.block_size; b = collate([r], None); T = b['input_ids'].shape[1]
+    anchors, valid = pad_anchors([an])
+    pos, labels, sup = block_labels(b['input_ids'], b['loss_mask'], anchors, valid, B, b['lengths'])
+    ids = torch.full_like(labels, mask_id); ids[..., 0] = b['input_ids'].gather(1, anchors)
+    n = anchors.shape[1]
+    h = model(emb(ids.view(1, n * B)), b['features'], torch.arange(T)[None], pos.view(1, n * B),
+              build_masks(dcfg, anchors, T, None, 'sdpa')).view(n, B, -1)[:, 1:]
+    s, lab = sup[0, :, 1:], labels[0, :, 1:]
+    alive, lead = torch.ones(n, dtype=torch.bool), torch.zeros(n)
+    for k in range(B - 1):
+        need = s[:, k] & (alive | (k < full_slots))
+        hit = torch.zeros(n, dtype=torch.bool)
+        if need.any(): hit[need] = head(h[need, k].to(head.weight.dtype)).argmax(-1) == lab[need, k]
+        if k < full_slots and acc is not None: acc[k] += hit.sum().float(); cnt[k] += s[:, k].sum().float()
+        alive = alive & (hit | ~s[:, k]); lead += (alive & s[:, k]).float()
+        if not alive.any() and k + 1 >= full_slots: break
+    return lead
+
+@torch.no_grad()
 def heldout_tau(model, held, emb, head, mask_id, dcfg, n_anchors=64, full_slots=2):
     """Teacher-forced tau and the accuracy of slots 1..`full_slots` on the held-out rows (labels: the rows' own next
-    tokens). tau = the mean of 1 + the leading correct slots of each block (an unsupervised slot neither counts nor
-    stops the run). Past `full_slots` the LM head runs only on blocks still correct so far: the same tau for a
-    fraction of the vocabulary projections (which dominate the cost)."""
-    model.eval(); B = dcfg.block_size; lens = []; acc = torch.zeros(full_slots); cnt = torch.zeros(full_slots)
+    tokens). tau = the mean of 1 + the leading correct slots of each block (`block_leads`) over `n_anchors` random
+    anchors a row."""
+    model.eval(); lens = []; acc = torch.zeros(full_slots); cnt = torch.zeros(full_slots)
     for i, r in enumerate(held):
-        b = collate([r], None); T = b['input_ids'].shape[1]
-        an = sample_anchors(b['loss_mask'][0, :b['lengths'][0]], n_anchors, B, 123, 0, i, True)
+        b = collate([r], None)
+        an = sample_anchors(b['loss_mask'][0, :b['lengths'][0]], n_anchors, dcfg.block_size, 123, 0, i, True)
         if len(an) == 0: continue
-        anchors, valid = pad_anchors([an])
-        pos, labels, sup = block_labels(b['input_ids'], b['loss_mask'], anchors, valid, B, b['lengths'])
-        ids = torch.full_like(labels, mask_id); ids[..., 0] = b['input_ids'].gather(1, anchors)
-        n = anchors.shape[1]
-        h = model(emb(ids.view(1, n * B)), b['features'], torch.arange(T)[None], pos.view(1, n * B),
-                  build_masks(dcfg, anchors, T, None, 'sdpa')).view(n, B, -1)[:, 1:]
-        s, lab = sup[0, :, 1:], labels[0, :, 1:]
-        alive, lead = torch.ones(n, dtype=torch.bool), torch.zeros(n)
-        for k in range(B - 1):
-            need = s[:, k] & (alive | (k < full_slots))
-            hit = torch.zeros(n, dtype=torch.bool)
-            if need.any(): hit[need] = head(h[need, k].to(head.weight.dtype)).argmax(-1) == lab[need, k]
-            if k < full_slots: acc[k] += hit.sum().float(); cnt[k] += s[:, k].sum().float()
-            alive = alive & (hit | ~s[:, k]); lead += (alive & s[:, k]).float()
-            if not alive.any() and k + 1 >= full_slots: break
-        lens += (1 + lead).tolist()
+        lens += (1 + block_leads(model, r, an, emb, head, mask_id, dcfg, full_slots, acc, cnt)).tolist()
     model.train()
     return sum(lens) / len(lens), (acc / cnt.clamp(min=1)).tolist()
 

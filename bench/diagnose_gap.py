@@ -1,0 +1,114 @@
+#!/usr/bin/env python
+"""Where a trained drafter's decoded tau is lost: generalization or serving.
+
+    python bench/diagnose_gap.py runs/smollm2_quality [--n 20] [--out bench/results/gap.json]
+
+One measure, teacher-forced tau (`search_heldout.heldout_tau`: 64 anchors a row, labels = the row's own next
+tokens), on three kinds of rows, beside the decoded tau that `90_evaluate` measured:
+
+- **trained**: the first `--n` rows of the run's features (rows the drafter was trained on);
+- **each evaluation set**: its prompts and the target's greedy continuation taken from `90_evaluate/records.jsonl`
+  (the `plain` variant), with features computed as `60_hidden_states` does (its layers and dtype).
+
+Trained high and evaluation sets low: the drafter does not generalize to those prompts (a data gap). Evaluation sets
+teacher-forced high but decoded low: drafting loses what training learned (a train/serve mismatch).
+Writes JSON and prints a table.
+"""
+import argparse, json, sys
+from pathlib import Path
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / 'bench'))
+from search_heldout import heldout_tau, block_leads
+from dflash_nb.drafter import anchor_candidates
+from dflash_nb.core import read_json
+from dflash_nb.drafter import load_drafter
+from dflash_nb.evaluate import load_prompt_set, load_prompt_file, render_prompt
+from dflash_nb.features import FeatureStore, extract_features
+from dflash_nb.models import load_target, load_tokenizer
+from dflash_nb.train import load_target_head
+
+
+def eval_items(run: Path, params: dict) -> dict:
+    "`{set: {id: messages of the first turn}}` for the sets the evaluation ran."
+    out = {}
+    for name in params['prompt_sets']:
+        items, _ = load_prompt_set(name)
+        out[name] = {it['id']: [{'role': 'user', 'content': it['turns'][0]}] for it in items}
+    for f in params['prompt_files']:
+        items, _ = load_prompt_file(f)
+        out[Path(f.split(':')[-1]).stem] = {it['id']: it['messages'] for it in items}
+    return out
+
+
+def eval_rows(run: Path, tok, target, layer_ids, params: dict) -> dict:
+    "Per set, rows `{input_ids, loss_mask, hidden_states}`: a prompt and the target's plain greedy continuation."
+    items, rows = eval_items(run, params), {}
+    for line in open(run / '90_evaluate' / 'records.jsonl'):
+        r = json.loads(line)
+        if r['variant'] != 'plain' or r.get('turn', 0) not in (0, 1): continue
+        msgs = items.get(r['set'], {}).get(r['id'])
+        if msgs is None: continue
+        prompt = render_prompt(tok, msgs, params['enable_thinking'])
+        if len(prompt) != r['prompt_tokens']: print(f"skip {r['key']}: prompt {len(prompt)} != {r['prompt_tokens']}"); continue
+        ids = torch.tensor(prompt + list(r['tokens']))
+        with torch.inference_mode(): feats = extract_features(target, ids[None], layer_ids)[0]
+        rows.setdefault(r['set'], []).append({'id': r['key'], 'input_ids': ids, 'hidden_states': feats.to(torch.bfloat16),
+                                              'loss_mask': torch.tensor([0] * len(prompt) + [1] * len(r['tokens']))})
+    return rows
+
+
+@torch.no_grad()
+def walk_tau(drafter, rows, emb, head, mask_id, dcfg) -> float:
+    """Decoding replayed teacher-forced: from each row's first response token, draft at anchor p, accept the leading
+    correct slots, step to p + lead + 1 (the accepted tokens and the target's own). tau = tokens / cycles over all
+    rows, as `90_evaluate` pools it (positions outside the assistant turns are skipped, not decoded). Anchors visit the positions decoding visits, not uniformly drawn ones: where
+    acceptance comes in bursts (code), the uniform mean overstates decoding."""
+    drafter.eval(); tokens = cycles = 0
+    for r in rows:
+        an = anchor_candidates(r['loss_mask'], dcfg.block_size, full_block=False)
+        lead = dict(zip(an.tolist(), block_leads(drafter, r, an, emb, head, mask_id, dcfg, 0).tolist()))
+        p, end = int(an[0]), len(r['input_ids'])       # the first response token comes from the prefill, in no cycle
+        while p < end - 1:
+            if p not in lead: p += 1; continue            # not an assistant token (another turn): not decoded
+            step = min(int(lead[p]) + 1, end - 1 - p); tokens += step; cycles += 1; p += step
+    return tokens / max(cycles, 1)
+
+
+def decoded_tau(run: Path) -> dict:
+    "The evaluation's pooled decoded tau of the trained drafter, per set."
+    ev = read_json(run / '90_evaluate' / 'eval.json')
+    return {s: v['variants']['trained']['tau'] for s, v in ev['sets'].items() if 'trained' in v.get('variants', {})}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    p.add_argument('run'); p.add_argument('--n', type=int, default=20); p.add_argument('--out', default=None)
+    a = p.parse_args(); run = Path(a.run)
+    torch.set_num_threads(2)
+    store = FeatureStore(run / '60_hidden_states' / 'features')
+    drafter = load_drafter(run / '80_train' / 'drafter').float(); dcfg = drafter.config
+    tok = load_tokenizer('smollm2'); target = load_target('smollm2', dtype=torch.bfloat16)[0]
+    emb, head = load_target_head('smollm2')
+    mask_id = dcfg.mask_token_id
+    params = read_json(run / '90_evaluate' / 'manifest.json')['params']
+    sets = {'trained rows': [store[i] for i in store.ids[:a.n]], **eval_rows(run, tok, target, store.layer_ids, params)}
+    dec, res = decoded_tau(run), []
+    for name, rows in sets.items():
+        tau, acc = heldout_tau(drafter, rows, emb, head, mask_id, dcfg)
+        walk = walk_tau(drafter, rows, emb, head, mask_id, dcfg)
+        res.append({'rows': name, 'n': len(rows), 'teacher_forced_tau': round(tau, 3), 'slot1': round(acc[0], 3),
+                    'slot2': round(acc[1], 3), 'walk_tau': walk and round(walk, 3), 'decoded_tau': dec.get(name)})
+        print(res[-1], flush=True)
+    print('\n| rows | n | teacher-forced tau (64 random anchors) | slot 1 | slot 2 | teacher-forced, decoding\'s walk | decoded tau (90_evaluate) |')
+    print('|---|---|---|---|---|---|---|')
+    for r in res: print(f"| {r['rows']} | {r['n']} | {r['teacher_forced_tau']} | {r['slot1']} | {r['slot2']} | {r['walk_tau'] or '—'} | {r['decoded_tau'] or '—'} |")
+    out = Path(a.out or ROOT / 'bench' / 'results' / 'gap.json')
+    out.write_text(json.dumps({'command': 'python bench/diagnose_gap.py ' + ' '.join(sys.argv[1:]), 'run': str(run),
+                               'results': res}, indent=2) + '\n')
+    print(f'wrote {out}')
+
+
+if __name__ == '__main__':
+    main()
