@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Where a trained drafter's decoded tau is lost: generalization or serving.
 
-    python bench/diagnose_gap.py runs/smollm2_quality [--n 20] [--out bench/results/gap.json]
+    python bench/diagnose_gap.py runs/smollm2_quality [--n 20] [--checkpoints] [--out bench/results/gap.json]
 
 One measure, teacher-forced tau (`search_heldout.heldout_tau`: 64 anchors a row, labels = the row's own next
 tokens), on three kinds of rows, beside the decoded tau that `90_evaluate` measured:
@@ -12,6 +12,8 @@ tokens), on three kinds of rows, beside the decoded tau that `90_evaluate` measu
 
 Trained high and evaluation sets low: the drafter does not generalize to those prompts (a data gap). Evaluation sets
 teacher-forced high but decoded low: drafting loses what training learned (a train/serve mismatch).
+With `--checkpoints`, the replayed decoding tau of every kept checkpoint too (`bench_quality.checkpoint_drafters`):
+decoded tau against training steps in a minute a checkpoint, where decoding them for real takes most of an hour.
 Writes JSON and prints a table.
 """
 import argparse, json, sys
@@ -85,6 +87,7 @@ def decoded_tau(run: Path) -> dict:
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('run'); p.add_argument('--n', type=int, default=20); p.add_argument('--out', default=None)
+    p.add_argument('--checkpoints', action='store_true', help="also every kept checkpoint's replayed decoding tau")
     a = p.parse_args(); run = Path(a.run)
     torch.set_num_threads(2)
     store = FeatureStore(run / '60_hidden_states' / 'features')
@@ -94,7 +97,12 @@ def main():
     mask_id = dcfg.mask_token_id
     params = read_json(run / '90_evaluate' / 'manifest.json')['params']
     sets = {'trained rows': [store[i] for i in store.ids[:a.n]], **eval_rows(run, tok, target, store.layer_ids, params)}
-    dec, res = decoded_tau(run), []
+    dec, res, curve = decoded_tau(run), [], []
+    if a.checkpoints:
+        from bench_quality import checkpoint_drafters
+        for step, d in checkpoint_drafters(run):
+            curve.append({'step': step, **{n: round(walk_tau(d.float(), rows, emb, head, mask_id, dcfg), 3) for n, rows in sets.items()}})
+            print(curve[-1], flush=True)
     for name, rows in sets.items():
         tau, acc = heldout_tau(drafter, rows, emb, head, mask_id, dcfg)
         walk = walk_tau(drafter, rows, emb, head, mask_id, dcfg)
@@ -104,9 +112,12 @@ def main():
     print('\n| rows | n | teacher-forced tau (64 random anchors) | slot 1 | slot 2 | teacher-forced, decoding\'s walk | decoded tau (90_evaluate) |')
     print('|---|---|---|---|---|---|---|')
     for r in res: print(f"| {r['rows']} | {r['n']} | {r['teacher_forced_tau']} | {r['slot1']} | {r['slot2']} | {r['walk_tau'] or '—'} | {r['decoded_tau'] or '—'} |")
+    if curve:
+        print('\n| step | ' + ' | '.join(sets) + ' |\n|---|' + '---|' * len(sets))
+        for c in curve: print(f"| {c['step']} | " + ' | '.join(str(c[n]) for n in sets) + ' |')
     out = Path(a.out or ROOT / 'bench' / 'results' / 'gap.json')
     out.write_text(json.dumps({'command': 'python bench/diagnose_gap.py ' + ' '.join(sys.argv[1:]), 'run': str(run),
-                               'results': res}, indent=2) + '\n')
+                               'results': res, 'checkpoints': curve}, indent=2) + '\n')
     print(f'wrote {out}')
 
 
