@@ -88,16 +88,18 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('run'); p.add_argument('--n', type=int, default=20); p.add_argument('--out', default=None)
     p.add_argument('--checkpoints', action='store_true', help="also every kept checkpoint's replayed decoding tau")
-    a = p.parse_args(); run = Path(a.run)
+    p.add_argument('--eval-run', default=None, help="the run whose 90_evaluate records give the prompts and continuations "
+                   "(default: RUN; another run's: no decoded tau column, its drafter is not this one)")
+    a = p.parse_args(); run = Path(a.run); ev = Path(a.eval_run or a.run)
     torch.set_num_threads(2)
     store = FeatureStore(run / '60_hidden_states' / 'features')
     drafter = load_drafter(run / '80_train' / 'drafter').float(); dcfg = drafter.config
     tok = load_tokenizer('smollm2'); target = load_target('smollm2', dtype=torch.bfloat16)[0]
     emb, head = load_target_head('smollm2')
     mask_id = dcfg.mask_token_id
-    params = read_json(run / '90_evaluate' / 'manifest.json')['params']
-    sets = {'trained rows': [store[i] for i in store.ids[:a.n]], **eval_rows(run, tok, target, store.layer_ids, params)}
-    dec, res, curve = decoded_tau(run), [], []
+    params = read_json(ev / '90_evaluate' / 'manifest.json')['params']
+    sets = {'trained rows': [store[i] for i in store.ids[:a.n]], **eval_rows(ev, tok, target, store.layer_ids, params)}
+    dec, res, curve = decoded_tau(run) if ev == run else {}, [], []
     if a.checkpoints:
         from bench_quality import checkpoint_drafters
         for step, d in checkpoint_drafters(run):
