@@ -23,9 +23,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / 'bench'))
 from search_heldout import heldout_tau, block_leads
-from dflash_nb.drafter import anchor_candidates
 from dflash_nb.core import read_json
-from dflash_nb.drafter import load_drafter
+from dflash_nb.drafter import anchor_candidates, load_drafter
 from dflash_nb.evaluate import load_prompt_set, load_prompt_file, render_prompt
 from dflash_nb.features import FeatureStore, extract_features
 from dflash_nb.models import load_target, load_tokenizer
