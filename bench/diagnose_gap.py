@@ -14,6 +14,9 @@ Trained high and evaluation sets low: the drafter does not generalize to those p
 teacher-forced high but decoded low: drafting loses what training learned (a train/serve mismatch).
 With `--checkpoints`, the replayed decoding tau of every kept checkpoint too (`bench_quality.checkpoint_drafters`):
 decoded tau against training steps in a minute a checkpoint, where decoding them for real takes most of an hour.
+Each walk is also split by whether prompt lookup would have drafted a right first token at that cycle (the output
+or the prompt repeats itself there): the drafter's and prompt lookup's tokens a cycle on each side say whether the
+drafter copies from its context where copying pays.
 Writes JSON and prints a table.
 """
 import argparse, json, sys
@@ -25,7 +28,7 @@ sys.path.insert(0, str(ROOT / 'bench'))
 from search_heldout import heldout_tau, block_leads
 from dflash_nb.core import read_json
 from dflash_nb.drafter import anchor_candidates, load_drafter
-from dflash_nb.evaluate import load_prompt_set, load_prompt_file, render_prompt
+from dflash_nb.evaluate import PromptLookupDrafter, load_prompt_set, load_prompt_file, render_prompt
 from dflash_nb.features import FeatureStore, extract_features
 from dflash_nb.models import load_target, load_tokenizer
 from dflash_nb.train import load_target_head
@@ -60,21 +63,42 @@ def eval_rows(run: Path, tok, target, layer_ids, params: dict) -> dict:
     return rows
 
 
+def pl_lead(ids: list, p: int, block_size: int) -> int:
+    "How many tokens prompt lookup (as `90_evaluate` runs it) would have accepted drafting at anchor `p` of `ids`."
+    got = PromptLookupDrafter(block_size).draft(ids[p], context=ids[:p + 1])[0].tolist()
+    return next((k for k, t in enumerate(got) if p + 1 + k >= len(ids) or ids[p + 1 + k] != t), len(got))
+
+
 @torch.no_grad()
-def walk_tau(drafter, rows, emb, head, mask_id, dcfg) -> float:
+def walk_tau(drafter, rows, emb, head, mask_id, dcfg, split: dict | None = None) -> float:
     """Decoding replayed teacher-forced: from each row's first response token, draft at anchor p, accept the leading
     correct slots, step to p + lead + 1 (the accepted tokens and the target's own). tau = tokens / cycles over all
     rows, as `90_evaluate` pools it (positions outside the assistant turns are skipped, not decoded). Anchors visit the positions decoding visits, not uniformly drawn ones: where
-    acceptance comes in bursts (code), the uniform mean overstates decoding."""
+    acceptance comes in bursts (code), the uniform mean overstates decoding.
+    `split` (a dict) collects, per cycle, whether prompt lookup would have drafted a correct first token there:
+    `{copyable: [cycles, drafter tokens, prompt-lookup tokens]}`."""
     drafter.eval(); tokens = cycles = 0
     for r in rows:
         an = anchor_candidates(r['loss_mask'], dcfg.block_size, full_block=False)
         lead = dict(zip(an.tolist(), block_leads(drafter, r, an, emb, head, mask_id, dcfg, 0).tolist()))
-        p, end = int(an[0]), len(r['input_ids'])       # the first response token comes from the prefill, in no cycle
+        p, end, ids = int(an[0]), len(r['input_ids']), r['input_ids'].tolist()
         while p < end - 1:
             if p not in lead: p += 1; continue            # not an assistant token (another turn): not decoded
-            step = min(int(lead[p]) + 1, end - 1 - p); tokens += step; cycles += 1; p += step
+            step = min(int(lead[p]) + 1, end - 1 - p); tokens += step; cycles += 1
+            if split is not None:
+                pl = min(pl_lead(ids, p, dcfg.block_size) + 1, end - 1 - p)
+                c = split.setdefault(pl > 1, [0, 0, 0]); c[0] += 1; c[1] += step; c[2] += pl
+            p += step
     return tokens / max(cycles, 1)
+
+
+def copy_rows(split: dict) -> dict:
+    "The drafter's and prompt lookup's tokens a cycle where prompt lookup's first token is right, and elsewhere."
+    out = {}
+    for k, name in ((True, 'copyable'), (False, 'not_copyable')):
+        n, d, pl = split.get(k, [0, 0, 0])
+        out[name] = {'cycles': n, 'drafter': round(d / max(n, 1), 3), 'prompt_lookup': round(pl / max(n, 1), 3)}
+    return out
 
 
 def decoded_tau(run: Path) -> dict:
@@ -102,20 +126,30 @@ def main():
     if a.checkpoints:
         from bench_quality import checkpoint_drafters
         for step, d in checkpoint_drafters(run):
-            curve.append({'step': step, **{n: round(walk_tau(d.float(), rows, emb, head, mask_id, dcfg), 3) for n, rows in sets.items()}})
+            c = {'step': step}; curve.append(c)
+            for n, rows in sets.items():
+                split = {}; c[n] = round(walk_tau(d.float(), rows, emb, head, mask_id, dcfg, split), 3)
+                c[n + ' (copyable cycles)'] = copy_rows(split)['copyable']['drafter']
             print(curve[-1], flush=True)
     for name, rows in sets.items():
         tau, acc = heldout_tau(drafter, rows, emb, head, mask_id, dcfg)
-        walk = walk_tau(drafter, rows, emb, head, mask_id, dcfg)
+        split = {}; walk = walk_tau(drafter, rows, emb, head, mask_id, dcfg, split)
         res.append({'rows': name, 'n': len(rows), 'teacher_forced_tau': round(tau, 3), 'slot1': round(acc[0], 3),
-                    'slot2': round(acc[1], 3), 'walk_tau': walk and round(walk, 3), 'decoded_tau': dec.get(name)})
+                    'slot2': round(acc[1], 3), 'walk_tau': walk and round(walk, 3), 'decoded_tau': dec.get(name),
+                    **copy_rows(split)})
         print(res[-1], flush=True)
     print('\n| rows | n | teacher-forced tau (64 random anchors) | slot 1 | slot 2 | teacher-forced, decoding\'s walk | decoded tau (90_evaluate) |')
     print('|---|---|---|---|---|---|---|')
     for r in res: print(f"| {r['rows']} | {r['n']} | {r['teacher_forced_tau']} | {r['slot1']} | {r['slot2']} | {r['walk_tau'] or '—'} | {r['decoded_tau'] or '—'} |")
+    print('\n| rows | cycles where prompt lookup drafts a right first token | drafter there | prompt lookup there | other cycles | drafter there | prompt lookup there |')
+    print('|---|---|---|---|---|---|---|')
+    for r in res:
+        c, o = r['copyable'], r['not_copyable']
+        print(f"| {r['rows']} | {c['cycles']} | {c['drafter']} | {c['prompt_lookup']} | {o['cycles']} | {o['drafter']} | {o['prompt_lookup']} |")
     if curve:
-        print('\n| step | ' + ' | '.join(sets) + ' |\n|---|' + '---|' * len(sets))
-        for c in curve: print(f"| {c['step']} | " + ' | '.join(str(c[n]) for n in sets) + ' |')
+        cols = [k for k in curve[0] if k != 'step']
+        print('\n| step | ' + ' | '.join(cols) + ' |\n|---|' + '---|' * len(cols))
+        for c in curve: print(f"| {c['step']} | " + ' | '.join(str(c[n]) for n in cols) + ' |')
     out = Path(a.out or ROOT / 'bench' / 'results' / 'gap.json')
     out.write_text(json.dumps({'command': 'python bench/diagnose_gap.py ' + ' '.join(sys.argv[1:]), 'run': str(run),
                                'results': res, 'checkpoints': curve}, indent=2) + '\n')
