@@ -70,13 +70,14 @@ def pl_lead(ids: list, p: int, block_size: int) -> int:
 
 
 @torch.no_grad()
-def walk_tau(drafter, rows, emb, head, mask_id, dcfg, split: dict | None = None) -> float:
+def walk_tau(drafter, rows, emb, head, mask_id, dcfg, split: dict | None = None, both: bool = False) -> float:
     """Decoding replayed teacher-forced: from each row's first response token, draft at anchor p, accept the leading
     correct slots, step to p + lead + 1 (the accepted tokens and the target's own). tau = tokens / cycles over all
     rows, as `90_evaluate` pools it (positions outside the assistant turns are skipped, not decoded). Anchors visit the positions decoding visits, not uniformly drawn ones: where
     acceptance comes in bursts (code), the uniform mean overstates decoding.
     `split` (a dict) collects, per cycle, whether prompt lookup would have drafted a correct first token there:
-    `{copyable: [cycles, drafter tokens, prompt-lookup tokens]}`."""
+    `{copyable: [cycles, drafter tokens, prompt-lookup tokens]}`. `both`: each cycle verifies the drafter's and
+    prompt lookup's drafts together (a two-branch tree, one target forward) and keeps the longer accepted run."""
     drafter.eval(); tokens = cycles = 0
     for r in rows:
         an = anchor_candidates(r['loss_mask'], dcfg.block_size, full_block=False)
@@ -84,9 +85,9 @@ def walk_tau(drafter, rows, emb, head, mask_id, dcfg, split: dict | None = None)
         p, end, ids = int(an[0]), len(r['input_ids']), r['input_ids'].tolist()
         while p < end - 1:
             if p not in lead: p += 1; continue            # not an assistant token (another turn): not decoded
-            step = min(int(lead[p]) + 1, end - 1 - p); tokens += step; cycles += 1
+            pl = min(pl_lead(ids, p, dcfg.block_size) + 1, end - 1 - p) if split is not None or both else 0
+            step = max(min(int(lead[p]) + 1, end - 1 - p), pl if both else 0); tokens += step; cycles += 1
             if split is not None:
-                pl = min(pl_lead(ids, p, dcfg.block_size) + 1, end - 1 - p)
                 c = split.setdefault(pl > 1, [0, 0, 0]); c[0] += 1; c[1] += step; c[2] += pl
             p += step
     return tokens / max(cycles, 1)
@@ -136,16 +137,17 @@ def main():
         split = {}; walk = walk_tau(drafter, rows, emb, head, mask_id, dcfg, split)
         res.append({'rows': name, 'n': len(rows), 'teacher_forced_tau': round(tau, 3), 'slot1': round(acc[0], 3),
                     'slot2': round(acc[1], 3), 'walk_tau': walk and round(walk, 3), 'decoded_tau': dec.get(name),
+                    'both_walk_tau': round(walk_tau(drafter, rows, emb, head, mask_id, dcfg, both=True), 3),
                     **copy_rows(split)})
         print(res[-1], flush=True)
     print('\n| rows | n | teacher-forced tau (64 random anchors) | slot 1 | slot 2 | teacher-forced, decoding\'s walk | decoded tau (90_evaluate) |')
     print('|---|---|---|---|---|---|---|')
     for r in res: print(f"| {r['rows']} | {r['n']} | {r['teacher_forced_tau']} | {r['slot1']} | {r['slot2']} | {r['walk_tau'] or '—'} | {r['decoded_tau'] or '—'} |")
-    print('\n| rows | cycles where prompt lookup drafts a right first token | drafter there | prompt lookup there | other cycles | drafter there | prompt lookup there |')
-    print('|---|---|---|---|---|---|---|')
+    print('\n| rows | cycles where prompt lookup drafts a right first token | drafter there | prompt lookup there | other cycles | drafter there | prompt lookup there | walk verifying both drafts (two-branch tree) |')
+    print('|---|---|---|---|---|---|---|---|')
     for r in res:
         c, o = r['copyable'], r['not_copyable']
-        print(f"| {r['rows']} | {c['cycles']} | {c['drafter']} | {c['prompt_lookup']} | {o['cycles']} | {o['drafter']} | {o['prompt_lookup']} |")
+        print(f"| {r['rows']} | {c['cycles']} | {c['drafter']} | {c['prompt_lookup']} | {o['cycles']} | {o['drafter']} | {o['prompt_lookup']} | {r['both_walk_tau']} |")
     if curve:
         cols = [k for k in curve[0] if k != 'step']
         print('\n| step | ' + ' | '.join(cols) + ' |\n|---|' + '---|' * len(cols))
