@@ -69,28 +69,37 @@ def pl_lead(ids: list, p: int, block_size: int) -> int:
     return next((k for k, t in enumerate(got) if p + 1 + k >= len(ids) or ids[p + 1 + k] != t), len(got))
 
 
+def _walk(lead: dict, ids: list, p: int, block_size: int, split: dict, both: bool) -> tuple:
+    "`(tokens, cycles)` of one row's replayed decoding from anchor `p`, given the drafter's `lead` at each anchor."
+    tokens = cycles = 0
+    while p < len(ids) - 1:
+        if p not in lead: p += 1; continue            # not an assistant token (another turn): not decoded
+        left = len(ids) - 1 - p
+        pl = min(pl_lead(ids, p, block_size) + 1, left)
+        step = max(min(int(lead[p]) + 1, left), pl if both else 0); tokens += step; cycles += 1
+        if not both: c = split.setdefault(pl > 1, [0, 0, 0]); c[0] += 1; c[1] += step; c[2] += pl
+        p += step
+    return tokens, cycles
+
+
 @torch.no_grad()
-def walk_tau(drafter, rows, emb, head, mask_id, dcfg, split: dict | None = None, both: bool = False) -> float:
-    """Decoding replayed teacher-forced: from each row's first response token, draft at anchor p, accept the leading
-    correct slots, step to p + lead + 1 (the accepted tokens and the target's own). tau = tokens / cycles over all
-    rows, as `90_evaluate` pools it (positions outside the assistant turns are skipped, not decoded). Anchors visit the positions decoding visits, not uniformly drawn ones: where
-    acceptance comes in bursts (code), the uniform mean overstates decoding.
-    `split` (a dict) collects, per cycle, whether prompt lookup would have drafted a correct first token there:
-    `{copyable: [cycles, drafter tokens, prompt-lookup tokens]}`. `both`: each cycle verifies the drafter's and
+def walk_tau(drafter, rows, emb, head, mask_id, dcfg, split: dict) -> tuple:
+    """`(tau, both_tau)`. Decoding replayed teacher-forced: from each row's first response token, draft at anchor p,
+    accept the leading correct slots, step to p + lead + 1 (the accepted tokens and the target's own). tau = tokens /
+    cycles over all rows, as `90_evaluate` pools it (positions outside the assistant turns are skipped, not decoded).
+    Anchors visit the positions decoding visits, not uniformly drawn ones: where acceptance comes in bursts (code),
+    the uniform mean overstates decoding.
+    `split` collects, per cycle, whether prompt lookup would have drafted a correct first token there:
+    `{copyable: [cycles, drafter tokens, prompt-lookup tokens]}`. `both_tau`: each cycle verifies the drafter's and
     prompt lookup's drafts together (a two-branch tree, one target forward) and keeps the longer accepted run."""
-    drafter.eval(); tokens = cycles = 0
+    drafter.eval(); tot = {False: [0, 0], True: [0, 0]}
     for r in rows:
         an = anchor_candidates(r['loss_mask'], dcfg.block_size, full_block=False)
         lead = dict(zip(an.tolist(), block_leads(drafter, r, an, emb, head, mask_id, dcfg, 0).tolist()))
-        p, end, ids = int(an[0]), len(r['input_ids']), r['input_ids'].tolist()
-        while p < end - 1:
-            if p not in lead: p += 1; continue            # not an assistant token (another turn): not decoded
-            pl = min(pl_lead(ids, p, dcfg.block_size) + 1, end - 1 - p) if split is not None or both else 0
-            step = max(min(int(lead[p]) + 1, end - 1 - p), pl if both else 0); tokens += step; cycles += 1
-            if split is not None:
-                c = split.setdefault(pl > 1, [0, 0, 0]); c[0] += 1; c[1] += step; c[2] += pl
-            p += step
-    return tokens / max(cycles, 1)
+        for both in (False, True):
+            t, c = _walk(lead, r['input_ids'].tolist(), int(an[0]), dcfg.block_size, split, both)
+            tot[both][0] += t; tot[both][1] += c
+    return tuple(t / max(c, 1) for t, c in (tot[False], tot[True]))
 
 
 def copy_rows(split: dict) -> dict:
@@ -129,15 +138,15 @@ def main():
         for step, d in checkpoint_drafters(run):
             c = {'step': step}; curve.append(c)
             for n, rows in sets.items():
-                split = {}; c[n] = round(walk_tau(d.float(), rows, emb, head, mask_id, dcfg, split), 3)
+                split = {}; c[n] = round(walk_tau(d.float(), rows, emb, head, mask_id, dcfg, split)[0], 3)
                 c[n + ' (copyable cycles)'] = copy_rows(split)['copyable']['drafter']
             print(curve[-1], flush=True)
     for name, rows in sets.items():
         tau, acc = heldout_tau(drafter, rows, emb, head, mask_id, dcfg)
-        split = {}; walk = walk_tau(drafter, rows, emb, head, mask_id, dcfg, split)
+        split = {}; walk, both = walk_tau(drafter, rows, emb, head, mask_id, dcfg, split)
         res.append({'rows': name, 'n': len(rows), 'teacher_forced_tau': round(tau, 3), 'slot1': round(acc[0], 3),
                     'slot2': round(acc[1], 3), 'walk_tau': walk and round(walk, 3), 'decoded_tau': dec.get(name),
-                    'both_walk_tau': round(walk_tau(drafter, rows, emb, head, mask_id, dcfg, both=True), 3),
+                    'both_walk_tau': round(both, 3),
                     **copy_rows(split)})
         print(res[-1], flush=True)
     print('\n| rows | n | teacher-forced tau (64 random anchors) | slot 1 | slot 2 | teacher-forced, decoding\'s walk | decoded tau (90_evaluate) |')
