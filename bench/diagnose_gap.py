@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / 'bench'))
 from search_heldout import heldout_tau, block_leads
 from dflash_nb.core import read_json
 from dflash_nb.drafter import anchor_candidates, load_drafter
-from dflash_nb.evaluate import PromptLookupDrafter, load_prompt_set, load_prompt_file, render_prompt
+from dflash_nb.evaluate import PromptLookupDrafter, first_difference, load_prompt_set, load_prompt_file, render_prompt
 from dflash_nb.features import FeatureStore, extract_features
 from dflash_nb.models import load_target, load_tokenizer
 from dflash_nb.train import load_target_head
@@ -66,18 +66,20 @@ def eval_rows(run: Path, tok, target, layer_ids, params: dict) -> dict:
 def pl_lead(ids: list, p: int, block_size: int) -> int:
     "How many tokens prompt lookup (as `90_evaluate` runs it) would have accepted drafting at anchor `p` of `ids`."
     got = PromptLookupDrafter(block_size).draft(ids[p], context=ids[:p + 1])[0].tolist()
-    return next((k for k, t in enumerate(got) if p + 1 + k >= len(ids) or ids[p + 1 + k] != t), len(got))
+    d = first_difference(got, ids[p + 1:p + 1 + len(got)])
+    return len(got) if d is None else d
 
 
-def _walk(lead: dict, ids: list, p: int, block_size: int, split: dict, both: bool) -> tuple:
-    "`(tokens, cycles)` of one row's replayed decoding from anchor `p`, given the drafter's `lead` at each anchor."
+def _walk(lead: dict, ids: list, p: int, block_size: int, split: dict | None, both: bool) -> tuple:
+    """`(tokens, cycles)` of one row's replayed decoding from anchor `p` (the first response token comes from the
+    prefill, in no cycle), given the drafter's `lead` at each anchor; `split` as in `walk_tau`."""
     tokens = cycles = 0
     while p < len(ids) - 1:
         if p not in lead: p += 1; continue            # not an assistant token (another turn): not decoded
         left = len(ids) - 1 - p
         pl = min(pl_lead(ids, p, block_size) + 1, left)
         step = max(min(int(lead[p]) + 1, left), pl if both else 0); tokens += step; cycles += 1
-        if not both: c = split.setdefault(pl > 1, [0, 0, 0]); c[0] += 1; c[1] += step; c[2] += pl
+        if split is not None: c = split.setdefault(pl > 1, [0, 0, 0]); c[0] += 1; c[1] += step; c[2] += pl
         p += step
     return tokens, cycles
 
@@ -97,7 +99,7 @@ def walk_tau(drafter, rows, emb, head, mask_id, dcfg, split: dict) -> tuple:
         an = anchor_candidates(r['loss_mask'], dcfg.block_size, full_block=False)
         lead = dict(zip(an.tolist(), block_leads(drafter, r, an, emb, head, mask_id, dcfg, 0).tolist()))
         for both in (False, True):
-            t, c = _walk(lead, r['input_ids'].tolist(), int(an[0]), dcfg.block_size, split, both)
+            t, c = _walk(lead, r['input_ids'].tolist(), int(an[0]), dcfg.block_size, None if both else split, both)
             tot[both][0] += t; tot[both][1] += c
     return tuple(t / max(c, 1) for t, c in (tot[False], tot[True]))
 
