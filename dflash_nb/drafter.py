@@ -22,11 +22,11 @@ __all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'FLEX_COMPILE', 'FLEX_C
            'resolve_mask_token_id', 'flex_compiles', 'compiled', 'compile_count', 'ensure_recompile_limit', 'RMSNorm',
            'rope_cos_sin', 'apply_rope', 'attend', 'DFlashAttention', 'DFlashMLP', 'DFlashDecoderLayer', 'DraftCache',
            'DFlashDrafter', 'dflash_mask_mod', 'dense_mask', 'flex_available', 'build_masks', 'anchor_candidates',
-           'sample_anchors', 'pad_anchors', 'linear_buckets', 'bucket_size', 'slot_weights', 'block_labels',
-           'per_slot_stats', 'acceptance_length', 'dpace_weights', 'position_loss', 'ce_chunks', 'soft_targets',
-           'ChunkedLinearCE', 'linear_cross_entropy_stats', 'full_soft_loss', 'slot_targets', 'slot_cross_entropy',
-           'dflash_loss', 'inference_masks', 'draft_block', 'draft_weight_names', 'export_drafter',
-           'drafter_config_dict', 'load_drafter']
+           'sample_anchors', 'pad_anchors', 'repeat_weights', 'linear_buckets', 'bucket_size', 'slot_weights',
+           'block_labels', 'per_slot_stats', 'acceptance_length', 'dpace_weights', 'position_loss', 'ce_chunks',
+           'soft_targets', 'ChunkedLinearCE', 'linear_cross_entropy_stats', 'full_soft_loss', 'slot_targets',
+           'slot_cross_entropy', 'dflash_loss', 'inference_masks', 'draft_block', 'draft_weight_names',
+           'export_drafter', 'drafter_config_dict', 'load_drafter']
 
 # %% ../nbs/70_drafter.ipynb #def03c71
 def hub_like(name) -> bool:
@@ -470,13 +470,16 @@ def anchor_candidates(loss_mask, block_size: int, full_block: bool = True):
     return ok.nonzero().flatten()
 
 def sample_anchors(loss_mask, num_anchors: int, block_size: int, seed: int = 0, epoch: int = 0, index: int = 0,
-                   full_block: bool = True):
-    "Sorted anchor positions for one sequence, drawn from a generator seeded by `(seed, epoch, index)`."
+                   full_block: bool = True, weights=None):
+    """Sorted anchor positions for one sequence, drawn from a generator seeded by `(seed, epoch, index)`: uniformly,
+    or in proportion to `weights [T]` (per position) when given."""
     cand = anchor_candidates(loss_mask, block_size, full_block)
     k = min(int(num_anchors), cand.numel())
     if k == 0: return cand[:0]
     g = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(epoch) * 7_919 + int(index) * 104_729) % (2**63 - 1))
-    return cand[torch.randperm(cand.numel(), generator=g)[:k]].sort().values
+    if weights is None: pick = torch.randperm(cand.numel(), generator=g)[:k]
+    else: pick = torch.multinomial(torch.as_tensor(weights, dtype=torch.float)[cand], k, generator=g)
+    return cand[pick].sort().values
 
 def pad_anchors(anchor_lists, n: int | None = None):
     "Stack per-sequence anchors into `anchors [b, max(n_max, n)]` (padding 0) and `valid` (padding anchors are invalid: weight 0)."
@@ -486,6 +489,16 @@ def pad_anchors(anchor_lists, n: int | None = None):
     for i, a in enumerate(anchor_lists):
         anchors[i, :len(a)] = torch.as_tensor(a, dtype=torch.long); valid[i, :len(a)] = True
     return anchors, valid
+
+# %% ../nbs/70_drafter.ipynb #57231b99
+def repeat_weights(ids, weight: float, n: int = 3):
+    "Per-position anchor weights `[T]`: `weight` where `ids[p+1]` ends an `n`-gram seen earlier in the row, else 1."
+    ids = torch.as_tensor(ids).tolist(); seen, rep = set(), torch.zeros(len(ids))
+    for t in range(n - 1, len(ids)):
+        g = tuple(ids[t - n + 1:t + 1])
+        if g in seen and t > 0: rep[t - 1] = 1.0
+        seen.add(g)
+    return 1.0 + (float(weight) - 1.0) * rep
 
 # %% ../nbs/70_drafter.ipynb #16447c2c
 def linear_buckets(max_value: int, count: int = 4, multiple: int = 1) -> list[int]:

@@ -21,8 +21,8 @@ from .models import load_target, load_tokenizer, resolve_target, target_fingerpr
 from transformers import AutoConfig
 from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_config, default_gamma,
                                dflash_loss, export_drafter, flex_available, acceptance_length, pad_anchors,
-                               resolve_mask_token_id, sample_anchors, load_drafter, linear_buckets, bucket_size,
-                               flex_compiles, ensure_recompile_limit, compile_count)
+                               resolve_mask_token_id, sample_anchors, repeat_weights, load_drafter, linear_buckets,
+                               bucket_size, flex_compiles, ensure_recompile_limit, compile_count)
 
 # %% auto #0
 __all__ = ['CKPT_RE', 'TrainConfig', 'load_target_head', 'target_features', 'labels_needed', 'online_features', 'TokenRows',
@@ -74,6 +74,7 @@ class TrainConfig:
     lr_schedule: str = declared(_S, 'lr_schedule')
     position_weights: str = declared(_S, 'position_weights')
     dpace_alpha: float = declared(_S, 'dpace_alpha')
+    repeat_weight: float = declared(_S, 'repeat_weight')
     loss_norm: str = declared(_S, 'loss_norm')
     full_block_anchors: bool = True     # trainer-only settings (not stage parameters) from here on
     max_len: int | None = None          # truncate longer rows
@@ -625,7 +626,8 @@ def _batch(self: Trainer, idx: list[int], epoch: int) -> dict:
 def _anchors(self: Trainer, b: dict, idx: list[int], epoch: int) -> tuple:
     "`(anchors, valid)` of collated batch `b`: up to `num_anchors` a row, padded (to their bucket)."
     c, B = self.cfg, self.model.config.block_size
-    lists = [sample_anchors(b['loss_mask'][j, :b['lengths'][j]], c.num_anchors, B, c.seed, epoch, i, c.full_block_anchors)
+    w = lambda j: None if c.repeat_weight == 1 else repeat_weights(b['input_ids'][j, :b['lengths'][j]], c.repeat_weight)
+    lists = [sample_anchors(b['loss_mask'][j, :b['lengths'][j]], c.num_anchors, B, c.seed, epoch, i, c.full_block_anchors, w(j))
              for j, i in enumerate(idx)]
     return pad_anchors(lists, bucket_size(max(len(a) for a in lists), self.anchor_buckets) if self.bucketing else None)
 
