@@ -9,6 +9,8 @@ clip 1.0), at two recipes that name every setting on both sides (`RECIPES`):
   * `adamw`: both on AdamW (weight decay 0.01), cosine with 4% warmup, the fixed decay gamma 2, the count;
   * `ours` (ours only): our defaults (Muon, cosine, the decay gamma 2 on slots 1-6, the weights' sum), measured
     against speculators at its defaults.
+  * `speculators_64blocks` (ours only): speculators' recipe at 4 rows x 16 anchors a step (64 blocks), the quality
+    config's batch, against speculators at its defaults and 16 blocks.
 
 Both drafters are measured by the same code: held-out teacher-forced tau and slot accuracies on rows neither saw
 (`search_heldout.heldout_tau`), and CPU-seconds (user + sys of the process: speculators' minus its start-up, ours
@@ -69,12 +71,18 @@ RECIPES = {
     'ours': dict(optimizer='muon', lr_schedule='cosine', warmup_ratio=0.04, weight_decay=0.01, muon_lr=None,
                  muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
                  position_weights='decay', gamma=2.0, loss_norm='weights', loss_slots=6),
+    # ours only: speculators' recipe with 4 rows x 16 anchors a step (64 blocks; speculators stays at its 16), the
+    # quality config's batch: Muon's fixed cost a step is shared by 4x the blocks
+    'speculators_64blocks': dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
+                                 muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
+                                 position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count', num_anchors=16),
 }
 COMMON = dict(lr=1e-3, max_grad_norm=1.0, loss='ce', labels='target', loss_slots=None, num_hidden_layers=3, block_size=16)
 
 def spec_flags(r: dict) -> list:
     "speculators' CLI flags for recipe `r` (its loss is always divided by the supervised count)."
     assert r['loss_norm'] == 'count', "speculators divides by the supervised count only"
+    assert 'num_anchors' not in r, 'speculators runs 16 blocks a step here (--max-anchors 16)'
     f = ['--optimizer', r['optimizer'], '--weight-decay', r['weight_decay'], '--scheduler-type', r['lr_schedule'],
          '--scheduler-warmup-ratio', r['warmup_ratio'], '--dflash-decay-gamma', r['gamma'],
          '--per-position-loss-weight', {'decay': 'fixed-exp-decay', 'dpace': 'dpace'}[r['position_weights']]]
@@ -214,7 +222,7 @@ def run_speculators(a, S) -> dict:
 
 
 def run_ours(a, S) -> dict:
-    """Our trainer at the recipe, 4 rows x 4 anchors a step, held-out tau every `--every` steps (training CPU counted apart);
+    """Our trainer at the recipe, 4 rows x 4 anchors a step (the recipe's `num_anchors` if it names one), held-out tau every `--every` steps (training CPU counted apart);
     as many steps as speculators took at the same recipe and seed when it ran first (it rounds up to whole epochs)."""
     from dflash_nb.core import seed_everything, read_json
     spec = S['work'] / f'result_spec_{a.recipe}_{a.seed}.json'
@@ -225,8 +233,9 @@ def run_ours(a, S) -> dict:
     seed_everything(a.seed)
     data = Rows([S['store']], [(0, i) for i in S['train_ids']])
     r = RECIPES[a.recipe]
-    cfg = TrainConfig(epochs=1000, max_steps=a.steps, num_anchors=4, batch_size=4, amp='bf16', log_every=50, ckpt_every=0,
-                      seed=a.seed, tensorboard=False, **{k: v for k, v in {**COMMON, **r}.items() if k not in ('num_hidden_layers', 'block_size')})
+    n = r.get('num_anchors', 4)
+    cfg = TrainConfig(epochs=1000, max_steps=a.steps, num_anchors=n, batch_size=4, amp='bf16', log_every=50, ckpt_every=0, seed=a.seed,
+                      tensorboard=False, **{k: v for k, v in {**COMMON, **r}.items() if k not in ('num_hidden_layers', 'block_size', 'num_anchors')})
     tr = Trainer(DFlashDrafter(S['dcfg']).init_weights(a.seed), S['emb'], S['head'], data, cfg, log=lambda m: None)
     cpu, curve = 0.0, []
     while tr.step < a.steps:
@@ -237,7 +246,7 @@ def run_ours(a, S) -> dict:
     last = curve[-1]
     return {'steps': tr.step, 'cpu_s': last['cpu_s'], 'heldout_tau': last['heldout_tau'], 'heldout_acc': last['heldout_acc'],
             'curve': curve, 'settings': {**COMMON, **r, 'warmup_steps': math.ceil(r['warmup_ratio'] * a.steps),
-                                         'batch': '4 rows x 4 anchors', 'amp': 'bf16 autocast'}}
+                                         'batch': f'4 rows x {n} anchors', 'amp': 'bf16 autocast'}}
 
 
 def cpu_to_reach(curve, tau):
@@ -287,8 +296,8 @@ def report(work: Path, a):
            '|---|---|---|---|---|---|---|']
     for rec, v in summary.items():
         md.append(f"| {rec} | {v['speculators_recipe']} | {v['spec_tau']:.3f} | {v['ours_tau']:.3f} | {v['spec_cpu_s']:.0f} | {v['ours_cpu_s']:.0f} | {v['ours_cpu_s_to_spec_tau']} |")
-    md += ['', "All: lr 1e-3, clip 1.0, CE on the target's argmax, 3 layers, block 16, 16 blocks a step; all 15 slots except "
-           "recipe `ours` (slots 1-6, the quality config's). CPU-s: one thread each, a shared (loaded) 2-core machine."]
+    md += ['', "All: lr 1e-3, clip 1.0, CE on the target's argmax, 3 layers, block 16, 16 blocks a step (ours at recipe "
+           "`speculators_64blocks`: 64); all 15 slots except recipe `ours` (slots 1-6, the quality config's). CPU-s: one thread each, a shared (loaded) 2-core machine."]
     (ROOT / 'bench' / 'results' / 'vs_speculators.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 
