@@ -10,7 +10,8 @@ clip 1.0), at two recipes that name every setting on both sides (`RECIPES`):
   * `ours` (ours only): our defaults (Muon, cosine, the decay gamma 2 on slots 1-6, the weights' sum), measured
     against speculators at its defaults.
   * `speculators_64blocks` (ours only): speculators' recipe at 4 rows x 16 anchors a step (64 blocks), the quality
-    config's batch, against speculators at its defaults and 16 blocks.
+    config's batch, against speculators at its defaults and 16 blocks; `speculators_64blocks_6slots` / `_4slots` the same with
+    the loss on slots 1-6 / 1-4, `speculators_128blocks` at 4 rows x 32 anchors.
 
 Both drafters are measured by the same code: held-out teacher-forced tau and slot accuracies on rows neither saw
 (`search_heldout.heldout_tau`), and CPU-seconds (user + sys of the process: speculators' minus its start-up, ours
@@ -76,6 +77,21 @@ RECIPES = {
     'speculators_64blocks': dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
                                  muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
                                  position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count', num_anchors=16),
+    # ours only: the 64-block recipe with the loss on slots 1-6 (D-PACE's weights beyond slot 6 are near 0 at tau ~1.4;
+    # slots 7-15 cost LM-head logits a block)
+    'speculators_64blocks_6slots': dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
+                                        muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
+                                        position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count', num_anchors=16,
+                                        loss_slots=6),
+    # ours only: the same on slots 1-4 (D-PACE's weights of slots 5-6 are a few percent of slot 1's at tau ~1.4)
+    'speculators_64blocks_4slots': dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
+                                        muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
+                                        position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count', num_anchors=16,
+                                        loss_slots=4),
+    # ours only: 4 rows x 32 anchors (128 blocks a step): Muon's fixed cost shared by 8x speculators' blocks
+    'speculators_128blocks': dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
+                                  muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
+                                  position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count', num_anchors=32),
 }
 COMMON = dict(lr=1e-3, max_grad_norm=1.0, loss='ce', labels='target', loss_slots=None, num_hidden_layers=3, block_size=16)
 
@@ -284,20 +300,23 @@ def report(work: Path, a):
     write_json(ROOT / 'bench' / 'results' / 'vs_speculators.json', res)
     name = lambda s: (f"{s['optimizer']}" + (f" (Muon wd {s['muon_weight_decay']}, {s['muon_adjust_lr']}; AdamW wd {s['weight_decay']})"
                       if s['optimizer'] == 'muon' else f" wd {s['weight_decay']}"))
-    md = ['| recipe | trainer | seed | optimizer | schedule (warmup) | position weights | loss / | steps | CPU-s | CPU-s a step | held-out tau | slot 1 | slot 2 |',
-          '|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+    md = ['| recipe | trainer | seed | optimizer | schedule (warmup) | position weights | loss / | blocks a step | loss slots | steps | CPU-s | CPU-s a step | held-out tau | slot 1 | slot 2 | load at end |',
+          '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
     for rec, r in rows:
         s = r['settings']
         pw = 'D-PACE a=0.5' if s['position_weights'] == 'dpace' else f"decay gamma {s['gamma']}"
         md.append(f"| {rec} | {'speculators 0.9.0' if r['side'] == 'spec' else 'ours'} | {r['seed']} | {name(s)} | "
-                  f"{s['lr_schedule']} ({s['warmup_ratio']:.0%}) | {pw} | {s['loss_norm']} | {r['steps']} | {r['cpu_s']:.0f} | "
-                  f"{r['cpu_s'] / r['steps']:.3f} | {r['heldout_tau']:.3f} | {r['heldout_acc'][0]:.3f} | {r['heldout_acc'][1]:.3f} |")
+                  f"{s['lr_schedule']} ({s['warmup_ratio']:.0%}) | {pw} | {s['loss_norm']} | {4 * s.get('num_anchors', 4)} | "
+                  f"{s.get('loss_slots') or 15} | {r['steps']} | {r['cpu_s']:.0f} | "
+                  f"{r['cpu_s'] / r['steps']:.3f} | {r['heldout_tau']:.3f} | {r['heldout_acc'][0]:.3f} | {r['heldout_acc'][1]:.3f} | "
+                  f"{r.get('load_average_end', float('nan')):.1f} |")
     md += ['', '| ours at recipe | speculators at recipe | speculators tau (mean) | ours tau (mean) | speculators CPU-s | ours CPU-s | ours CPU-s to reach speculators\' tau |',
            '|---|---|---|---|---|---|---|']
     for rec, v in summary.items():
         md.append(f"| {rec} | {v['speculators_recipe']} | {v['spec_tau']:.3f} | {v['ours_tau']:.3f} | {v['spec_cpu_s']:.0f} | {v['ours_cpu_s']:.0f} | {v['ours_cpu_s_to_spec_tau']} |")
-    md += ['', "All: lr 1e-3, clip 1.0, CE on the target's argmax, 3 layers, block 16, 16 blocks a step (ours at recipe "
-           "`speculators_64blocks`: 64); all 15 slots except recipe `ours` (slots 1-6, the quality config's). CPU-s: one thread each, a shared (loaded) 2-core machine."]
+    md += ['', "All: lr 1e-3, clip 1.0, CE on the target's argmax, 3 layers, block 16, 4 rows a step (speculators: 16 blocks "
+           "a step). CPU-s: one thread each on a 2-core machine; load at end: the 1-minute load average when the run ended "
+           "(2: the two lanes of a pair alone, 3 and more: something else shared the cores and inflated the CPU-seconds)."]
     (ROOT / 'bench' / 'results' / 'vs_speculators.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 
