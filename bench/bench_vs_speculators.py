@@ -62,10 +62,11 @@ interop_venvs.VENVS.setdefault(VENV, interop_venvs.VENVS['spec09'] + ['python-do
 # as its CLI flags (SPEC_FLAGS). speculators' defaults (0.9.0, `train/config/schema.py`): optimizer muon, muon_lr = lr,
 # momentum 0.95, muon weight decay 0.1, AdamW weight decay 0.01, 5 Newton-Schulz steps, match_rms_adamw, scheduler
 # linear with 1% warmup when no warmup is given, D-PACE (alpha 0.5) for DFlash, its loss divided by the supervised count.
+SPECULATORS = dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
+                   muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
+                   position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count')
 RECIPES = {
-    'speculators': dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
-                        muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
-                        position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count'),
+    'speculators': SPECULATORS,
     'adamw': dict(optimizer='adamw', lr_schedule='cosine', warmup_ratio=0.04, weight_decay=0.01,
                   position_weights='decay', gamma=2.0, loss_norm='count'),
     # ours only (speculators cannot divide by the weights' sum): our defaults with the quality config's loss settings
@@ -74,24 +75,13 @@ RECIPES = {
                  position_weights='decay', gamma=2.0, loss_norm='weights', loss_slots=6),
     # ours only: speculators' recipe with 4 rows x 16 anchors a step (64 blocks; speculators stays at its 16), the
     # quality config's batch: Muon's fixed cost a step is shared by 4x the blocks
-    'speculators_64blocks': dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
-                                 muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
-                                 position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count', num_anchors=16),
-    # ours only: the 64-block recipe with the loss on slots 1-6 (D-PACE's weights beyond slot 6 are near 0 at tau ~1.4;
-    # slots 7-15 cost LM-head logits a block)
-    'speculators_64blocks_6slots': dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
-                                        muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
-                                        position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count', num_anchors=16,
-                                        loss_slots=6),
-    # ours only: the same on slots 1-4 (D-PACE's weights of slots 5-6 are a few percent of slot 1's at tau ~1.4)
-    'speculators_64blocks_4slots': dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
-                                        muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
-                                        position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count', num_anchors=16,
-                                        loss_slots=4),
-    # ours only: 4 rows x 32 anchors (128 blocks a step): Muon's fixed cost shared by 8x speculators' blocks
-    'speculators_128blocks': dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
-                                  muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
-                                  position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count', num_anchors=32),
+    'speculators_64blocks': {**SPECULATORS, 'num_anchors': 16},
+    # ours only: the same with the loss on slots 1-6 / 1-4 (slots 7-15 cost LM-head logits a block; D-PACE weighs a
+    # slot by the running acceptance of the slots before it)
+    'speculators_64blocks_6slots': {**SPECULATORS, 'num_anchors': 16, 'loss_slots': 6},
+    'speculators_64blocks_4slots': {**SPECULATORS, 'num_anchors': 16, 'loss_slots': 4},
+    # ours only: 4 rows x 32 anchors (128 blocks a step)
+    'speculators_128blocks': {**SPECULATORS, 'num_anchors': 32},
 }
 COMMON = dict(lr=1e-3, max_grad_norm=1.0, loss='ce', labels='target', loss_slots=None, num_hidden_layers=3, block_size=16)
 
@@ -276,6 +266,8 @@ def cpu_to_reach(curve, tau):
     return None
 
 
+RUNS_HEADING = '## All runs (`--report`)'
+
 def report(work: Path, a):
     "Gather the runs into bench/results/vs_speculators.json and a markdown table (vs_speculators.md)."
     from dflash_nb.core import read_json, write_json
@@ -317,7 +309,9 @@ def report(work: Path, a):
     md += ['', "All: lr 1e-3, clip 1.0, CE on the target's argmax, 3 layers, block 16, 4 rows a step (speculators: 16 blocks "
            "a step). CPU-s: one thread each on a 2-core machine; load at end: the 1-minute load average when the run ended "
            "(2: the two lanes of a pair alone, 3 and more: something else shared the cores and inflated the CPU-seconds)."]
-    (ROOT / 'bench' / 'results' / 'vs_speculators.md').write_text('\n'.join(md) + '\n')
+    path = ROOT / 'bench' / 'results' / 'vs_speculators.md'   # the prose above RUNS_HEADING is kept
+    prose = path.read_text().split(RUNS_HEADING)[0] if path.exists() else "# Beside speculators' trainer\n\n"
+    path.write_text(prose + RUNS_HEADING + '\n\n' + '\n'.join(md) + '\n')
     print('\n'.join(md))
 
 
