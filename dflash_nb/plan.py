@@ -415,22 +415,22 @@ def stage_costs(cfg: dict,   # a complete run config
                 P: dict,     # `plan_assumptions`
                 tot: dict,   # the mix's totals: rows, prompt, answer, tokens, supervised
                ) -> dict:    # {stage: rows, disk, FLOPs, GPU-hours, ...}
-    "Disk, FLOPs and GPU-hours of each stage."
-    tr, hs = cfg['train'], cfg['hidden_states']
-    rows, seq = tot['rows'], tot['tokens']
+    "Disk, FLOPs and GPU-hours of each stage (from `40_regenerate` on, `regenerate.samples` answers per row)."
+    tr, hs, n = cfg['train'], cfg['hidden_states'], cfg['regenerate']['samples']
+    rows, seq = tot['rows'] * n, tot['tokens'] * n
     gh = lambda flops, util: flops / (P['gpu_bf16_tflops'] * 1e12 * util) / 3600
     feat = (tr['num_feature_layers'] + (1 if hs['include_last'] else 0)) * dims['hidden_size'] * 2   # bf16
-    regen = 2 * dims['params_estimate'] * (tot['prompt'] + tot['answer'])
+    regen = 2 * dims['params_estimate'] * (tot['prompt'] + tot['answer']) * n
     extract = 2 * dims['params_estimate'] * seq
     online, epochs = tr['source'] == 'online', tr['epochs']
     trained = rows * min(tr['num_anchors'] * tr['block_size'], seq / max(rows, 1) * tr['block_size']) * epochs
     train = 6 * drafter_params(dims, tr) * (trained + seq * epochs) + (extract * epochs if online else 0)
-    return {'10_sources': {'rows': rows, 'disk_bytes': tot['prompt'] * P['chars_per_token']},
-            '30_convert': {'rows': rows, 'disk_bytes': 3 * tot['prompt'] * P['chars_per_token']},
-            '40_regenerate': {'rows': rows, 'generated_tokens': tot['answer'], 'flops': regen,
+    return {'10_sources': {'rows': tot['rows'], 'disk_bytes': tot['prompt'] * P['chars_per_token']},
+            '30_convert': {'rows': tot['rows'], 'disk_bytes': 3 * tot['prompt'] * P['chars_per_token']},
+            '40_regenerate': {'rows': rows, 'generated_tokens': tot['answer'] * n, 'flops': regen,
                               'gpu_hours': gh(regen, P['util_generation']),
                               'disk_bytes': seq * P['chars_per_token'] * P['bytes_per_char_jsonl']},
-            '50_tokenization': {'rows': rows, 'tokens': seq, 'supervised_tokens': tot['supervised'],
+            '50_tokenization': {'rows': rows, 'tokens': seq, 'supervised_tokens': tot['supervised'] * n,
                                 'disk_bytes': seq * 5 * 1.05},
             '60_hidden_states': ({'mode': 'online (computed in training)', 'disk_bytes': 0,
                                   'bytes_per_token': feat, 'offline_would_need_bytes': seq * feat}

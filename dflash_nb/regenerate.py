@@ -6,7 +6,7 @@
 from __future__ import annotations
 import copy, inspect, json, logging, os, random, re, shutil, threading, time, urllib.error, urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -24,11 +24,11 @@ _log = logging.getLogger('dflash_nb.regenerate')
 # %% auto #0
 __all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'ROW_COUNTS', 'DECLARED_OPTIONS', 'GenConfig',
            'GenRequest', 'GenResult', 'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected', 'RowJob',
-           'left_pad', 'slab_cache', 'decoder_supported', 'greedy_decode', 'batch_cost', 'length_buckets',
-           'BackendOptions', 'HFBackend', 'api_base', 'endpoint_list', 'HTTPError', 'http_json', 'Server', 'ServerPool',
-           'HTTPBackend', 'read_response', 'RegenOptions', 'regenerate_chunk', 'regenerate_file',
-           'assistant_token_counts', 'token_stats', 'length_histogram', 'make_backend', 'register_cli',
-           'regenerate_stage']
+           'left_pad', 'slab_cache', 'decoder_supported', 'pick_tokens', 'greedy_decode', 'batch_cost',
+           'length_buckets', 'BackendOptions', 'HFBackend', 'api_base', 'endpoint_list', 'HTTPError', 'http_json',
+           'Server', 'ServerPool', 'HTTPBackend', 'read_response', 'RegenOptions', 'sample_row', 'regenerate_chunk',
+           'regenerate_file', 'assistant_token_counts', 'token_stats', 'length_histogram', 'make_backend',
+           'register_cli', 'regenerate_stage']
 
 # %% ../nbs/40_regenerate.ipynb #ef3f0f79
 @dataclass
@@ -304,23 +304,44 @@ def decoder_supported(model  # a loaded causal LM
     if 'logits_to_keep' not in inspect.signature(model.forward).parameters: return 'no logits_to_keep argument'
     return None
 
+# %% ../nbs/40_regenerate.ipynb #8404392e
+def pick_tokens(logits,                    # `[rows, vocab]`: the logits of each row's last position
+                temperature: float = 0.0,  # 0: the argmax (greedy)
+                top_p: float = 1.0,        # nucleus mass: draw among the likeliest tokens that first hold this much
+                generator=None             # a `torch.Generator` on the logits' device (reproducible draws)
+               ):  # `[rows]` token ids
+    "The next token of every row: the argmax at temperature 0, else a draw from the tempered, nucleus-cut softmax."
+    import torch   # heavy: imported when a model runs (see the import cell)
+    if float(temperature) == 0.0: return logits.float().argmax(-1)
+    probs = torch.softmax(logits.float() / float(temperature), -1)
+    if top_p < 1:
+        p, order = probs.sort(-1, descending=True)
+        p = p.masked_fill(p.cumsum(-1) - p >= top_p, 0)   # tokens after the mass reached top_p
+        probs = torch.zeros_like(probs).scatter_(-1, order, p)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
 # %% ../nbs/40_regenerate.ipynb #6294f87c
 def greedy_decode(model,               # a causal LM that `decoder_supported`
                   prompts: list,       # token id lists (the rendered chat prompts)
                   pad_id: int,         # the padding token
                   stop_ids,            # token ids that end a row
-                  max_new_tokens: int  # the most tokens to generate per row
+                  max_new_tokens: int, # the most tokens to generate per row
+                  temperature: float = 0.0,  # above 0: sampled (`pick_tokens`) instead of greedy
+                  top_p: float = 1.0,  # nucleus mass when sampling
+                  seed: int = 0        # the sampling generator's seed
                  ) -> list:  # per prompt, its new tokens (cut after the first stop token by the caller)
-    "Greedy continuations of `prompts`: `generate`'s computation, with keys and values in a `slab_cache`."
+    "Greedy (or sampled) continuations of `prompts`: `generate`'s computation, with keys and values in a `slab_cache`."
     import torch   # heavy: imported when a model runs (see the import cell)
     ids, mask, pos = (t.to(model.device) for t in left_pad(prompts, pad_id, max_new_tokens))
     L, stops = ids.shape[1], torch.tensor(sorted(stop_ids), device=model.device)
     cache, live, new = slab_cache(model, L + max_new_tokens), torch.ones(len(prompts), dtype=torch.bool), []
     last = torch.tensor([-1], device=model.device)   # the last position, gathered (a copy, not a strided view)
+    draw = torch.Generator(model.device).manual_seed(int(seed)) if temperature else None
     def step(x, n, p):
         out = model(input_ids=x, attention_mask=mask[:, :n], position_ids=p, past_key_values=cache,
                     use_cache=True, logits_to_keep=last)
-        return out.logits[:, -1].float().argmax(-1)
+        return pick_tokens(out.logits[:, -1], temperature, top_p, draw)
     with torch.inference_mode():
         nxt = step(ids, L, pos)
         for t in range(1, max_new_tokens + 1):
@@ -461,8 +482,9 @@ def _new_tokens(self: HFBackend, prompts: list, gen: GenConfig) -> list:
     "The generated token ids of each prompt (padding and anything after a stop token included)."
     import torch   # heavy: imported when a model runs (see the import cell)
     pad = self.tok.pad_token_id
-    if gen.greedy and not gen.stop and self.no_loop is None:
-        return greedy_decode(self.model, prompts, pad, self.stop_ids, int(gen.max_new_tokens))
+    if not gen.stop and self.no_loop is None:
+        return greedy_decode(self.model, prompts, pad, self.stop_ids, int(gen.max_new_tokens),
+                             float(gen.temperature), float(gen.top_p), int(gen.seed))
     ids, mask, _ = left_pad(prompts, pad)
     kw = dict(max_new_tokens=int(gen.max_new_tokens), eos_token_id=self.stop_ids, pad_token_id=pad, top_k=None)
     kw.update(do_sample=False, temperature=None, top_p=None) if gen.greedy else \
@@ -783,6 +805,8 @@ class RegenOptions:
     mode: str = declared(_R, 'mode')                      # final (last turn) | all (every turn, in order)
     tool_turns: str = declared(_R, 'tool_turns')          # keep | regenerate
     keep_truncated: bool = declared(_R, 'keep_truncated') # False: rows cut by max_new_tokens go to the failures
+    samples: int = declared(_R, 'samples')                # answers per selected row (the further ones sampled)
+    sample_temperature: float = declared(_R, 'sample_temperature')   # the further answers' temperature
     chunk_size: int = declared(_R, 'chunk_size')          # rows per resumable part
     limit: int | None = declared(_R, 'limit')             # only the first N rows (None: all)
     workers: int = declared(_R, 'workers')                # processes, one model each (in-process backend only)
@@ -792,7 +816,18 @@ class RegenOptions:
     @property
     def how(self) -> dict:
         "What decides a regenerated row (in the parts' settings key)."
-        return dict(mode=self.mode, select=self.select, tool_turns=self.tool_turns, keep_truncated=self.keep_truncated)
+        return dict(mode=self.mode, select=self.select, tool_turns=self.tool_turns, keep_truncated=self.keep_truncated,
+                    samples=self.samples, sample_temperature=self.sample_temperature)
+
+# %% ../nbs/40_regenerate.ipynb #d619df08
+def sample_row(row: dict,       # a selected canonical row
+               k: int,          # which further answer (1, 2, ...)
+               gen: GenConfig,  # the settings it is drawn with
+              ) -> dict:        # the row to regenerate as that answer
+    "The row that becomes `row`'s `k`-th further answer: id `<id>#s<k>`; `meta.sample` says of what and how."
+    how = {'of': row['id'], 'k': int(k), 'temperature': gen.temperature, 'top_p': gen.top_p, 'seed': gen.seed}
+    return {**row, 'id': f"{row['id']}#s{k}", 'meta': {**(row.get('meta') or {}), 'sample': how}}
+
 
 # %% ../nbs/40_regenerate.ipynb #f5930738
 def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSONL; `_error` records: bad lines)
@@ -802,17 +837,22 @@ def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSON
                      *,
                      seen_ids: set | None = None,  # ids of earlier chunks (updated)
                      progress=None               # callback(rows, tokens)
-                    ) -> list:  # per row, `{kind: row, row, status}` or `{kind: failed, reason, id, row}`
-    "Regenerate one chunk of rows."
+                    ) -> list:  # per row, `{kind: row, row, status}` or `{kind: failed, reason, id, row}`, then its samples'
+    "Regenerate one chunk of rows (and their further samples: `sample: k` in the record)."
     o = opts or RegenOptions()
     recs, jobs = _screen(rows, o.select, o.mode, o.tool_turns, set() if seen_ids is None else seen_ids)
+    sgen = replace(gen, temperature=o.sample_temperature)
+    more = {(i, k): RowJob(sample_row(jobs[i].row, k, sgen), o.mode, o.tool_turns) for i in jobs for k in range(1, o.samples)}
     if progress:
         for r in recs:
             if r is not None and r['kind'] == 'row': progress(1, 0)
     _run_jobs(jobs, backend, gen, progress)
+    _run_jobs(more, backend, sgen, progress and (lambda rows, tokens: progress(0, tokens)))
     info = backend.info()
     for i, job in jobs.items(): recs[i] = _job_record(job, info, gen, o.keep_truncated)
-    return recs
+    after = {}
+    for (i, k), job in more.items(): after.setdefault(i, []).append({**_job_record(job, info, sgen, o.keep_truncated), 'sample': k})
+    return [r for i, rec in enumerate(recs) for r in (rec, *after.get(i, []))]
 
 # %% ../nbs/40_regenerate.ipynb #1026faa2
 def _settings_key(input_path, chunk_size, gen, how: dict, limit, backend) -> dict:
@@ -834,8 +874,8 @@ def _part(parts: Path, k: int) -> Path: return parts / f'part-{k:06d}.jsonl'
 # %% ../nbs/40_regenerate.ipynb #67f16dc6
 def _ids_taken(part: Path) -> set:
     "Ids of the rows of a finished part that passed the screen (rows written, and rows that failed later)."
-    return {rec['row']['id'] if rec['kind'] == 'row' else rec['id'] for rec in iter_jsonl(part)
-            if rec['kind'] == 'row' or not rec['reason'].startswith(('invalid:', 'invalid JSON'))}
+    return {rec['row']['id'] if rec['kind'] == 'row' else rec['id'] for rec in iter_jsonl(part) if not rec.get('sample')
+            and (rec['kind'] == 'row' or not rec['reason'].startswith(('invalid:', 'invalid JSON')))}
 
 def _seen_before(input_path, chunk_size: int, limit=None) -> list:
     "Per chunk: the ids of its rows that a valid row of an earlier chunk already used."
@@ -919,8 +959,8 @@ class _Meter:
         if self.bar is not None: self.bar.close()
 
 # %% ../nbs/40_regenerate.ipynb #62b45848
-ROW_COUNTS = ('rows_in', 'rows_out', 'regenerated', 'passed', 'failed', 'truncated_kept', 'generated_turns',
-              'new_tokens')   # what `_merge_parts` counts, and the stage's manifest records
+ROW_COUNTS = ('rows_in', 'sampled', 'rows_out', 'regenerated', 'passed', 'failed', 'truncated_kept', 'generated_turns',
+              'new_tokens')   # what `_merge_parts` counts, and the stage's manifest records: rows_in + sampled = rows_out + failed
 
 def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     "Merge the parts into the output and the failures file; returns (counts, failure reasons)."
@@ -929,7 +969,7 @@ def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     recs = lambda: (rec for p in sorted(parts.glob('part-*.jsonl')) for rec in iter_jsonl(p))
     def ok_rows():
         for rec in recs():
-            counts['rows_in'] += 1
+            counts['sampled' if rec.get('sample') else 'rows_in'] += 1
             if rec['kind'] != 'row': continue
             counts['rows_out'] += 1; counts[rec['status']] += 1
             reg = (rec['row'].get('meta') or {}).get('regenerated') if rec['status'] == 'regenerated' else None
@@ -969,7 +1009,7 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
     meter.close()
     counts, reasons = _merge_parts(parts, output_path, failures_path)
     shutil.rmtree(parts)
-    assert counts['rows_in'] == counts['rows_out'] + counts['failed'] == total, (counts, total)
+    assert counts['rows_in'] + counts['sampled'] == counts['rows_out'] + counts['failed'] and counts['rows_in'] == total, (counts, total)
     dt = max(time.time() - meter.t0, 1e-9)
     servers = {'servers': backend.stats()} if hasattr(backend, 'stats') else {}
     return {**counts, 'failure_reasons': reasons, 'chunks_resumed': resumed, 'chunks_run': ran,
@@ -1042,7 +1082,7 @@ def _bool(s):
     raise ValueError(f'expected true, false or none, got {s!r}')
 
 DECLARED_OPTIONS = ('served_model', 'mode', 'select', 'tool_turns', 'max_new_tokens', 'temperature', 'top_p', 'stop',
-                    'enable_thinking', 'reasoning', 'keep_truncated', 'batch_size', 'max_batch_tokens', 'concurrency',
+                    'enable_thinking', 'reasoning', 'keep_truncated', 'samples', 'sample_temperature', 'batch_size', 'max_batch_tokens', 'concurrency',
                     'timeout_s', 'max_retries', 'chunk_size', 'limit', 'device', 'dtype', 'threads', 'workers', 'seed')
 
 def _cli_options(p):
@@ -1123,5 +1163,5 @@ def regenerate_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `
              s['failure_reasons'], s['tokens_per_s'] or 0)
     report = _stage_report(stage, s, src, be.tok if hasattr(be, 'tok') else load_tokenizer(p['target']))
     _finish_stage(stage, report)
-    assert s['rows_in'] == s['rows_out'] + s['failed'], s
+    assert s['rows_in'] + s['sampled'] == s['rows_out'] + s['failed'], s
     return report

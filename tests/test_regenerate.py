@@ -240,3 +240,24 @@ def test_workers_match_one_process(tmp_path, hf_backend):
     assert two['failure_reasons'] == one['failure_reasons'] == {'invalid': 1, 'duplicate id': 1}   # 'mt' again in chunk 3
     assert list(iter_jsonl(tmp_path / 'two.jsonl')) == list(iter_jsonl(tmp_path / 'one.jsonl'))
     assert list(iter_jsonl(tmp_path / 'two.failures.jsonl')) == list(iter_jsonl(tmp_path / 'one.failures.jsonl'))
+
+def test_samples_are_rows_of_their_own(tmp_path, bf16_backend):
+    "samples=2 on the real SmolLM2 (bf16, the quality run's setting): every prompt answered greedily as with samples=1,"
+    " then once more sampled, as a row `<id>#s1`; the counts add up; the same seed draws the same answers."
+    rows = [{'id': f'r{i}', 'source': 's', 'messages': [{'role': 'user', 'content': p}]} for i, p in enumerate(PROMPTS[:4])]
+    inp = write_rows(tmp_path / 'in.jsonl', rows + [{'id': 'bad', 'source': 'x', 'messages': []}])
+    gen = GenConfig(max_new_tokens=16, top_p=0.95)
+    opts = lambda n: RegenOptions(mode='all', select='all', chunk_size=2, samples=n, sample_temperature=0.8)
+    one = regenerate_file(inp, tmp_path / 'one.jsonl', bf16_backend, gen, opts(1), progress=False)
+    two = regenerate_file(inp, tmp_path / 'two.jsonl', bf16_backend, gen, opts(2), progress=False)
+    again = regenerate_file(inp, tmp_path / 'again.jsonl', bf16_backend, gen, opts(2), progress=False)
+    assert (one['rows_in'], one['sampled'], one['rows_out'], one['failed']) == (5, 0, 4, 1)
+    assert (two['rows_in'], two['sampled'], two['rows_out'], two['failed']) == (5, 4, 8, 1)
+    out = list(iter_jsonl(tmp_path / 'two.jsonl'))
+    assert [r['id'] for r in out] == [x for i in range(4) for x in (f'r{i}', f'r{i}#s1')]
+    assert [r for r in out if '#' not in r['id']] == list(iter_jsonl(tmp_path / 'one.jsonl'))   # the greedy answers unchanged
+    drawn = [r for r in out if '#' in r['id']]
+    assert all(r['meta']['sample'] == {'of': r['id'][:2], 'k': 1, 'temperature': 0.8, 'top_p': 0.95, 'seed': 0} for r in drawn)
+    greedy = {r['id']: r['messages'][-1]['content'] for r in out if '#' not in r['id']}
+    assert any(r['messages'][-1]['content'] != greedy[r['id'][:2]] for r in drawn)   # sampling answered otherwise
+    assert list(iter_jsonl(tmp_path / 'again.jsonl')) == out                             # seeded: reproducible
