@@ -305,20 +305,31 @@ def decoder_supported(model  # a loaded causal LM
     return None
 
 # %% ../nbs/40_regenerate.ipynb #8404392e
+def _nucleus(p, top_p: float):
+    "Probabilities `p` sorted descending, with the tokens after the mass first reaches `top_p` zeroed."
+    return p.masked_fill(p.cumsum(-1) - p >= top_p, 0)
+
 def pick_tokens(logits,                    # `[rows, vocab]`: the logits of each row's last position
                 temperature: float = 0.0,  # 0: the argmax (greedy)
                 top_p: float = 1.0,        # nucleus mass: draw among the likeliest tokens that first hold this much
-                generator=None             # a `torch.Generator` on the logits' device (reproducible draws)
+                generator=None,            # a `torch.Generator` on the logits' device (reproducible draws)
+                k: int = 64                # the nucleus is looked for among the k likeliest tokens first
                ):  # `[rows]` token ids
     "The next token of every row: the argmax at temperature 0, else a draw from the tempered, nucleus-cut softmax."
     import torch   # heavy: imported when a model runs (see the import cell)
     if float(temperature) == 0.0: return logits.float().argmax(-1)
-    probs = torch.softmax(logits.float() / float(temperature), -1)
-    if top_p < 1:
-        p, order = probs.sort(-1, descending=True)
-        p = p.masked_fill(p.cumsum(-1) - p >= top_p, 0)   # tokens after the mass reached top_p
-        probs = torch.zeros_like(probs).scatter_(-1, order, p)
-    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+    z = logits.float() / float(temperature)
+    if top_p >= 1:                                        # Gumbel-max: argmax(z + Gumbel noise) is a draw from softmax(z)
+        u = torch.rand(z.shape, generator=generator, device=z.device)
+        return (z - torch.log(-torch.log(u))).argmax(-1)
+    top, idx = z.topk(min(k, z.shape[-1]), -1)            # descending
+    p = (top - torch.logsumexp(z, -1, keepdim=True)).exp()  # their exact probabilities
+    out = idx.gather(-1, torch.multinomial(_nucleus(p, top_p), 1, generator=generator))[:, 0]
+    wide = p.sum(-1) < top_p                              # rows whose nucleus is wider than k tokens: sorted whole
+    if wide.any():
+        pw, order = torch.softmax(z[wide], -1).sort(-1, descending=True)
+        out[wide] = order.gather(-1, torch.multinomial(_nucleus(pw, top_p), 1, generator=generator))[:, 0]
+    return out
 
 
 # %% ../nbs/40_regenerate.ipynb #6294f87c

@@ -1,0 +1,130 @@
+#!/usr/bin/env python
+"""Does a second, sampled answer to each prompt (`regenerate.samples: 2`) teach the drafter more than the greedy
+answers alone, in the same steps? One run regenerated with two answers a prompt; two arms on the same prompts:
+
+  * `greedy`: the greedy (first) answers of the first `--prompts` prompts;
+  * `sampled`: the same prompts' greedy and sampled answers (about twice the rows).
+
+Both are trained by our trainer at the quality config's recipe (`RECIPE`: Muon with speculators' settings, D-PACE,
+linear schedule, loss / supervised count, 4 rows x 16 anchors a step, the loss on slots 1-6, bf16 autocast, lr 1e-3,
+3 layers, block 16) for the same `--steps`, with `--labels` (the quality config's `text`: the row's own next tokens;
+`target`: the stored target argmax). They are measured on the greedy answers of `--heldout` prompts spread evenly
+over the run, which neither arm saw: held-out teacher-forced tau (`search_heldout.heldout_tau`), every `--every` steps. On the greedy
+rows the text is the target's argmax, so this is what speculative decoding would accept with those features.
+
+    dflash-nb run bench/configs/selfdistill_520.yaml --until 80_train --set run.name=selfdistill_520_s2 \\
+        --set regenerate.samples=2 --set regenerate.sample_temperature=0.7 --set regenerate.top_p=0.95
+    python bench/bench_samples.py --run runs/selfdistill_520_s2 --arm greedy --seed 0    # one lane (1 thread) each
+    python bench/bench_samples.py --run runs/selfdistill_520_s2 --report                # table + JSON
+
+Each arm run writes WORK/result_{arm}_{labels}_{seed}.json (WORK: `--out`, default runs/bench_samples); `--report`
+gathers them into bench/results/samples.json and bench/results/samples.md.
+"""
+import argparse, json, re, sys, time
+from pathlib import Path
+import torch
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT / 'bench'))
+
+RECIPE = dict(optimizer='muon', lr_schedule='linear', warmup_ratio=0.01, weight_decay=0.01, muon_lr=None,
+              muon_momentum=0.95, muon_weight_decay=0.1, ns_steps=5, muon_adjust_lr='match_rms_adamw',
+              position_weights='dpace', dpace_alpha=0.5, gamma=2.0, loss_norm='count', loss_slots=6,
+              lr=1e-3, max_grad_norm=1.0, loss='ce')
+BATCH = dict(batch_size=4, num_anchors=16)
+SAMPLE_ID = re.compile(r'#s\d+$')
+
+
+def split_ids(ids: list, n_prompts: int, n_held: int) -> dict:
+    "Row ids by arm: `n_held` prompts spread evenly (their greedy rows: held out), then the first `n_prompts` others' greedy rows (and with their samples)."
+    prompts = list(dict.fromkeys(SAMPLE_ID.sub('', i) for i in ids))
+    assert len(prompts) >= n_prompts + n_held, f'{len(prompts)} prompts: not enough for {n_prompts} + {n_held}'
+    held = set(prompts[int(k * len(prompts) / n_held)] for k in range(n_held))   # spread over the sources' order
+    train = set([q for q in prompts if q not in held][:n_prompts])
+    base = lambda i: SAMPLE_ID.sub('', i)
+    return {'greedy': [i for i in ids if i in train], 'sampled': [i for i in ids if base(i) in train],
+            'held': [i for i in ids if i in held]}
+
+
+def setup(a):
+    "The feature store, the arms' ids, the held-out rows, the target's embedding and head, the drafter config."
+    from transformers import AutoConfig
+    from dflash_nb.drafter import build_config, resolve_mask_token_id
+    from dflash_nb.features import FeatureStore
+    from dflash_nb.models import load_tokenizer, resolve_target
+    from dflash_nb.train import load_target_head
+    store = FeatureStore(Path(a.run) / '60_hidden_states' / 'features')
+    arms = split_ids(list(store.ids), a.prompts, a.heldout)
+    tok, tcfg = load_tokenizer('smollm2'), AutoConfig.from_pretrained(resolve_target('smollm2'))
+    mask_id = resolve_mask_token_id(tok, tcfg.vocab_size, '<empty_output>')
+    dcfg = build_config(tcfg, mask_id, num_hidden_layers=3, block_size=16, target_layer_ids=store.layer_ids)
+    emb, head = load_target_head('smollm2')
+    return dict(store=store, arms=arms, held=[store[i] for i in arms['held']], mask_id=mask_id, dcfg=dcfg, emb=emb, head=head)
+
+
+def train_arm(a, S) -> dict:
+    "Train one arm for `--steps`, held-out tau every `--every` steps (training CPU-seconds counted apart)."
+    from dflash_nb.core import seed_everything
+    from dflash_nb.drafter import DFlashDrafter
+    from dflash_nb.train import Trainer, TrainConfig
+    from search_heldout import heldout_tau, Rows
+    seed_everything(a.seed)
+    ids = S['arms'][a.arm]
+    cfg = TrainConfig(epochs=1000, max_steps=a.steps, amp='bf16', log_every=50, ckpt_every=0, seed=a.seed, tensorboard=False,
+                      labels=a.labels, **BATCH, **RECIPE)
+    tr = Trainer(DFlashDrafter(S['dcfg']).init_weights(a.seed), S['emb'], S['head'], Rows([S['store']], [(0, i) for i in ids]),
+                 cfg, log=lambda m: None)
+    cpu, curve = 0.0, []
+    while tr.step < a.steps:
+        c0 = time.process_time(); tr.fit(resume=False, stop_after=min(a.every, a.steps - tr.step)); cpu += time.process_time() - c0
+        tau, acc = heldout_tau(tr.model, S['held'], S['emb'], S['head'], S['mask_id'], S['dcfg'])
+        curve.append({'step': tr.step, 'cpu_s': round(cpu, 1), 'heldout_tau': round(tau, 4), 'heldout_acc': [round(x, 4) for x in acc]})
+        print(a.arm, a.labels, a.seed, json.dumps(curve[-1]), flush=True)
+    return {'arm': a.arm, 'labels': a.labels, 'seed': a.seed, 'rows': len(ids), 'prompts': a.prompts,
+            'heldout_rows': len(S['held']), 'steps': tr.step, 'epochs': round(tr.step * BATCH['batch_size'] / len(ids), 2),
+            'cpu_s': curve[-1]['cpu_s'], 'heldout_tau': curve[-1]['heldout_tau'], 'curve': curve,
+            'settings': {**RECIPE, **BATCH, 'labels': a.labels, 'amp': 'bf16 autocast', 'num_hidden_layers': 3, 'block_size': 16},
+            'load_at_end': round(__import__('os').getloadavg()[0], 1)}
+
+
+def report(work: Path):
+    "bench/results/samples.json and a markdown table (samples.md): per run and the mean of the seeds per arm."
+    from statistics import mean
+    from dflash_nb.core import read_json, write_json
+    runs = [read_json(p) for p in sorted(work.glob('result_*.json'))]
+    out = ROOT / 'bench' / 'results'
+    write_json(out / 'samples.json', {'recipe': RECIPE, 'batch': BATCH, 'runs': runs})
+    md = ['| arm | labels | seed | prompts | rows | epochs | steps | CPU-s | held-out tau | slot 1 | slot 2 | load at end |',
+          '|---|---|---|---|---|---|---|---|---|---|---|---|']
+    md += [f"| {r['arm']} | {r['labels']} | {r['seed']} | {r['prompts']} | {r['rows']} | {r['epochs']} | {r['steps']} | {r['cpu_s']:.0f} | "
+           f"{r['heldout_tau']:.3f} | {r['curve'][-1]['heldout_acc'][0]:.3f} | {r['curve'][-1]['heldout_acc'][1]:.3f} | {r['load_at_end']} |" for r in runs]
+    groups = {}
+    for r in runs: groups.setdefault((r['arm'], r['labels']), []).append(r)
+    md += ['', '| arm | labels | seeds | mean held-out tau | ' + ' | '.join(f"step {c['step']}" for c in runs[0]['curve']) + ' |',
+           '|---|---|---|---|' + '---|' * len(runs[0]['curve'])]
+    for (arm, lab), rs in groups.items():
+        steps = [mean(r['curve'][k]['heldout_tau'] for r in rs) for k in range(min(len(r['curve']) for r in rs))]
+        md.append(f"| {arm} | {lab} | {len(rs)} | {mean(r['heldout_tau'] for r in rs):.3f} | " + ' | '.join(f'{t:.3f}' for t in steps) + ' |')
+    (out / 'samples_table.md').write_text('\n'.join(md) + '\n')
+    print('\n'.join(md))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument('--run', default=None); p.add_argument('--out', default=None)
+    p.add_argument('--arm', choices=['greedy', 'sampled'], default=None)
+    p.add_argument('--labels', choices=['text', 'target'], default='text')
+    p.add_argument('--prompts', type=int, default=400); p.add_argument('--heldout', type=int, default=40)
+    p.add_argument('--steps', type=int, default=600); p.add_argument('--every', type=int, default=100)
+    p.add_argument('--seed', type=int, default=0); p.add_argument('--threads', type=int, default=1)
+    p.add_argument('--report', action='store_true')
+    a = p.parse_args(argv)
+    work = Path(a.out or ROOT / 'runs' / 'bench_samples'); work.mkdir(parents=True, exist_ok=True)
+    if a.report: return report(work)
+    torch.set_num_threads(a.threads)
+    res = train_arm(a, setup(a))
+    from dflash_nb.core import write_json
+    write_json(work / f'result_{a.arm}_{a.labels}_{a.seed}.json', res)
+
+
+if __name__ == '__main__':
+    main()
