@@ -827,8 +827,9 @@ class RegenOptions:
     @property
     def how(self) -> dict:
         "What decides a regenerated row (in the parts' settings key)."
+        drawn = {'sample_temperature': self.sample_temperature} if self.samples > 1 else {}   # else it decides nothing
         return dict(mode=self.mode, select=self.select, tool_turns=self.tool_turns, keep_truncated=self.keep_truncated,
-                    samples=self.samples, sample_temperature=self.sample_temperature)
+                    samples=self.samples, **drawn)
 
 # %% ../nbs/40_regenerate.ipynb #d619df08
 def sample_row(row: dict,       # a selected canonical row
