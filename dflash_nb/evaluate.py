@@ -21,20 +21,20 @@ from .models import decoder_layers, load_target, resolve_target, target_fingerpr
 # transformers, datasets and matplotlib are imported where first used: `dflash-nb --help` imports this module
 
 # %% auto #0
-__all__ = ['MT_BENCH_HUB', 'HUMANEVAL_HUB', 'HUMANEVAL_INSTRUCTION', 'PROMPT_SET_FILES', 'PROMPT_SETS', 'MIN_TIMED_PROMPTS',
-           'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'CONTROL_WORDS', 'NEAR_ONE', 'USEFUL_RUN',
-           'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE', 'UPSTREAM_STAGES',
-           'gumbel_noise', 'Sampler', 'TargetSession', 'DFlashDraftSession', 'ZeroedFeatures', 'LateFeatures',
-           'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate', 'speculative_generate',
-           'build_tree', 'tree_mask', 'LosslessError', 'first_difference', 'check_lossless', 'items_from_records',
-           'load_prompt_file', 'load_prompt_set', 'held_out_prompts', 'trained_row_ids', 'render_prompt',
-           'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated', 'evaluate_prompts', 'evaluate_set',
-           'plot_acceptance', 'column_legend', 'results_table', 'set_verdict', 'lossless_verdict', 'drafter_facts',
-           'drafter_line', 'training_line', 'advice_line', 'caveats', 'verdict', 'report_md', 'recorded_target',
-           'drafter_target', 'check_drafter_fits', 'open_drafter', 'load_pair', 'check_variants', 'build_variants',
-           'load_controls', 'gather_prompt_sets', 'RecordLog', 'run_sets', 'EvalSettings', 'default_out_dir',
-           'write_outputs', 'evaluate_drafter', 'register_cli', 'finish_evaluate_stage', 'evaluate_stage',
-           'smoke_stage']
+__all__ = ['TIE_FACTOR', 'MT_BENCH_HUB', 'HUMANEVAL_HUB', 'HUMANEVAL_INSTRUCTION', 'PROMPT_SET_FILES', 'PROMPT_SETS',
+           'MIN_TIMED_PROMPTS', 'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'CONTROL_WORDS', 'NEAR_ONE',
+           'USEFUL_RUN', 'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE',
+           'UPSTREAM_STAGES', 'gumbel_noise', 'Sampler', 'TargetSession', 'DFlashDraftSession', 'ZeroedFeatures',
+           'LateFeatures', 'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate',
+           'speculative_generate', 'build_tree', 'tree_mask', 'LosslessError', 'first_difference', 'tie_evidence',
+           'check_lossless', 'items_from_records', 'load_prompt_file', 'load_prompt_set', 'held_out_prompts',
+           'trained_row_ids', 'render_prompt', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated',
+           'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend', 'results_table', 'set_verdict',
+           'lossless_verdict', 'drafter_facts', 'drafter_line', 'training_line', 'advice_line', 'caveats', 'verdict',
+           'report_md', 'recorded_target', 'drafter_target', 'check_drafter_fits', 'open_drafter', 'load_pair',
+           'check_variants', 'build_variants', 'load_controls', 'gather_prompt_sets', 'RecordLog', 'run_sets',
+           'EvalSettings', 'default_out_dir', 'write_outputs', 'evaluate_drafter', 'register_cli',
+           'finish_evaluate_stage', 'evaluate_stage', 'smoke_stage']
 
 # %% ../nbs/90_evaluate.ipynb #64251329
 def _mix(seed: int, position: int) -> int:
@@ -328,6 +328,7 @@ class Generation:
     seconds: float = 0.0
     prefill_seconds: float = 0.0
     stop: str = 'max_new_tokens'
+    difference: dict | None = None  # greedy, unlike plain's: where, both tokens, whether a numeric tie (`check_lossless`)
 
     @property
     def tau(self) -> float:
@@ -494,27 +495,52 @@ def first_difference(a, b) -> int | None:
         if x != y: return i
     return None if len(a) == len(b) else min(len(a), len(b))
 
-def _logit_gap(model, prompt, prefix, a, b) -> str:
-    "The target's logits for tokens `a` and `b` after `prompt + prefix` (one plain forward), as text."
+# %% ../nbs/90_evaluate.ipynb #7281ece0
+TIE_FACTOR = 2.0   # a gap within twice its spread over forward shapes is rounding (two logits, each rounded)
+
+def _last_logits(model, ids: list, chunk: int):
+    "The target's logits at the last of `ids`: a prefill of all but the last `chunk`, then those (0: one forward)."
     with TargetSession(model) as s:
-        lg, _ = s.forward(list(prompt) + list(prefix), all_logits=False)
-    la, lb = float(lg[-1, a]), float(lg[-1, b])
-    return f'; target logits there: speculative {la:.4f}, plain {lb:.4f} (gap {lb - la:.2e})'
+        if 0 < chunk < len(ids): s.forward(ids[:-chunk], all_logits=False)
+        lg, _ = s.forward(ids[-chunk:] if 0 < chunk < len(ids) else ids, all_logits=False)
+    return lg[-1]
+
+# %% ../nbs/90_evaluate.ipynb #36ddf6b0
+def tie_evidence(model, prompt, prefix, # the target; the output so far is `prompt + prefix`
+                 spec: int, plain: int,  # the speculative and the plain token there
+                 chunks=(1, 16, 0)) -> dict:
+    "The gap plain-minus-speculative in the target's logits there, its spread over forward shapes, and the verdict."
+    ids = [int(t) for t in list(prompt) + list(prefix)]
+    lgs = [_last_logits(model, ids, c) for c in chunks]
+    gaps = [float(lg[plain].float() - lg[spec].float()) for lg in lgs]
+    unit = torch.finfo(lgs[0].dtype).eps * max(abs(float(lgs[0][plain])), abs(float(lgs[0][spec])))
+    spread = max(gaps) - min(gaps)
+    return {'gap': gaps[0], 'spread': spread, 'tie': min(gaps) <= max(TIE_FACTOR * spread, unit)}
 
 # %% ../nbs/90_evaluate.ipynb #4feb544e
 def check_lossless(gen: Generation, plain: Generation, # a speculative output and plain decoding's
                    prompt_len: int,                     # prompt tokens (for the absolute position)
                    where: str,                          # names the prompt and variant in the message
-                   model=None, prompt=None):            # the target and prompt: adds the logit gap
-    "Raise `LosslessError` when `gen.tokens` differ from `plain.tokens`."
+                   model=None, prompt=None,             # the target and prompt: the tie evidence
+                   enforce: bool = True,                # raise at a difference that is not a numeric tie
+                  ) -> dict | None:                     # None: identical; else where, both tokens, the verdict
+    "The first difference of `gen.tokens` from `plain.tokens` and whether it is a numeric tie; raise when enforced."
     i = first_difference(gen.tokens, plain.tokens)
-    if i is None: return
-    tok = lambda ts: ts[i] if i < len(ts) else 'end of output'
-    a, b = tok(gen.tokens), tok(plain.tokens)
-    both = model is not None and prompt is not None and isinstance(a, int) and isinstance(b, int)
-    gap = _logit_gap(model, prompt, plain.tokens[:i], a, b) if both else ''
-    raise LosslessError(f'lossless check failed: {where}: output differs from plain decoding at generated token '
-                        f'{i} (position {prompt_len + i}): {a} vs plain {b}{gap}')
+    if i is None: return None
+    tok = lambda ts: ts[i] if i < len(ts) else None
+    d = {'at': i, 'speculative': tok(gen.tokens), 'plain': tok(plain.tokens), 'tie': False}
+    if model is not None and prompt is not None and None not in (d['speculative'], d['plain']):
+        d.update(tie_evidence(model, prompt, plain.tokens[:i], d['speculative'], d['plain']))
+    if enforce and not d['tie']: raise LosslessError(_difference_text(d, where, prompt_len))
+    return d
+
+def _difference_text(d: dict, where: str, prompt_len: int) -> str:
+    "The one-line failure message of difference `d`."
+    a, b = (('end of output' if t is None else t) for t in (d['speculative'], d['plain']))
+    gap = (f"; target logits there: plain minus speculative {d['gap']:.2e}, spread {d['spread']:.2e} over "
+           'forward shapes: not a tie') if 'gap' in d else ''
+    return (f"lossless check failed: {where}: output differs from plain decoding at generated token {d['at']} "
+            f"(position {prompt_len + d['at']}): {a} vs plain {b}{gap}")
 
 # %% ../nbs/90_evaluate.ipynb #92b79e26
 MT_BENCH_HUB = 'HuggingFaceH4/mt_bench_prompts'
@@ -682,7 +708,8 @@ def summarize(gens: list,       # one variant's generations
          'hist': [sum(1 for a in acc if a == i) for i in range(1, B + 1)],
          'refeed_forwards': sum(g.refeed_forwards for g in gens),
          **_pooled(gens, plains), **timing_stats(gens, plains),
-         'identical': round(sum(g.tokens == p.tokens for g, p in zip(gens, plains)) / max(len(gens), 1), 4)}
+         'identical': round(sum(g.tokens == p.tokens for g, p in zip(gens, plains)) / max(len(gens), 1), 4),
+         'ties': sum(bool((g.difference or {}).get('tie')) for g in gens)}
     return {**m, 'timing': timing_verdict(m)}
 
 # %% ../nbs/90_evaluate.ipynb #d8762819
@@ -718,8 +745,9 @@ def _from_record(d: dict) -> Generation:
 
 # %% ../nbs/90_evaluate.ipynb #93c8a7eb
 def _run_turn(runs: list, prompt: list, where: dict, model, max_new_tokens: int, sampler, eos_ids, done: dict,
-              on_record, warm: set) -> dict:
-    "`{run name: Generation}` of one prompt turn; `where` = `{'set', 'id', 'turn'}` names its records."
+              on_record, warm: set, lossless: str | None = None) -> dict:
+    """`{run name: Generation}` of one prompt turn; `where` = `{'set', 'id', 'turn'}` names its records. `lossless`
+    (enforce, report; None: unchecked) checks the new outputs against plain decoding before they are recorded."""
     gens, new, rid = {}, [], f"{where['set']}|{where['id']}|{where['turn']}"
     for order, run in enumerate(runs):
         key = f'{rid}|{run[0]}'
@@ -728,6 +756,7 @@ def _run_turn(runs: list, prompt: list, where: dict, model, max_new_tokens: int,
             _generate(model, run, prompt, max_new_tokens, sampler(), eos_ids); warm.add(run[0])
         gens[run[0]] = _generate(model, run, prompt, max_new_tokens, sampler(), eos_ids)
         new.append((order, run[0]))
+    if lossless: _check_turn(gens, [n for _, n in new], prompt, where, model, lossless == 'enforce')
     for order, name in new if on_record else ():
         same = {} if name == 'plain' else {'identical': gens[name].tokens == gens['plain'].tokens}
         on_record({'key': f'{rid}|{name}', **where, 'variant': name, 'order': order,
@@ -761,14 +790,15 @@ def evaluate_prompts(model, tokenizer, items: list, # each `{'id'}` and `turns`,
                      done: dict | None = None,       # records of an earlier run, by key: reused
                      on_record=None,                 # receives one record per new generation
                      tree: dict | None = None, log=print,
-                     enforce_lossless: bool = False, # raise `LosslessError` at the first output unlike plain's
+                     enforce_lossless: bool = False, # raise `LosslessError` at an output unlike plain's (not a tie)
                      limits: dict | None = None,     # `{name: n}`: a variant on the first n items only
                      warm: set | None = None,        # runs warmed up already (updated; shared across sets)
                     ) -> dict:                       # `{'plain': [Generation], name: [Generation]}`, item order
     "Plain and speculative generations of every item (one entry per turn), runs rotated from item to item."
     ctx = dict(model=model, max_new_tokens=max_new_tokens, sampler=lambda: Sampler(temperature, seed),
                eos_ids=_eos_ids(model, tokenizer) if eos_ids is None else eos_ids, done=dict(done or {}),
-               on_record=on_record, warm=set() if warm is None else warm)
+               on_record=on_record, warm=set() if warm is None else warm,
+               lossless=None if temperature > 0 else 'enforce' if enforce_lossless else 'report')
     runs, limits = variant_runs(variants, tree), dict(limits or {})
     out = {r[0]: [] for r in runs}
     for i, it in enumerate(progress(items, desc=f'evaluate {set_name}', unit='prompt')):
@@ -777,18 +807,18 @@ def evaluate_prompts(model, tokenizer, items: list, # each `{'id'}` and `turns`,
             prompt = _prompt_ids(tokenizer, it, turn, history, enable_thinking)
             gens = _run_turn(mine, prompt, {'set': set_name, 'id': it['id'], 'turn': ti}, **ctx)
             for name, g in gens.items(): out[name].append(g)
-            if enforce_lossless: _check_turn(gens, prompt, f"{set_name}/{it['id']} turn {ti}", model)
             answer = tokenizer.decode(gens['plain'].tokens, skip_special_tokens=True)
             history.append({'role': 'assistant', 'content': answer})
         taus = ', '.join(f'{v} tau {gens[v].tau:.2f}' for v in out if v in gens and v != 'plain')
         if log: log(f"[evaluate] {set_name} {it['id']}: {taus}")
     return out
 
-def _check_turn(gens: dict, prompt: list, where: str, model):
-    "`check_lossless` of every run of one turn against its plain decoding."
-    for name, g in gens.items():
-        if name == 'plain': continue
-        check_lossless(g, gens['plain'], len(prompt), f'{where}, variant {name}', model, prompt)
+def _check_turn(gens: dict, names: list, prompt: list, where: dict, model, enforce: bool):
+    "`check_lossless` of the runs `names` of one turn against its plain decoding: their `difference`."
+    at = f"{where['set']}/{where['id']} turn {where['turn']}"
+    for name in (n for n in names if n != 'plain'):
+        g = gens[name]
+        g.difference = check_lossless(g, gens['plain'], len(prompt), f'{at}, variant {name}', model, prompt, enforce)
 
 # %% ../nbs/90_evaluate.ipynb #2aecc795
 def _usable(tokenizer, set_name: str, items: list, quarantine, enable_thinking, max_prompt_tokens: int):
@@ -973,12 +1003,16 @@ def set_verdict(name: str, r: dict) -> str:
 
 # %% ../nbs/90_evaluate.ipynb #f110a1e8
 def lossless_verdict(results: dict, temperature: float, lossless: str = 'enforce') -> str:
-    "Whether every output equalled plain decoding, in words (a markdown item)."
+    "Whether every output equalled plain decoding, or differed only at a numeric tie, in words (a markdown item)."
     ms = [m for r in results.values() for m in (r.get('variants') or {}).values()]
-    n, bad = sum(m['prompts'] for m in ms), sum(round(m['prompts'] * (1 - m['identical'])) for m in ms)
-    enforced = lossless == 'enforce' and temperature <= 0
-    how = 'enforced: a difference stops the evaluation' if enforced else 'counted'
-    if bad: return f'- **Not lossless**: {bad} of {n} outputs differ from plain decoding ({how}).'
+    n, differ = sum(m['prompts'] for m in ms), sum(round(m['prompts'] * (1 - m['identical'])) for m in ms)
+    ties = sum(m.get('ties', 0) for m in ms)
+    how = ('enforced: a difference that is not a numeric tie stops the evaluation'
+           if lossless == 'enforce' and temperature <= 0 else 'counted')
+    tied = (f"; {ties} first differ at a numeric tie: plain's and the speculative token score within the target's "
+            'own rounding there') if ties else ''
+    if differ > ties: return f'- **Not lossless**: {differ - ties} of {n} outputs differ from plain decoding ({how}){tied}.'
+    if ties: return f'- **Lossless up to rounding**: {n - ties} of {n} outputs equal plain decoding token for token{tied} ({how}).'
     return f'- **Lossless**: all {n} outputs of every variant equal plain decoding token for token ({how}).'
 
 # %% ../nbs/90_evaluate.ipynb #83d7fe63
@@ -1260,7 +1294,7 @@ class EvalSettings:
     dtype: str | None = declared(_E, 'dtype')                  # None: float32 on CPU, bfloat16 on CUDA
     enable_thinking: bool | None = declared(_E, 'enable_thinking')
     max_prompt_tokens: int = declared(_E, 'max_prompt_tokens') # longer prompts are quarantined
-    lossless: str = declared(_E, 'lossless')                   # enforce: fail at T=0 on an output unlike plain's
+    lossless: str = declared(_E, 'lossless')                   # enforce: fail at T=0 on an output unlike plain's, ties aside
     mt_bench_turns: int = declared(_E, 'mt_bench_turns')
     allow_hub: bool = declared(_E, 'allow_hub')                # read the built-in sets from the hub without fixtures
     control_prompts: int | None = declared(_E, 'control_prompts')  # the controls on the first N prompts; None: all
@@ -1427,7 +1461,8 @@ def finish_evaluate_stage(stage: Stage, ev: dict) -> dict:
     stage.count(prompts=sum(r.get('prompts', 0) for r in ev['sets'].values()), quarantined=ev['quarantined'],
                 generations=sum(r['turns'] + sum(m['prompts'] for m in r['variants'].values()) for r in sets.values()))
     return stage.finish(tau={s: {v: m['tau'] for v, m in r['variants'].items()} for s, r in sets.items()},
-                        identical={s: {v: m['identical'] for v, m in r['variants'].items()} for s, r in sets.items()})
+                        identical={s: {v: m['identical'] for v, m in r['variants'].items()} for s, r in sets.items()},
+                        ties={s: {v: m.get('ties', 0) for v, m in r['variants'].items()} for s, r in sets.items()})
 
 def evaluate_stage(stage: Stage) -> dict:
     "Run `90_evaluate` opened as `stage` (`pipeline.open_stage`), manifest included; returns the evaluation (eval.json)."

@@ -292,7 +292,44 @@ def test_lossless_failure_is_detected_and_named(tmp_path, monkeypatch, capsys):
         # report mode counts it instead of failing
         r = evaluate_prompts(model, tok, items, variants, 8, 0.0, 0, False, enforce_lossless=False, log=None)
         assert r['trained'][0].tokens != r['plain'][0].tokens
+        d = r['trained'][0].difference                                   # classified: a real difference, not a tie
+        assert d['tie'] is False and d['gap'] > 1e-3 and d['plain'] == r['plain'][0].tokens[d['at']], d
     finally: b.remove()
+
+
+class RoundedVerify(BrokenVerify):
+    "Verify forwards nudge `token` by `eps` at the block's first position: bf16 rounding of a verify kernel, in miniature."
+    def __init__(self, model, token, eps=1e-3):
+        super().__init__(model, token); self.eps = eps
+    def hook(self, mod, args, out):
+        if out.shape[1] > 1: out = out.clone(); out[:, 0, self.token] += self.eps
+        return out
+
+
+def test_a_numeric_tie_is_counted_not_failed():
+    """Where the target scores two tokens the same, a verify forward that rounds the other way picks the other one.
+    That is a numeric tie: the evaluation does not stop, it counts the tie and says so; the report calls it
+    lossless up to rounding. A real difference (the test above) still fails."""
+    import copy
+    from dflash_nb.evaluate import lossless_verdict
+    model, tok = target('tiny-qwen3')
+    items = [{'id': 'p0', 'messages': [{'role': 'user', 'content': 'Write a short poem about the sea'}]}]
+    plain = evaluate_prompts(model, tok, items, {}, 8, 0.0, 0, False, log=None)['plain'][0].tokens
+    twin = copy.deepcopy(model)
+    b = plain[1]; a = b + 1                                              # argmax breaks the tie towards b (the lower id)
+    with torch.no_grad(): twin.lm_head.weight[a] = twin.lm_head.weight[b]
+    variants = {'trained': (dflash_session(twin, block_size=4), 0)}
+    hook = RoundedVerify(twin, a)
+    try:
+        r = evaluate_prompts(twin, tok, items, variants, 8, 0.0, 0, False, enforce_lossless=True, log=None)   # no raise
+    finally: hook.remove()
+    g, p = r['trained'][0], r['plain'][0]
+    assert p.tokens[:2] == plain[:2] and g.tokens[1] == a != p.tokens[1], (g.tokens, p.tokens)
+    assert g.difference['at'] == 1 and g.difference['tie'] is True and abs(g.difference['gap']) < 1e-4, g.difference
+    m = summarize(r['trained'], r['plain'], 4)
+    assert (m['identical'], m['ties']) == (0.0, 1)
+    v = lossless_verdict({'s': {'variants': {'trained': m}}}, 0.0)
+    assert v.startswith('- **Lossless up to rounding**: 0 of 1 outputs') and 'numeric tie' in v, v
 
 
 def test_prompt_lookup_lossless_and_useful():
