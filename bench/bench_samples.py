@@ -17,8 +17,13 @@ rows the text is the target's argmax, so this is what speculative decoding would
     python bench/bench_samples.py --run runs/selfdistill_520_s2 --arm greedy --seed 0    # one lane (1 thread) each
     python bench/bench_samples.py --run runs/selfdistill_520_s2 --report                # table + JSON
 
-Each arm run writes WORK/result_{arm}_{labels}_{seed}.json (WORK: `--out`, default runs/bench_samples); `--report`
-gathers them into bench/results/samples.json and bench/results/samples.md.
+Each arm run writes WORK/result_{arm}_{labels}[_noiseS][_RUN]_{seed}.json (WORK: `--out`, default runs/bench_samples);
+`--report` gathers them (from `--report_dirs`, default WORK) into bench/results/NAME.json and NAME_table.md.
+
+Two more knobs, for the question what else stands in for new prompts (bench/results/samples.md, regimes):
+`--feature_noise S` trains on target features with fresh Gaussian noise of S x each layer's median |feature| (EAGLE's
+augmentation), and `--train_run RUN` trains on the same prompts' rows of another run (e.g. answers regenerated to 256
+tokens instead of 128), measured on the same held-out rows of `--run`.
 """
 import argparse, json, re, sys, time
 from pathlib import Path
@@ -54,11 +59,29 @@ def setup(a):
     from dflash_nb.train import load_target_head
     store = FeatureStore(Path(a.run) / '60_hidden_states' / 'features')
     arms = split_ids(list(store.ids), a.prompts, a.heldout)
+    train_store = FeatureStore(Path(a.train_run) / '60_hidden_states' / 'features') if a.train_run else store
+    if a.train_run:                                  # the same prompts' rows from another run (e.g. longer answers)
+        have = set(train_store.ids)
+        arms = {k: v if k == 'held' else [i for i in v if i in have] for k, v in arms.items()}
     tok, tcfg = load_tokenizer('smollm2'), AutoConfig.from_pretrained(resolve_target('smollm2'))
     mask_id = resolve_mask_token_id(tok, tcfg.vocab_size, '<empty_output>')
     dcfg = build_config(tcfg, mask_id, num_hidden_layers=3, block_size=16, target_layer_ids=store.layer_ids)
     emb, head = load_target_head('smollm2')
-    return dict(store=store, arms=arms, held=[store[i] for i in arms['held']], mask_id=mask_id, dcfg=dcfg, emb=emb, head=head)
+    return dict(store=store, train_store=train_store, arms=arms, held=[store[i] for i in arms['held']], mask_id=mask_id, dcfg=dcfg, emb=emb, head=head)
+
+
+class NoisyRows:
+    """Rows whose target features get fresh Gaussian noise at every fetch: std `sigma` times each row's and layer's
+    median |feature| (the features carry outliers of ~25,000 against medians of 0.7-10, so a plain std would drown
+    the typical entries). EAGLE's augmentation (uniform noise on the target's features), scaled per layer."""
+    def __init__(self, rows, sigma): self.rows, self.sigma = rows, sigma
+    def __len__(self): return len(self.rows)
+    def __getitem__(self, i):
+        r = dict(self.rows[i]); h = r['hidden_states']
+        scale = h.float().abs().median(dim=0).values.median(dim=-1).values   # [n layers]
+        r['hidden_states'] = (h.float() + self.sigma * scale[None, :, None] * torch.randn(h.shape)).to(h.dtype)
+        return r
+    meta = None
 
 
 def train_arm(a, S) -> dict:
@@ -71,40 +94,49 @@ def train_arm(a, S) -> dict:
     ids = S['arms'][a.arm]
     cfg = TrainConfig(epochs=1000, max_steps=a.steps, amp='bf16', log_every=50, ckpt_every=0, seed=a.seed, tensorboard=False,
                       labels=a.labels, **BATCH, **RECIPE)
-    tr = Trainer(DFlashDrafter(S['dcfg']).init_weights(a.seed), S['emb'], S['head'], Rows([S['store']], [(0, i) for i in ids]),
-                 cfg, log=lambda m: None)
+    rows = Rows([S['train_store']], [(0, i) for i in ids])
+    tr = Trainer(DFlashDrafter(S['dcfg']).init_weights(a.seed), S['emb'], S['head'],
+                 NoisyRows(rows, a.feature_noise) if a.feature_noise else rows, cfg, log=lambda m: None)
     cpu, curve = 0.0, []
     while tr.step < a.steps:
         c0 = time.process_time(); tr.fit(resume=False, stop_after=min(a.every, a.steps - tr.step)); cpu += time.process_time() - c0
         tau, acc = heldout_tau(tr.model, S['held'], S['emb'], S['head'], S['mask_id'], S['dcfg'])
         curve.append({'step': tr.step, 'cpu_s': round(cpu, 1), 'heldout_tau': round(tau, 4), 'heldout_acc': [round(x, 4) for x in acc]})
         print(a.arm, a.labels, a.seed, json.dumps(curve[-1]), flush=True)
-    return {'arm': a.arm, 'labels': a.labels, 'seed': a.seed, 'rows': len(ids), 'prompts': a.prompts,
+    return {'arm': a.arm, 'labels': a.labels, 'seed': a.seed, 'rows': len(ids), 'prompts': a.prompts, 'feature_noise': a.feature_noise,
+            'train_run': a.train_run, 'train_tokens': sum(int(S['train_store'][i]['loss_mask'].sum()) for i in ids),
             'heldout_rows': len(S['held']), 'steps': tr.step, 'epochs': round(tr.step * BATCH['batch_size'] / len(ids), 2),
             'cpu_s': curve[-1]['cpu_s'], 'heldout_tau': curve[-1]['heldout_tau'], 'curve': curve,
-            'settings': {**RECIPE, **BATCH, 'labels': a.labels, 'amp': 'bf16 autocast', 'num_hidden_layers': 3, 'block_size': 16},
+            'settings': {**RECIPE, **BATCH, 'labels': a.labels, 'feature_noise': a.feature_noise, 'amp': 'bf16 autocast', 'num_hidden_layers': 3, 'block_size': 16},
             'load_at_end': round(__import__('os').getloadavg()[0], 1)}
 
 
-def report(work: Path):
-    "bench/results/samples.json and a markdown table (samples.md): per run and the mean of the seeds per arm."
+def _arm_name(r: dict) -> str:
+    "An arm's name with what sets it apart: prompts, answers, labels, feature noise, the run its rows came from."
+    extra = ([f"noise {r['feature_noise']:g}"] if r.get('feature_noise') else []) + ([Path(r['train_run']).name] if r.get('train_run') else [])
+    return ', '.join([f"{r['prompts']} prompts", r['arm'], f"labels {r['labels']}"] + extra)
+
+
+def report(works: list, name: str = 'samples'):
+    "bench/results/{name}.json and {name}_table.md: per run, and the mean of the seeds per arm."
     from statistics import mean
     from dflash_nb.core import read_json, write_json
-    runs = [read_json(p) for p in sorted(work.glob('result_*.json'))]
+    runs = [read_json(p) for w in works for p in sorted(Path(w).glob('result_*.json'))]
+    for r in runs: r.setdefault('feature_noise', 0.0); r.setdefault('train_run', None)
     out = ROOT / 'bench' / 'results'
-    write_json(out / 'samples.json', {'recipe': RECIPE, 'batch': BATCH, 'runs': runs})
-    md = ['| arm | labels | seed | prompts | rows | epochs | steps | CPU-s | held-out tau | slot 1 | slot 2 | load at end |',
-          '|---|---|---|---|---|---|---|---|---|---|---|---|']
-    md += [f"| {r['arm']} | {r['labels']} | {r['seed']} | {r['prompts']} | {r['rows']} | {r['epochs']} | {r['steps']} | {r['cpu_s']:.0f} | "
+    write_json(out / f'{name}.json', {'recipe': RECIPE, 'batch': BATCH, 'runs': runs})
+    md = ['| arm | seed | rows | supervised tokens | epochs | steps | CPU-s | held-out tau | slot 1 | slot 2 | load at end |',
+          '|---|---|---|---|---|---|---|---|---|---|---|']
+    md += [f"| {_arm_name(r)} | {r['seed']} | {r['rows']} | {r.get('train_tokens', '—')} | {r['epochs']} | {r['steps']} | {r['cpu_s']:.0f} | "
            f"{r['heldout_tau']:.3f} | {r['curve'][-1]['heldout_acc'][0]:.3f} | {r['curve'][-1]['heldout_acc'][1]:.3f} | {r['load_at_end']} |" for r in runs]
     groups = {}
-    for r in runs: groups.setdefault((r['arm'], r['labels']), []).append(r)
-    md += ['', '| arm | labels | seeds | mean held-out tau | ' + ' | '.join(f"step {c['step']}" for c in runs[0]['curve']) + ' |',
-           '|---|---|---|---|' + '---|' * len(runs[0]['curve'])]
-    for (arm, lab), rs in groups.items():
+    for r in runs: groups.setdefault(_arm_name(r), []).append(r)
+    md += ['', '| arm | seeds | mean held-out tau | ' + ' | '.join(f"step {c['step']}" for c in runs[0]['curve']) + ' |',
+           '|---|---|---|' + '---|' * len(runs[0]['curve'])]
+    for arm, rs in groups.items():
         steps = [mean(r['curve'][k]['heldout_tau'] for r in rs) for k in range(min(len(r['curve']) for r in rs))]
-        md.append(f"| {arm} | {lab} | {len(rs)} | {mean(r['heldout_tau'] for r in rs):.3f} | " + ' | '.join(f'{t:.3f}' for t in steps) + ' |')
-    (out / 'samples_table.md').write_text('\n'.join(md) + '\n')
+        md.append(f"| {arm} | {len(rs)} | {mean(r['heldout_tau'] for r in rs):.3f} | " + ' | '.join(f'{t:.3f}' for t in steps) + ' |')
+    (out / f'{name}_table.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 
 
@@ -116,14 +148,20 @@ def main(argv=None):
     p.add_argument('--prompts', type=int, default=400); p.add_argument('--heldout', type=int, default=40)
     p.add_argument('--steps', type=int, default=600); p.add_argument('--every', type=int, default=100)
     p.add_argument('--seed', type=int, default=0); p.add_argument('--threads', type=int, default=1)
+    p.add_argument('--feature_noise', type=float, default=0.0, help="Gaussian noise on the features, x each layer's median |feature| (0: none)")
+    p.add_argument('--train_run', default=None, help='train on the same prompts\' rows of this run (held-out rows: --run\'s)')
     p.add_argument('--report', action='store_true')
+    p.add_argument('--report_dirs', nargs='*', default=None, help='--report: the work folders to gather (default: --out)')
+    p.add_argument('--report_name', default='samples', help='--report: bench/results/NAME.json and NAME_table.md')
     a = p.parse_args(argv)
-    work = Path(a.out or ROOT / 'runs' / 'bench_samples'); work.mkdir(parents=True, exist_ok=True)
-    if a.report: return report(work)
+    work = Path(a.out or ROOT / 'runs' / 'bench_samples')
+    if a.report: return report([Path(w) for w in a.report_dirs or [work]], a.report_name)
+    work.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(a.threads)
     res = train_arm(a, setup(a))
     from dflash_nb.core import write_json
-    write_json(work / f'result_{a.arm}_{a.labels}_{a.seed}.json', res)
+    noise = (f'_noise{a.feature_noise:g}' if a.feature_noise else '') + (f'_{Path(a.train_run).name}' if a.train_run else '')
+    write_json(work / f'result_{a.arm}_{a.labels}{noise}_{a.seed}.json', res)
 
 
 if __name__ == '__main__':
