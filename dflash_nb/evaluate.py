@@ -858,9 +858,8 @@ def evaluate_set(model, tokenizer, set_name: str, items: list, variants: dict,
     if lossless not in ('enforce', 'report'): raise ValueError(f'lossless: enforce or report, not {lossless!r}')
 
     ok, t0 = _usable(tokenizer, set_name, items, quarantine, enable_thinking, max_prompt_tokens), time.time()
-    enforce = lossless == 'enforce' and temperature <= 0
     gens = evaluate_prompts(model, tokenizer, ok, variants, max_new_tokens, temperature, seed, enable_thinking,
-                            set_name=set_name, enforce_lossless=enforce, **kw)
+                            set_name=set_name, enforce_lossless=lossless == 'enforce', **kw)   # checked at T=0 only
     res = {'source': source, 'prompts': len(ok), 'quarantined': len(items) - len(ok), 'turns': len(gens['plain']),
            'seconds': round(time.time() - t0, 2),
            'plain_tokens_per_s': timing_stats(gens['plain'], gens['plain'])['tokens_per_s'],
