@@ -24,6 +24,12 @@ Two more knobs, for the question what else stands in for new prompts (bench/resu
 `--feature_noise S` trains on target features with fresh Gaussian noise of S x each layer's median |feature| (EAGLE's
 augmentation), and `--train_run RUN` trains on the same prompts' rows of another run (e.g. answers regenerated to 256
 tokens instead of 128), measured on the same held-out rows of `--run`.
+
+And for prompts the target writes itself (`regenerate.synthesize`, Magpie): `--add_run RUN --add_rows N` trains on the
+first N rows of another run as well (bench/configs/magpie_rows.yaml: prompts SmolLM2 wrote, answered greedily), and
+`--heldout_runs RUN` measures the trained drafter at the end on that run's rows too, per id prefix
+(bench/configs/evalsets_rows.yaml: the evaluation's own prompts, MT-Bench first turns, HumanEval, the unseen prompts,
+answered greedily as plain decoding answers them).
 """
 import argparse, json, re, sys, time
 from pathlib import Path
@@ -67,7 +73,14 @@ def setup(a):
     mask_id = resolve_mask_token_id(tok, tcfg.vocab_size, '<empty_output>')
     dcfg = build_config(tcfg, mask_id, num_hidden_layers=3, block_size=16, target_layer_ids=store.layer_ids)
     emb, head = load_target_head('smollm2')
-    return dict(store=store, train_store=train_store, arms=arms, held=[store[i] for i in arms['held']], mask_id=mask_id, dcfg=dcfg, emb=emb, head=head)
+    add = FeatureStore(Path(a.add_run) / '60_hidden_states' / 'features') if a.add_run else None
+    add_ids = [i for i in add.ids if i.startswith('synthesized/')][:a.add_rows] if add else []   # the prompts the target wrote
+    assert len(add_ids) == a.add_rows, f'--add_run has {len(add_ids)} rows, not --add_rows {a.add_rows}'
+    sets = {}                                        # extra held-out rows, by the part of their id before '/'
+    for r in a.heldout_runs or []:
+        st = FeatureStore(Path(r) / '60_hidden_states' / 'features')
+        for i in st.ids: sets.setdefault(i.split('/')[0], []).append(st[i])
+    return dict(store=store, train_store=train_store, add_store=add, add_ids=add_ids, arms=arms, sets=sets, held=[store[i] for i in arms['held']], mask_id=mask_id, dcfg=dcfg, emb=emb, head=head)
 
 
 class NoisyRows:
@@ -94,7 +107,7 @@ def train_arm(a, S) -> dict:
     ids = S['arms'][a.arm]
     cfg = TrainConfig(epochs=1000, max_steps=a.steps, amp='bf16', log_every=50, ckpt_every=0, seed=a.seed, tensorboard=False,
                       labels=a.labels, **BATCH, **RECIPE)
-    rows = Rows([S['train_store']], [(0, i) for i in ids])
+    rows = Rows([S['train_store'], S['add_store']], [(0, i) for i in ids] + [(1, i) for i in S['add_ids']])
     tr = Trainer(DFlashDrafter(S['dcfg']).init_weights(a.seed), S['emb'], S['head'],
                  NoisyRows(rows, a.feature_noise) if a.feature_noise else rows, cfg, log=lambda m: None)
     cpu, curve = 0.0, []
@@ -103,17 +116,22 @@ def train_arm(a, S) -> dict:
         tau, acc = heldout_tau(tr.model, S['held'], S['emb'], S['head'], S['mask_id'], S['dcfg'])
         curve.append({'step': tr.step, 'cpu_s': round(cpu, 1), 'heldout_tau': round(tau, 4), 'heldout_acc': [round(x, 4) for x in acc]})
         print(a.arm, a.labels, a.seed, json.dumps(curve[-1]), flush=True)
-    return {'arm': a.arm, 'labels': a.labels, 'seed': a.seed, 'rows': len(ids), 'prompts': a.prompts, 'feature_noise': a.feature_noise,
-            'train_run': a.train_run, 'train_tokens': sum(int(S['train_store'][i]['loss_mask'].sum()) for i in ids),
-            'heldout_rows': len(S['held']), 'steps': tr.step, 'epochs': round(tr.step * BATCH['batch_size'] / len(ids), 2),
-            'cpu_s': curve[-1]['cpu_s'], 'heldout_tau': curve[-1]['heldout_tau'], 'curve': curve,
+    sets = {k: round(heldout_tau(tr.model, v, S['emb'], S['head'], S['mask_id'], S['dcfg'])[0], 4) for k, v in S['sets'].items()}
+    print(a.arm, a.seed, 'held-out sets at the end:', sets, flush=True)
+    tokens = sum(int(S['train_store'][i]['loss_mask'].sum()) for i in ids) + sum(int(S['add_store'][i]['loss_mask'].sum()) for i in S['add_ids'])
+    return {'arm': a.arm, 'labels': a.labels, 'seed': a.seed, 'rows': len(rows), 'prompts': a.prompts, 'feature_noise': a.feature_noise,
+            'train_run': a.train_run, 'add_run': a.add_run, 'add_rows': len(S['add_ids']), 'train_tokens': tokens,
+            'heldout_rows': len(S['held']), 'steps': tr.step, 'epochs': round(tr.step * BATCH['batch_size'] / len(rows), 2),
+            'cpu_s': curve[-1]['cpu_s'], 'heldout_tau': curve[-1]['heldout_tau'], 'curve': curve, 'heldout_sets': sets,
+            'heldout_sets_rows': {k: len(v) for k, v in S['sets'].items()},
             'settings': {**RECIPE, **BATCH, 'labels': a.labels, 'feature_noise': a.feature_noise, 'amp': 'bf16 autocast', 'num_hidden_layers': 3, 'block_size': 16},
             'load_at_end': round(__import__('os').getloadavg()[0], 1)}
 
 
 def _arm_name(r: dict) -> str:
     "An arm's name with what sets it apart: prompts, answers, labels, feature noise, the run its rows came from."
-    extra = ([f"noise {r['feature_noise']:g}"] if r.get('feature_noise') else []) + ([Path(r['train_run']).name] if r.get('train_run') else [])
+    extra = ([f"noise {r['feature_noise']:g}"] if r.get('feature_noise') else []) + ([Path(r['train_run']).name] if r.get('train_run') else []) \
+        + ([f"+ {r['add_rows']} rows of {Path(r['add_run']).name}"] if r.get('add_run') else [])
     return ', '.join([f"{r['prompts']} prompts", r['arm'], f"labels {r['labels']}"] + extra)
 
 
@@ -136,6 +154,12 @@ def report(works: list, name: str = 'samples'):
     for arm, rs in groups.items():
         steps = [mean(r['curve'][k]['heldout_tau'] for r in rs) for k in range(min(len(r['curve']) for r in rs))]
         md.append(f"| {arm} | {len(rs)} | {mean(r['heldout_tau'] for r in rs):.3f} | " + ' | '.join(f'{t:.3f}' for t in steps) + ' |')
+    names = sorted({k for r in runs for k in r.get('heldout_sets') or {}})
+    if names:                                        # the extra held-out sets (measured at the end), seeds averaged
+        md += ['', '| arm | seeds | ' + ' | '.join(f'{n} tau' for n in names) + ' |', '|---|---|' + '---|' * len(names)]
+        for arm, rs in groups.items():
+            rs = [r for r in rs if r.get('heldout_sets')]
+            if rs: md.append(f"| {arm} | {len(rs)} | " + ' | '.join(f"{mean(r['heldout_sets'][n] for r in rs):.3f}" for n in names) + ' |')
     (out / f'{name}_table.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 
@@ -150,6 +174,10 @@ def main(argv=None):
     p.add_argument('--seed', type=int, default=0); p.add_argument('--threads', type=int, default=1)
     p.add_argument('--feature_noise', type=float, default=0.0, help="Gaussian noise on the features, x each layer's median |feature| (0: none)")
     p.add_argument('--train_run', default=None, help='train on the same prompts\' rows of this run (held-out rows: --run\'s)')
+    p.add_argument('--add_run', default=None, help='train also on the first --add_rows rows of this run (e.g. synthesized prompts)')
+    p.add_argument('--add_rows', type=int, default=0)
+    p.add_argument('--heldout_runs', nargs='*', default=None, help="runs whose rows are held-out sets too, measured at the end "
+                   "(grouped by the id's part before '/': e.g. runs/evalsets_rows: mtbench, humaneval, unseen)")
     p.add_argument('--report', action='store_true')
     p.add_argument('--report_dirs', nargs='*', default=None, help='--report: the work folders to gather (default: --out)')
     p.add_argument('--report_name', default='samples', help='--report: bench/results/NAME.json and NAME_table.md')
@@ -160,7 +188,8 @@ def main(argv=None):
     torch.set_num_threads(a.threads)
     res = train_arm(a, setup(a))
     from dflash_nb.core import write_json
-    noise = (f'_noise{a.feature_noise:g}' if a.feature_noise else '') + (f'_{Path(a.train_run).name}' if a.train_run else '')
+    noise = (f'_noise{a.feature_noise:g}' if a.feature_noise else '') + (f'_{Path(a.train_run).name}' if a.train_run else '') \
+        + (f'_{Path(a.add_run).name}{a.add_rows}' if a.add_run else '')
     write_json(work / f'result_{a.arm}_{a.labels}{noise}_{a.seed}.json', res)
 
 

@@ -4,7 +4,7 @@
 
 # %% ../nbs/40_regenerate.ipynb #bb575b67
 from __future__ import annotations
-import copy, inspect, json, logging, os, random, re, shutil, threading, time, urllib.error, urllib.request
+import collections, copy, inspect, itertools, json, logging, os, random, re, shutil, threading, time, urllib.error, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
@@ -13,6 +13,7 @@ from typing import Any, Iterable, Iterator
 from fastcore.basics import patch
 from .params import add_declared_options, check_fields, declared, from_declared
 from .schema import validate_row
+from .formats import norm_text
 from .models import load_target, load_tokenizer, text_config
 from .core import (Stage, atomic_write, file_hash, iter_jsonl, read_json, setup_logging,
                             seed_everything, write_json, write_jsonl, progress as progress_bar)
@@ -22,13 +23,13 @@ from .core import (Stage, atomic_write, file_hash, iter_jsonl, read_json, setup_
 _log = logging.getLogger('dflash_nb.regenerate')
 
 # %% auto #0
-__all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'ROW_COUNTS', 'DECLARED_OPTIONS', 'GenConfig',
-           'GenRequest', 'GenResult', 'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected', 'RowJob',
-           'left_pad', 'slab_cache', 'decoder_supported', 'pick_tokens', 'greedy_decode', 'batch_cost',
+__all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'MAX_DRAWS', 'ROW_COUNTS', 'DECLARED_OPTIONS',
+           'GenConfig', 'GenRequest', 'GenResult', 'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected',
+           'RowJob', 'left_pad', 'slab_cache', 'decoder_supported', 'pick_tokens', 'greedy_decode', 'batch_cost',
            'length_buckets', 'BackendOptions', 'HFBackend', 'api_base', 'endpoint_list', 'HTTPError', 'http_json',
-           'Server', 'ServerPool', 'HTTPBackend', 'read_response', 'RegenOptions', 'sample_row', 'regenerate_chunk',
-           'regenerate_file', 'assistant_token_counts', 'token_stats', 'length_histogram', 'make_backend',
-           'register_cli', 'regenerate_stage']
+           'Server', 'ServerPool', 'HTTPBackend', 'read_response', 'RegenOptions', 'sample_row', 'user_header',
+           'synthesize_prompts', 'regenerate_chunk', 'regenerate_file', 'assistant_token_counts', 'token_stats',
+           'length_histogram', 'make_backend', 'register_cli', 'regenerate_stage']
 
 # %% ../nbs/40_regenerate.ipynb #ef3f0f79
 @dataclass
@@ -818,6 +819,9 @@ class RegenOptions:
     keep_truncated: bool = declared(_R, 'keep_truncated') # False: rows cut by max_new_tokens go to the failures
     samples: int = declared(_R, 'samples')                # answers per selected row (the further ones sampled)
     sample_temperature: float = declared(_R, 'sample_temperature')   # the further answers' temperature
+    synthesize: int = declared(_R, 'synthesize')          # prompts the target writes itself, added as rows (0: none)
+    synthesize_temperature: float = declared(_R, 'synthesize_temperature')   # their temperature
+    synthesize_max_tokens: int = declared(_R, 'synthesize_max_tokens')       # their cap in tokens
     chunk_size: int = declared(_R, 'chunk_size')          # rows per resumable part
     limit: int | None = declared(_R, 'limit')             # only the first N rows (None: all)
     workers: int = declared(_R, 'workers')                # processes, one model each (in-process backend only)
@@ -840,6 +844,63 @@ def sample_row(row: dict,       # a selected canonical row
     how = {'of': row['id'], 'k': int(k), 'temperature': gen.temperature, 'top_p': gen.top_p, 'seed': gen.seed}
     return {**row, 'id': f"{row['id']}#s{k}", 'meta': {**(row.get('meta') or {}), 'sample': how}}
 
+
+# %% ../nbs/40_regenerate.ipynb #40a47bf7
+def user_header(tok,                   # the target's tokenizer (its chat template)
+                enable_thinking=None,  # passed to the template when not None
+               ) -> str:               # the rendered text before a first user message's content
+    "What the chat template puts before a conversation's first user message: its default system prompt and the user header."
+    probe, kw = '\x00USER\x00', {} if enable_thinking is None else {'enable_thinking': bool(enable_thinking)}
+    text = tok.apply_chat_template([{'role': 'user', 'content': probe}], tokenize=False, **kw)
+    if probe not in text: raise ValueError('the chat template does not render a user message verbatim: no user header to write from')
+    return text[:text.index(probe)]
+
+# %% ../nbs/40_regenerate.ipynb #c85b7ae3
+def _drawn_prompt(tok, toks: list, stops: set, seen: set) -> tuple[str, str | None]:
+    "A drawn user turn's text (up to its end of turn) and None (its key added to `seen`), or why it is dropped."
+    cut = next((k for k, t in enumerate(toks) if t in stops), None)
+    text = tok.decode(toks[:cut], skip_special_tokens=False).strip()
+    if cut is None: return text, 'unfinished: no end of turn within synthesize_max_tokens'
+    if not text: return text, 'empty'
+    if any(s in text for s in tok.all_special_tokens): return text, 'special token in the text'
+    if (key := norm_text(text)) in seen: return text, 'duplicate of a kept prompt'
+    seen.add(key)
+    return text, None
+
+# %% ../nbs/40_regenerate.ipynb #11f989e8
+MAX_DRAWS = 4   # draws per wanted prompt at most: SmolLM2 at 1.0 kept 824 of 1,024 (runs/magpie)
+
+def _synth_row(text: str, k: int, how: dict) -> dict:
+    "Synthesized prompt `k` as a canonical row."
+    return {'id': f'synthesized/{k}', 'source': 'synthesized', 'messages': [{'role': 'user', 'content': text}],
+            'meta': {'category': 'general', 'synthesized': {**how, 'draw': k}}}
+
+# %% ../nbs/40_regenerate.ipynb #1b1fea24
+def synthesize_prompts(backend: HFBackend,         # the in-process target
+                       n: int,                     # prompts wanted
+                       temperature: float,         # the draws' temperature, no nucleus cut (`synthesize_temperature`)
+                       max_tokens: int,            # a prompt's cap in tokens (`synthesize_max_tokens`)
+                       seed: int = 0,              # the first batch's seed
+                       enable_thinking=None,       # passed to the template when not None
+                       progress: bool = True,      # show a progress bar (kept prompts)
+                      ) -> tuple[list, list]:      # (rows, dropped draws with the reason)
+    "`n` user prompts the target writes after its chat template's user header, as rows of source `synthesized`."
+    if not isinstance(backend, HFBackend): raise ValueError('synthesize needs the hf backend: a chat API closes every user turn')
+    tok, how = backend.tok, {'model': backend.spec, 'temperature': float(temperature), 'seed': int(seed)}
+    header, stops = tok(user_header(tok, enable_thinking), add_special_tokens=False)['input_ids'], set(backend.stop_ids)
+    rows, dropped, seen, drawn = [], [], set(), 0
+    bar = progress_bar(total=n, desc='synthesize', unit='prompt') if progress else None
+    while len(rows) < n and drawn < MAX_DRAWS * n:
+        k = min(backend.batch_size, MAX_DRAWS * n - drawn, 2 * (n - len(rows)) + 8)
+        gen = GenConfig(max_new_tokens=max_tokens, temperature=temperature, top_p=1.0, seed=seed + drawn)
+        for toks in backend._new_tokens([header] * k, gen):
+            text, why = _drawn_prompt(tok, toks, stops, seen)
+            if why: dropped.append({'draw': drawn, 'reason': why, 'text': text})
+            elif len(rows) < n: rows.append(_synth_row(text, drawn, how))
+            drawn += 1
+        if bar: bar.update(len(rows) - bar.n)
+    if bar: bar.close()
+    return rows, dropped
 
 # %% ../nbs/40_regenerate.ipynb #f5930738
 def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSONL; `_error` records: bad lines)
@@ -971,8 +1032,12 @@ class _Meter:
         if self.bar is not None: self.bar.close()
 
 # %% ../nbs/40_regenerate.ipynb #62b45848
-ROW_COUNTS = ('rows_in', 'sampled', 'rows_out', 'regenerated', 'passed', 'failed', 'truncated_kept', 'generated_turns',
-              'new_tokens')   # what `_merge_parts` counts, and the stage's manifest records: rows_in + sampled = rows_out + failed
+ROW_COUNTS = ('rows_in', 'synthesized', 'sampled', 'rows_out', 'regenerated', 'passed', 'failed', 'truncated_kept', 'generated_turns',
+              'new_tokens')   # what `_merge_parts` counts, and the stage's manifest records: rows_in + synthesized + sampled = rows_out + failed
+
+def _synthesized(rec: dict) -> bool:
+    "Whether a part's record is of a prompt the target wrote (`synthesize`)."
+    return isinstance(rec.get('row'), dict) and 'synthesized' in (rec['row'].get('meta') or {})
 
 def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     "Merge the parts into the output and the failures file; returns (counts, failure reasons)."
@@ -981,7 +1046,7 @@ def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     recs = lambda: (rec for p in sorted(parts.glob('part-*.jsonl')) for rec in iter_jsonl(p))
     def ok_rows():
         for rec in recs():
-            counts['sampled' if rec.get('sample') else 'rows_in'] += 1
+            counts['sampled' if rec.get('sample') else 'synthesized' if _synthesized(rec) else 'rows_in'] += 1
             if rec['kind'] != 'row': continue
             counts['rows_out'] += 1; counts[rec['status']] += 1
             reg = (rec['row'].get('meta') or {}).get('regenerated') if rec['status'] == 'regenerated' else None
@@ -996,6 +1061,31 @@ def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
             yield {k: v for k, v in rec.items() if k != 'kind'}
     write_jsonl(output_path, ok_rows()); write_jsonl(failures_path, failed_rows())
     return counts, reasons
+
+# %% ../nbs/40_regenerate.ipynb #62324d1e
+def _synth_settings(o: RegenOptions, gen: GenConfig, backend) -> dict:
+    return {'n': o.synthesize, 'temperature': o.synthesize_temperature, 'max_tokens': o.synthesize_max_tokens,
+            'seed': gen.seed, 'enable_thinking': gen.enable_thinking, **backend.info()}
+
+def _with_synthesized(input_path: Path, output_path: Path, backend, o: RegenOptions, gen: GenConfig, progress=True) -> tuple[Path, dict]:
+    "(The hidden file to regenerate: the input's first `limit` rows, then the synthesized; what synthesis did.)"
+    synth = output_path.with_name(output_path.stem + '.synthesized.jsonl')
+    dropped, state = synth.with_name(synth.stem + '.dropped.jsonl'), synth.with_name(f'.{synth.name}.settings.json')
+    how = json.loads(json.dumps(_synth_settings(o, gen, backend), default=str))
+    t0 = time.time()
+    if not (synth.exists() and dropped.exists() and state.exists() and read_json(state) == how):
+        rows, lost = synthesize_prompts(backend, o.synthesize, o.synthesize_temperature, o.synthesize_max_tokens, gen.seed,
+                                        gen.enable_thinking, progress)
+        write_jsonl(dropped, lost); write_jsonl(synth, rows); write_json(state, how)
+    both = output_path.with_name(f'.{output_path.name}.input.jsonl')
+    with open(input_path, encoding='utf-8') as f, atomic_write(both) as out:
+        lines = (l for l in f if l.strip())
+        for l in (lines if o.limit is None else itertools.islice(lines, o.limit)): out.write(l.rstrip('\n') + '\n')
+        out.write(synth.read_text(encoding='utf-8'))
+    reasons = collections.Counter(d['reason'].split(':')[0] for d in iter_jsonl(dropped))
+    kept = _count_rows(synth)
+    return both, {'wanted': o.synthesize, 'kept': kept, 'drawn': kept + sum(reasons.values()), 'dropped': dict(reasons),
+                  'seconds': round(time.time() - t0, 3), 'file': str(synth), 'dropped_file': str(dropped)}
 
 # %% ../nbs/40_regenerate.ipynb #0810b285
 def regenerate_file(input_path,                 # canonical conversations JSONL
@@ -1013,18 +1103,23 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
     input_path, output_path = Path(input_path), Path(output_path)
     if not input_path.exists(): raise FileNotFoundError(f'input {input_path} does not exist')
     failures_path = Path(failures_path or output_path.with_name(output_path.stem + '.failures.jsonl'))
-    key = _settings_key(input_path, chunk_size=o.chunk_size, gen=gen, how=o.how, limit=o.limit, backend=backend)
+    total = _count_rows(input_path, o.limit)
+    src, synth = _with_synthesized(input_path, output_path, backend, o, gen, progress) if o.synthesize else (input_path, None)
+    run = replace(o, limit=None) if o.synthesize else o          # the hidden file holds the first `limit` rows already
+    key = _settings_key(src, chunk_size=o.chunk_size, gen=gen, how=o.how, limit=run.limit, backend=backend)
     parts = _open_parts(Path(parts_dir) if parts_dir else output_path.with_name(f'.{output_path.name}.parts'), key)
-    total, meter = _count_rows(input_path, o.limit), _Meter(_count_rows(input_path, o.limit), progress)
-    job = dict(backend=backend, input_path=input_path, parts=parts, gen=gen, opts=o, meter=meter)
+    meter = _Meter(_count_rows(src, run.limit), progress)
+    job = dict(backend=backend, input_path=src, parts=parts, gen=gen, opts=run, meter=meter)
     resumed, ran = _run_workers(**job) if o.workers > 1 else _run_here(**job)
     meter.close()
     counts, reasons = _merge_parts(parts, output_path, failures_path)
     shutil.rmtree(parts)
-    assert counts['rows_in'] + counts['sampled'] == counts['rows_out'] + counts['failed'] and counts['rows_in'] == total, (counts, total)
+    if synth: src.unlink()
+    assert counts['rows_in'] + counts['synthesized'] + counts['sampled'] == counts['rows_out'] + counts['failed'], counts
+    assert counts['rows_in'] == total and counts['synthesized'] == (synth or {}).get('kept', 0), (counts, total, synth)
     dt = max(time.time() - meter.t0, 1e-9)
     servers = {'servers': backend.stats()} if hasattr(backend, 'stats') else {}
-    return {**counts, 'failure_reasons': reasons, 'chunks_resumed': resumed, 'chunks_run': ran,
+    return {**counts, 'failure_reasons': reasons, 'chunks_resumed': resumed, 'chunks_run': ran, 'synthesis': synth,
             'seconds': round(dt, 3), 'workers': o.workers,
             'rows_per_s': round((meter.rows or counts['rows_in']) / dt, 3),
             'tokens_per_s': round((meter.tokens or counts['new_tokens']) / dt, 3), 'output': str(output_path),
@@ -1094,7 +1189,8 @@ def _bool(s):
     raise ValueError(f'expected true, false or none, got {s!r}')
 
 DECLARED_OPTIONS = ('served_model', 'mode', 'select', 'tool_turns', 'max_new_tokens', 'temperature', 'top_p', 'stop',
-                    'enable_thinking', 'reasoning', 'keep_truncated', 'samples', 'sample_temperature', 'batch_size', 'max_batch_tokens', 'concurrency',
+                    'enable_thinking', 'reasoning', 'keep_truncated', 'samples', 'sample_temperature', 'synthesize',
+                    'synthesize_temperature', 'synthesize_max_tokens', 'batch_size', 'max_batch_tokens', 'concurrency',
                     'timeout_s', 'max_retries', 'chunk_size', 'limit', 'device', 'dtype', 'threads', 'workers', 'seed')
 
 def _cli_options(p):
@@ -1158,8 +1254,11 @@ def _finish_stage(stage: Stage, report: dict) -> dict:
     "Write `report.json`, declare the outputs, record the counts; the manifest."
     write_json(stage.path('report.json'), report)
     for f in ('regenerated.jsonl', 'failures.jsonl', 'report.json', 'lengths.png'): stage.output(stage.path(f))
+    synth = report.get('synthesis') or {}
+    for f in filter(None, (synth.get('file'), synth.get('dropped_file'))): stage.output(Path(f))
     stage.count(**{k: report[k] for k in ROW_COUNTS})
-    return stage.finish(failure_reasons=report['failure_reasons'], tokens_per_s=report['tokens_per_s'])
+    return stage.finish(failure_reasons=report['failure_reasons'], tokens_per_s=report['tokens_per_s'],
+                        **({'synthesis': {k: synth[k] for k in ('wanted', 'kept', 'drawn', 'dropped', 'seconds')}} if synth else {}))
 
 def regenerate_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `params` holds its checked parameters
                     ) -> dict: # the report (`report.json`): `regenerate_file`'s summary, token and length statistics
@@ -1171,9 +1270,11 @@ def regenerate_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `
     gen = from_declared(GenConfig, p)
     be = _stage_backend(stage)
     s = _stage_regenerate(stage, src, be, gen)
+    if syn := s['synthesis']: log.info('synthesized %s of %s prompts (%s drawn, dropped: %s) in %.0f s', syn['kept'],
+                                       syn['wanted'], syn['drawn'], syn['dropped'] or 'none', syn['seconds'])
     log.info('regenerated %s rows, passed %s, failed %s (%s); %.1f tok/s', s['regenerated'], s['passed'], s['failed'],
              s['failure_reasons'], s['tokens_per_s'] or 0)
     report = _stage_report(stage, s, src, be.tok if hasattr(be, 'tok') else load_tokenizer(p['target']))
     _finish_stage(stage, report)
-    assert s['rows_in'] + s['sampled'] == s['rows_out'] + s['failed'], s
+    assert s['rows_in'] + s['synthesized'] + s['sampled'] == s['rows_out'] + s['failed'], s
     return report

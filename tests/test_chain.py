@@ -84,3 +84,23 @@ def test_docs_render_every_stage(demo_run, tmp_path):
         assert title in page.read_text() and title in index, (nb.name, title)
     # stage pages show the executed run record (with outputs)
     assert 'target.json' in (out / '01_targets.html').read_text() or 'hidden_states' in (out / '01_targets.html').read_text()
+
+def test_synthesized_prompts_through_the_chain(demo_run, tmp_path):
+    """`regenerate.synthesize` in a chain run (the demo's rows, papermill): the stage notebook runs to its end (its
+    side-by-side view shows prompts that have no original), the manifest counts the synthesized rows apart, the
+    prompts and the dropped draws are declared outputs, and tokenization takes the synthesized rows as rows."""
+    run_dir, _ = demo_run
+    copy = tmp_path / 'runs' / 'synth'
+    shutil.copytree(run_dir, copy)
+    dflash('run', '--quiet', '--runs-dir', copy.parent, '--set', 'run.name=synth', '--set', 'regenerate.synthesize=3',
+           '--set', 'regenerate.synthesize_max_tokens=48', '--until', '60_hidden_states')
+    m = json.loads((copy / '40_regenerate' / 'manifest.json').read_text())
+    c, syn = m['counts'], m['synthesis']
+    assert c['rows_in'] + c['synthesized'] == c['rows_out'] + c['failed'] and c['synthesized'] == syn['kept'] <= 3, m
+    assert syn['drawn'] == syn['kept'] + sum(syn['dropped'].values()) and syn['drawn'] >= 3, syn
+    outs = {Path(o['path']).name for o in m['outputs']}
+    assert {'regenerated.synthesized.jsonl', 'regenerated.synthesized.dropped.jsonl'} <= outs, outs
+    view = (copy / '40_regenerate' / '40_regenerate.ipynb').read_text()
+    assert 'a prompt the target wrote' in view or syn['kept'] == 0
+    t = json.loads((copy / '50_tokenization' / 'manifest.json').read_text())['counts']
+    assert t['rows_in'] == c['rows_out'], (t, c)

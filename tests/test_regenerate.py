@@ -261,3 +261,32 @@ def test_samples_are_rows_of_their_own(tmp_path, bf16_backend):
     greedy = {r['id']: r['messages'][-1]['content'] for r in out if '#' not in r['id']}
     assert any(r['messages'][-1]['content'] != greedy[r['id'][:2]] for r in drawn)   # sampling answered otherwise
     assert list(iter_jsonl(tmp_path / 'again.jsonl')) == out                             # seeded: reproducible
+
+def test_synthesized_prompts_are_answered_rows(tmp_path):
+    "`--synthesize 6` on the real SmolLM2 (bf16, the CLI): the target writes user prompts from its template's user header,"
+    " they become rows of source `synthesized` answered like the input's; the counts add up; a rerun draws the same prompts."
+    rows = [{'id': f'r{i}', 'source': 's', 'messages': [{'role': 'user', 'content': p}]} for i, p in enumerate(PROMPTS[:2])]
+    inp = write_rows(tmp_path / 'in.jsonl', rows + [{'id': 'bad', 'source': 'x', 'messages': []}])
+    exe = shutil.which('dflash-nb') or str(Path(sys.executable).parent / 'dflash-nb')
+    def run(out):
+        cmd = [exe, 'regenerate', '--input', inp, '--output', tmp_path / out, '--model', 'smollm2', '--dtype', 'bfloat16',
+               '--select', 'all', '--max-new-tokens', '8', '--synthesize', '6', '--synthesize-max-tokens', '64',
+               '--batch-size', '16', '--threads', '1', '--quiet']
+        r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout[r.stdout.index('{'):])
+    s = run('out.jsonl')
+    syn = s['synthesis']
+    assert 3 <= syn['kept'] == s['synthesized'] <= 6 and syn['drawn'] == syn['kept'] + sum(syn['dropped'].values())
+    assert (s['rows_in'], s['failed']) == (3, 1) and s['rows_out'] == 2 + s['synthesized']
+    out = list(iter_jsonl(tmp_path / 'out.jsonl'))
+    made = [r for r in out if r['source'] == 'synthesized']
+    assert [r['id'] for r in out[:2]] == ['r0', 'r1'] and len(made) == s['synthesized']
+    assert all([m['role'] for m in r['messages']] == ['user', 'assistant'] and r['messages'][0]['content'].strip()
+               and r['meta']['synthesized']['temperature'] == 1.0 for r in made)
+    assert len({r['messages'][0]['content'] for r in made}) == len(made)
+    dropped = list(iter_jsonl(tmp_path / 'out.synthesized.dropped.jsonl'))
+    assert len(dropped) == syn['drawn'] - syn['kept'] and all(d['reason'] for d in dropped)
+    again = run('again.jsonl')
+    assert [r['messages'][0] for r in iter_jsonl(tmp_path / 'again.synthesized.jsonl')] == [r['messages'][0] for r in made]
+    assert again['synthesis']['dropped'] == syn['dropped']
