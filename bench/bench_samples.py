@@ -27,7 +27,7 @@ tokens instead of 128), measured on the same held-out rows of `--run`.
 
 And for prompts the target writes itself (`regenerate.synthesize`, Magpie): `--add_run RUN --add_rows N` trains on the
 first N rows of another run as well (bench/configs/magpie_rows.yaml: prompts SmolLM2 wrote, answered greedily), and
-`--heldout_runs RUN` measures the trained drafter at the end on that run's rows too, per id prefix
+`--heldout_runs RUN` measures the trained drafter at the end on that run's rows too, per set (the id's part after the source name)
 (bench/configs/evalsets_rows.yaml: the evaluation's own prompts, MT-Bench first turns, HumanEval, the unseen prompts,
 answered greedily as plain decoding answers them).
 """
@@ -76,10 +76,10 @@ def setup(a):
     add = FeatureStore(Path(a.add_run) / '60_hidden_states' / 'features') if a.add_run else None
     add_ids = [i for i in add.ids if i.startswith('synthesized/')][:a.add_rows] if add else []   # the prompts the target wrote
     assert len(add_ids) == a.add_rows, f'--add_run has {len(add_ids)} rows, not --add_rows {a.add_rows}'
-    sets = {}                                        # extra held-out rows, by the part of their id before '/'
+    sets = {}                                        # extra held-out rows, by their id's part after the source's name
     for r in a.heldout_runs or []:
         st = FeatureStore(Path(r) / '60_hidden_states' / 'features')
-        for i in st.ids: sets.setdefault(i.split('/')[0], []).append(st[i])
+        for i in st.ids: sets.setdefault(i.split('/')[1], []).append(st[i])        # evalsets/mtbench/81: mtbench
     return dict(store=store, train_store=train_store, add_store=add, add_ids=add_ids, arms=arms, sets=sets, held=[store[i] for i in arms['held']], mask_id=mask_id, dcfg=dcfg, emb=emb, head=head)
 
 
@@ -177,7 +177,7 @@ def main(argv=None):
     p.add_argument('--add_run', default=None, help='train also on the first --add_rows rows of this run (e.g. synthesized prompts)')
     p.add_argument('--add_rows', type=int, default=0)
     p.add_argument('--heldout_runs', nargs='*', default=None, help="runs whose rows are held-out sets too, measured at the end "
-                   "(grouped by the id's part before '/': e.g. runs/evalsets_rows: mtbench, humaneval, unseen)")
+                   "(grouped by the id's part after the source name: e.g. runs/evalsets_rows: mtbench, humaneval, unseen)")
     p.add_argument('--report', action='store_true')
     p.add_argument('--report_dirs', nargs='*', default=None, help='--report: the work folders to gather (default: --out)')
     p.add_argument('--report_name', default='samples', help='--report: bench/results/NAME.json and NAME_table.md')
