@@ -156,10 +156,11 @@ def report(works: list, name: str = 'samples'):
         md.append(f"| {arm} | {len(rs)} | {mean(r['heldout_tau'] for r in rs):.3f} | " + ' | '.join(f'{t:.3f}' for t in steps) + ' |')
     names = sorted({k for r in runs for k in r.get('heldout_sets') or {}})
     if names:                                        # the extra held-out sets (measured at the end), seeds averaged
-        md += ['', '| arm | seeds | ' + ' | '.join(f'{n} tau' for n in names) + ' |', '|---|---|' + '---|' * len(names)]
+        cell = lambda v: f'{mean(v):.3f} (' + ', '.join(f'{x:.3f}' for x in v) + ')' if len(v) > 1 else f'{v[0]:.3f}' if v else '—'
+        md += ['', '| arm | ' + ' | '.join(f'{n} tau (seeds)' for n in names) + ' |', '|---|' + '---|' * len(names)]
         for arm, rs in groups.items():
-            rs = [r for r in rs if r.get('heldout_sets')]
-            if rs: md.append(f"| {arm} | {len(rs)} | " + ' | '.join(f"{mean(r['heldout_sets'][n] for r in rs):.3f}" for n in names) + ' |')
+            got = {n: [r['heldout_sets'][n] for r in rs if n in (r.get('heldout_sets') or {})] for n in names}
+            if any(got.values()): md.append(f'| {arm} | ' + ' | '.join(cell(got[n]) for n in names) + ' |')
     (out / f'{name}_table.md').write_text('\n'.join(md) + '\n')
     print('\n'.join(md))
 
@@ -190,7 +191,8 @@ def main(argv=None):
     from dflash_nb.core import write_json
     noise = (f'_noise{a.feature_noise:g}' if a.feature_noise else '') + (f'_{Path(a.train_run).name}' if a.train_run else '') \
         + (f'_{Path(a.add_run).name}{a.add_rows}' if a.add_run else '')
-    write_json(work / f'result_{a.arm}_{a.labels}{noise}_{a.seed}.json', res)
+    tag = f'_p{a.prompts}' if a.prompts != 400 else ''   # arms of several prompt counts can share a work folder
+    write_json(work / f'result_{a.arm}_{a.labels}{tag}{noise}_{a.seed}.json', res)
 
 
 if __name__ == '__main__':

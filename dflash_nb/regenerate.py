@@ -868,7 +868,7 @@ def _drawn_prompt(tok, toks: list, stops: set, seen: set) -> tuple[str, str | No
     return text, None
 
 # %% ../nbs/40_regenerate.ipynb #11f989e8
-MAX_DRAWS = 4   # draws per wanted prompt at most: SmolLM2 at 1.0 kept 824 of 1,024 (runs/magpie)
+MAX_DRAWS = 4   # draws per wanted prompt at most: SmolLM2 at 1.0 kept 800 of 998 (bench/configs/magpie_rows.yaml)
 
 def _synth_row(text: str, k: int, how: dict) -> dict:
     "Synthesized prompt `k` as a canonical row."
