@@ -7,7 +7,7 @@ MT-Bench first turns (the evaluation's `mt_bench_turns: 1`), HumanEval and the u
     dflash-nb run bench/configs/evalsets_rows.yaml --until 80_train
 """
 import sys
-from dflash_nb.convert import eval_prompt_path
+from dflash_nb.formats import eval_prompt_path
 from dflash_nb.core import iter_jsonl, write_jsonl
 from dflash_nb.sources import get_source, normalize_stream
 

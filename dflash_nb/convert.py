@@ -9,18 +9,15 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastcore.basics import patch
-from .core import (PKG_DIR, Stage, atomic_write, expand_path, fixtures_dir, iter_jsonl, prompt_set_name,
-                            read_prompt_file, setup_logging)
+from .core import Stage, atomic_write, iter_jsonl, setup_logging
 from .params import check_fields, declared, from_declared
 from .schema import (DEFAULT_REPAIRS, REPAIRS, check_row, from_sharegpt,
                               from_speculators, repair_kind,
                               repair_names, to_sharegpt, to_speculators)
-from .formats import norm_text, repair_hint
+from .formats import EvalIndex, eval_prompt_path, repair_hint
 
 # %% auto #0
-__all__ = ['EVAL_SETS', 'allowed_repairs', 'ConvertOptions', 'convert_rows', 'convert_file', 'eval_prompt_path', 'EvalIndex',
-           'convert_stage']
+__all__ = ['allowed_repairs', 'ConvertOptions', 'convert_rows', 'convert_file', 'convert_stage']
 
 # %% ../nbs/30_convert.ipynb #6873feec
 _OPT_IN = tuple(n for n, r in REPAIRS.items() if not r.valid_rows)   # what `repairs` may list (merge_same_role has its own flag)
@@ -143,57 +140,6 @@ def convert_file(
                 f.write(json.dumps(obj, ensure_ascii=False) + '\n')
     assert c['rows_in'] == c['rows_out'] + c['quarantined']
     return {k: dict(v) if isinstance(v, Counter) else v for k, v in c.items()}
-
-# %% ../nbs/30_convert.ipynb #826a4ced
-EVAL_SETS = {'mt_bench': ('data/eval/mt_bench_questions.jsonl', 'demo_mtbench.jsonl'),
-             'humaneval': ('data/eval/HumanEval.jsonl.gz', 'demo_humaneval.jsonl')}
-
-def eval_prompt_path(
-    name: str,  # `mt_bench`, `humaneval`, or a JSONL file path
-) -> Path:  # the file (fixtures first, then the package copy)
-    "A prompt set of the evaluation stage, or a prompt file."
-    if name in EVAL_SETS:
-        fx, pkg = EVAL_SETS[name]
-        if fixtures_dir() is not None and (fixtures_dir() / fx).is_file(): return fixtures_dir() / fx
-        return PKG_DIR / 'data' / pkg
-    p = Path(expand_path(name))
-    if not p.is_file(): raise FileNotFoundError(f'eval prompt file {name!r} does not exist (sets: {", ".join(EVAL_SETS)}, or a JSONL path)')
-    return p
-
-# %% ../nbs/30_convert.ipynb #f9bf284f
-class EvalIndex:
-    "The normalized user texts of evaluation prompts; `match(row)` names the prompt a training row contains, or None."
-    def __init__(self,
-                 files=(),  # prompt sets or files (`eval_prompt_path`)
-                 mode: str = 'contains',  # `contains` (a user turn contains a prompt) or `equal` (whole turns)
-                 min_chars: int = 24):  # shorter normalized prompts are skipped
-        if mode not in ('contains', 'equal'): raise ValueError(f"mode must be contains or equal, got {mode!r}")
-        self.mode, self.keys, self.sets = mode, {}, {}
-        for f in files: self._add(f, min_chars)
-
-@patch
-def _add(self: EvalIndex, f, min_chars: int):
-    "Index the user texts of one prompt set or file."
-    p = eval_prompt_path(f)
-    recs = read_prompt_file(p)
-    self.sets[prompt_set_name(p) if f not in EVAL_SETS else f] = {'path': str(p), 'prompts': len(recs)}
-    for r in recs:
-        for t in r.get('turns') or [m.get('content') for m in r['messages'] if m.get('role') == 'user']:
-            if len(k := norm_text(t) if isinstance(t, str) else '') >= min_chars: self.keys.setdefault(k, r['id'])
-
-# %% ../nbs/30_convert.ipynb #55a50833
-@patch
-def match(self: EvalIndex,
-          row: dict,  # a canonical row
-         ) -> str | None:  # `user turn I is|contains ID`, or None
-    "The evaluation prompt a row's user turn is or contains."
-    for i, m in enumerate(row.get('messages', [])):
-        if m.get('role') != 'user' or not isinstance(m.get('content'), str): continue
-        t = norm_text(m['content'])
-        if t in self.keys: return f'user turn {i} is {self.keys[t]}'
-        if self.mode == 'contains' and (pid := next((pid for k, pid in self.keys.items() if len(k) <= len(t) and k in t), None)):
-            return f'user turn {i} contains {pid}'
-    return None
 
 # %% ../nbs/30_convert.ipynb #abd07f6d
 def _stage_source(stage: Stage) -> Path:

@@ -15,11 +15,11 @@ from fastcore.basics import patch
 __all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'REJECT_FILES', 'DEVICE_RE', 'DEVICE_WORDS', 'RUN_KEYS', 'CONFIGS_DIR', 'STAGE_LOG_ENV',
            'repo_root', 'nbs_dir', 'cache_dir', 'fixtures_dir', 'expand_path', 'atomic_write', 'write_text',
            'write_json', 'read_json', 'write_jsonl', 'open_text', 'JSONLError', 'iter_jsonl', 'atomic_dir', 'file_hash',
-           'obj_hash', 'weight_map', 'versions', 'Stage', 'quarantine_summary', 'quarantine_line', 'read_manifest',
-           'ConfigError', 'default_config_path', 'apply_override', 'validate_run_section', 'shipped_configs',
-           'find_config', 'load_config', 'seed_everything', 'get_device', 'setup_logging', 'default_target_layer_ids',
-           'check_target_layer_ids', 'to_aux_layer_ids', 'from_aux_layer_ids', 'Quarantine', 'prompt_set_name',
-           'read_prompt_file', 'Progress', 'progress']
+           'obj_hash', 'weight_map', 'versions', 'busy_cores', 'Stage', 'quarantine_summary', 'quarantine_line',
+           'read_manifest', 'ConfigError', 'default_config_path', 'apply_override', 'validate_run_section',
+           'shipped_configs', 'find_config', 'load_config', 'seed_everything', 'get_device', 'setup_logging',
+           'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids', 'from_aux_layer_ids', 'Quarantine',
+           'prompt_set_name', 'read_prompt_file', 'Progress', 'progress']
 
 # %% ../nbs/00_core.ipynb #4fdd9f67
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().parent / 'dflash_nb'
@@ -202,6 +202,20 @@ def versions() -> dict:
     for pkg in ('dflash_nb', 'torch', 'transformers', 'datasets', 'tokenizers', 'safetensors', 'papermill', 'numpy'):
         with contextlib.suppress(md.PackageNotFoundError): out[pkg] = md.version(pkg.replace('_', '-'))
     return out
+
+# %% ../nbs/00_core.ipynb #b430fa04
+def _cpu_jiffies() -> tuple[int, int]:
+    "(all, idle + iowait) jiffies of the machine's CPUs so far (`/proc/stat`'s first line, guest time left out)."
+    with open('/proc/stat') as f: v = [int(x) for x in f.readline().split()[1:9]]
+    return sum(v), v[3] + v[4]
+
+def busy_cores(seconds: float = 0.3, # how long to watch
+              ) -> float | None:     # cores busy on average (0 .. `os.cpu_count()`); None where it cannot tell
+    "How many cores the machine's processes keep busy, watched for `seconds`."
+    try:
+        t0, i0 = _cpu_jiffies(); time.sleep(seconds); t1, i1 = _cpu_jiffies()
+    except (OSError, ValueError): return None
+    return round((os.cpu_count() or 1) * (1 - (i1 - i0) / max(t1 - t0, 1)), 2)
 
 # %% ../nbs/00_core.ipynb #e7ecffad
 def _rel(path, root) -> str:

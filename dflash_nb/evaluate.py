@@ -16,19 +16,20 @@ from .core import (Quarantine, Stage, check_target_layer_ids, expand_path, file_
                             get_device, iter_jsonl, obj_hash, progress, prompt_set_name, read_json,
                             read_prompt_file, seed_everything, setup_logging, write_json, write_jsonl,
                             write_text)
+from .formats import EVAL_SETS
 from .drafter import DFlashDrafter, DraftCache, draft_block, load_drafter
 from .models import decoder_layers, load_target, resolve_target, target_fingerprint, text_config
 # transformers, datasets and matplotlib are imported where first used: `dflash-nb --help` imports this module
 
 # %% auto #0
-__all__ = ['TIE_FACTOR', 'MT_BENCH_HUB', 'HUMANEVAL_HUB', 'HUMANEVAL_INSTRUCTION', 'PROMPT_SET_FILES', 'PROMPT_SETS',
-           'MIN_TIMED_PROMPTS', 'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'CONTROL_WORDS', 'NEAR_ONE',
-           'USEFUL_RUN', 'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE',
-           'UPSTREAM_STAGES', 'gumbel_noise', 'Sampler', 'TargetSession', 'DFlashDraftSession', 'ZeroedFeatures',
-           'LateFeatures', 'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate',
-           'speculative_generate', 'build_tree', 'tree_mask', 'LosslessError', 'first_difference', 'tie_evidence',
-           'check_lossless', 'items_from_records', 'load_prompt_file', 'load_prompt_set', 'held_out_prompts',
-           'trained_row_ids', 'render_prompt', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated',
+__all__ = ['TIE_FACTOR', 'MT_BENCH_HUB', 'HUMANEVAL_HUB', 'HUMANEVAL_INSTRUCTION', 'PROMPT_SETS', 'MIN_TIMED_PROMPTS',
+           'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'CONTROL_WORDS', 'NEAR_ONE', 'USEFUL_RUN',
+           'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE', 'UPSTREAM_STAGES',
+           'gumbel_noise', 'Sampler', 'TargetSession', 'DFlashDraftSession', 'ZeroedFeatures', 'LateFeatures',
+           'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate', 'speculative_generate',
+           'build_tree', 'tree_mask', 'LosslessError', 'first_difference', 'tie_evidence', 'check_lossless',
+           'items_from_records', 'load_prompt_file', 'load_prompt_set', 'held_out_prompts', 'trained_row_ids',
+           'render_prompt', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated',
            'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend', 'results_table', 'set_verdict',
            'lossless_verdict', 'drafter_facts', 'drafter_line', 'training_line', 'advice_line', 'caveats', 'verdict',
            'report_md', 'recorded_target', 'drafter_target', 'check_drafter_fits', 'open_drafter', 'load_pair',
@@ -547,7 +548,6 @@ MT_BENCH_HUB = 'HuggingFaceH4/mt_bench_prompts'
 HUMANEVAL_HUB = 'openai/openai_humaneval'
 HUMANEVAL_INSTRUCTION = ('Complete the following Python function. Reply with the full function in a code block.'
                          '\n\n```python\n{prompt}```')
-PROMPT_SET_FILES = {'mt_bench': 'mt_bench_questions.jsonl', 'humaneval': 'HumanEval.jsonl.gz'}  # in the fixtures
 PROMPT_SETS = ('mt_bench', 'humaneval', 'held_out')
 
 def _spread(rows: list, n: int | None) -> list:
@@ -594,9 +594,9 @@ def load_prompt_set(name: str,             # 'mt_bench' or 'humaneval'
                     allow_hub: bool = True,
                    ) -> tuple[list[dict], str]: # `(items, source)`; unavailable: `([], reason)`
     "The items of a built-in prompt set, from the fixtures, else the hub."
-    if name not in PROMPT_SET_FILES: raise ValueError(f'unknown prompt set {name!r} (mt_bench | humaneval)')
+    if name not in EVAL_SETS: raise ValueError(f'unknown prompt set {name!r} (mt_bench | humaneval)')
     fx = Path(fixtures) if fixtures else fixtures_dir()
-    p = fx / 'data' / 'eval' / PROMPT_SET_FILES[name] if fx else None
+    p = fx / EVAL_SETS[name][0] if fx else None
     if p is not None and p.exists(): return _spread(items_from_records(read_prompt_file(p)), n), str(p)
     if not allow_hub or os.environ.get('HF_HUB_OFFLINE') or os.environ.get('HF_DATASETS_OFFLINE'):
         return [], 'unavailable: no fixture and the hub is off'

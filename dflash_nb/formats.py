@@ -9,13 +9,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple
 
-from .core import expand_path, fixtures_dir, iter_jsonl, open_text
+from fastcore.basics import patch
+from .core import (PKG_DIR, expand_path, fixtures_dir, iter_jsonl, open_text, prompt_set_name,
+                            read_prompt_file)
 from .schema import (DEFAULT_REPAIRS, MEANING_CHANGING, REPAIRS, ROLES, apply_repairs, check_row, fix_row,
                               from_sharegpt, make_tool_call, repair_names, repair_row, split_think, validate_row)
 
 # %% auto #0
 __all__ = ['NORMALIZERS', 'TEXT_PARTS', 'REASONING_PARTS', 'CALL_PARTS', 'RESULT_PARTS', 'ENCRYPTED_PARTS', 'SCHEMA_TYPES',
-           'RESPONSE_ITEMS', 'CONTAINER_KEYS', 'GROUP_BY', 'SIGNATURES', 'NormalizeError', 'normalizer',
+           'RESPONSE_ITEMS', 'CONTAINER_KEYS', 'GROUP_BY', 'SIGNATURES', 'EVAL_SETS', 'NormalizeError', 'normalizer',
            'norm_openorca', 'norm_evol_codealpaca', 'norm_magicoder_oss', 'norm_alpaca', 'norm_oasst_tree',
            'norm_oasst_messages', 'norm_lima', 'norm_sharegpt', 'Parts', 'read_parts', 'content_parts', 'norm_messages',
            'norm_nemotron_v2', 'norm_coderforge', 'norm_agentic_trajectories', 'norm_swe_agent', 'parse_functioncall',
@@ -23,7 +25,7 @@ __all__ = ['NORMALIZERS', 'TEXT_PARTS', 'REASONING_PARTS', 'CALL_PARTS', 'RESULT
            'norm_xlam', 'json_schema', 'norm_bfcl', 'norm_mt_bench', 'norm_humaneval', 'norm_openai_messages',
            'norm_anthropic', 'norm_openai_responses', 'norm_sharegpt_preference', 'norm_hh_rlhf',
            'norm_openai_preference', 'SourceUnavailable', 'resolve_path', 'read_file', 'group_records', 'repair_hint',
-           'normalize_record', 'Signature', 'detect_format', 'norm_text']
+           'normalize_record', 'Signature', 'detect_format', 'norm_text', 'eval_prompt_path', 'EvalIndex']
 
 # %% ../nbs/07_formats.ipynb #63f77c25
 class NormalizeError(ValueError):
@@ -1128,3 +1130,54 @@ def norm_text(s: str, # any text
              ) -> str: # the key two near-identical texts share
     "Text for near-duplicate detection: NFKC, case-folded, punctuation and whitespace removed."
     return _PUNCT.sub('', unicodedata.normalize('NFKC', s).casefold())
+
+# %% ../nbs/07_formats.ipynb #8740258b
+EVAL_SETS = {'mt_bench': ('data/eval/mt_bench_questions.jsonl', 'demo_mtbench.jsonl'),
+             'humaneval': ('data/eval/HumanEval.jsonl.gz', 'demo_humaneval.jsonl')}
+
+def eval_prompt_path(
+    name: str,  # `mt_bench`, `humaneval`, or a JSONL file path
+) -> Path:  # the file (fixtures first, then the package copy)
+    "A prompt set of the evaluation stage, or a prompt file."
+    if name in EVAL_SETS:
+        fx, pkg = EVAL_SETS[name]
+        if fixtures_dir() is not None and (fixtures_dir() / fx).is_file(): return fixtures_dir() / fx
+        return PKG_DIR / 'data' / pkg
+    p = Path(expand_path(name))
+    if not p.is_file(): raise FileNotFoundError(f'eval prompt file {name!r} does not exist (sets: {", ".join(EVAL_SETS)}, or a JSONL path)')
+    return p
+
+# %% ../nbs/07_formats.ipynb #e8845088
+class EvalIndex:
+    "The normalized user texts of evaluation prompts; `match(row)` names the prompt a training row contains, or None."
+    def __init__(self,
+                 files=(),  # prompt sets or files (`eval_prompt_path`)
+                 mode: str = 'contains',  # `contains` (a user turn contains a prompt) or `equal` (whole turns)
+                 min_chars: int = 24):  # shorter normalized prompts are skipped
+        if mode not in ('contains', 'equal'): raise ValueError(f"mode must be contains or equal, got {mode!r}")
+        self.mode, self.keys, self.sets = mode, {}, {}
+        for f in files: self._add(f, min_chars)
+
+@patch
+def _add(self: EvalIndex, f, min_chars: int):
+    "Index the user texts of one prompt set or file."
+    p = eval_prompt_path(f)
+    recs = read_prompt_file(p)
+    self.sets[prompt_set_name(p) if f not in EVAL_SETS else f] = {'path': str(p), 'prompts': len(recs)}
+    for r in recs:
+        for t in r.get('turns') or [m.get('content') for m in r['messages'] if m.get('role') == 'user']:
+            if len(k := norm_text(t) if isinstance(t, str) else '') >= min_chars: self.keys.setdefault(k, r['id'])
+
+# %% ../nbs/07_formats.ipynb #9a947907
+@patch
+def match(self: EvalIndex,
+          row: dict,  # a canonical row
+         ) -> str | None:  # `user turn I is|contains ID`, or None
+    "The evaluation prompt a row's user turn is or contains."
+    for i, m in enumerate(row.get('messages', [])):
+        if m.get('role') != 'user' or not isinstance(m.get('content'), str): continue
+        t = norm_text(m['content'])
+        if t in self.keys: return f'user turn {i} is {self.keys[t]}'
+        if self.mode == 'contains' and (pid := next((pid for k, pid in self.keys.items() if len(k) <= len(t) and k in t), None)):
+            return f'user turn {i} contains {pid}'
+    return None

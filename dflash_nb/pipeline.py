@@ -11,15 +11,15 @@ from pathlib import Path
 import yaml
 from fastcore.basics import patch
 
-from .core import (ConfigError, STAGE_LOG_ENV, Stage, atomic_write, expand_path, file_hash, load_config, nbs_dir, read_manifest,
-                            repo_root, setup_logging, write_json, write_text)
+from .core import (ConfigError, STAGE_LOG_ENV, Stage, atomic_write, busy_cores, expand_path, file_hash,
+                            load_config, nbs_dir, read_manifest, repo_root, setup_logging, write_json, write_text)
 from .params import StageSpec, check_stage_params, discover_stages, find_stage, resolve_params
 
 # %% auto #0
-__all__ = ['NON_STAGE_SECTIONS', 'RUN_ONLY', 'SKIP_TAG', 'check_config', 'add_config_args', 'demo_values', 'stage_status',
-           'chain_status', 'stage_view', 'record_header', 'run_config_params', 'adopt_params', 'begin_hand_run',
-           'finish_hand_run', 'ipc_kernel_manager', 'LogTail', 'ChainError', 'execute_stage', 'select_stages',
-           'run_chain', 'smoke_run_dir', 'prepare_upstream', 'open_stage', 'make_stage_notebook']
+__all__ = ['NON_STAGE_SECTIONS', 'RUN_ONLY', 'SKIP_TAG', 'BUSY_CORES', 'check_config', 'add_config_args', 'demo_values',
+           'stage_status', 'chain_status', 'stage_view', 'record_header', 'run_config_params', 'adopt_params',
+           'begin_hand_run', 'finish_hand_run', 'ipc_kernel_manager', 'LogTail', 'ChainError', 'execute_stage',
+           'select_stages', 'run_chain', 'smoke_run_dir', 'prepare_upstream', 'open_stage', 'make_stage_notebook']
 
 # %% ../nbs/02_pipeline.ipynb #78d18dc8
 NON_STAGE_SECTIONS = ('run', 'plan')   # `plan`: assumptions for `dflash-nb plan` (see 95_plan)
@@ -330,19 +330,29 @@ def _quarantined(stage_dir: Path) -> str:
     qs = (read_manifest(stage_dir) or {}).get('quarantine') or []
     return ''.join(f"; quarantined {q['rows']} row(s) ({', '.join(f'{n} {k}' for k, n in q['reasons'].items())}) -> {q['path']}" for q in qs)
 
+BUSY_CORES = 0.5   # cores other processes keep busy as a stage starts that make its timings loaded (`core.busy_cores`)
+
+def _busy_note(st, echo) -> float | None:
+    "The cores other processes keep busy as `st` starts, said when they would share its cores."
+    busy = busy_cores()
+    if busy is not None and busy >= BUSY_CORES:
+        echo(f'{st.name}: other processes keep {busy:.1f} of {os.cpu_count()} cores busy: its timings are loaded, and '
+             'threads that share a core wait for it (one thread per job is faster on a shared machine)')
+    return busy
+
 def _run_one(st, run_dir, params, summary, echo, **kw) -> dict:
-    t = time.time()
+    busy, t = _busy_note(st, echo), time.time()
     try: nb = execute_stage(st, run_dir, params, echo=echo, **kw)
     except ChainError:
-        summary['stages'].append({'stage': st.name, 'status': 'failed', 'seconds': round(time.time() - t, 2)}); raise
-    return {'stage': st.name, 'status': 'ran', 'seconds': round(time.time() - t, 2), 'notebook': str(nb)}
+        summary['stages'].append({'stage': st.name, 'status': 'failed', 'seconds': round(time.time() - t, 2), 'busy_cores': busy}); raise
+    return {'stage': st.name, 'status': 'ran', 'seconds': round(time.time() - t, 2), 'busy_cores': busy, 'notebook': str(nb)}
 
 # %% ../nbs/02_pipeline.ipynb #b7d7158c
 def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None = None, only: str | None = None,
               until: str | None = None, force: bool = False, nbs=None, progress: bool = True, log_output: bool = False,
               run_dir=None, echo=print, record: bool = True) -> dict:
     """Run the stage notebooks of `nbs` under the run config `config` (default: the embedded demo). Returns
-    {'run_dir', 'stages': [{'stage', 'status': ran|skipped, 'reason', 'seconds', 'notebook'}]}; with `record`, the
+    {'run_dir', 'stages': [{'stage', 'status': ran|skipped, 'reason', 'seconds', 'busy_cores', 'notebook'}]}; with `record`, the
     resolved config and the summary are saved as `config.yaml` and `run.json` in the run folder."""
     cfg = config if isinstance(config, dict) else load_config(config, overrides)
     stages = discover_stages(nbs)

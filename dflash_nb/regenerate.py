@@ -4,16 +4,16 @@
 
 # %% ../nbs/40_regenerate.ipynb #bb575b67
 from __future__ import annotations
-import collections, copy, inspect, itertools, json, logging, os, random, re, shutil, threading, time, urllib.error, urllib.request
+import collections, copy, hashlib, inspect, itertools, json, logging, os, random, re, shutil, threading, time, urllib.error, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from fastcore.basics import patch
-from .params import add_declared_options, check_fields, declared, from_declared
+from .params import add_declared_options, check_fields, declaration, declared, from_declared
 from .schema import validate_row
-from .formats import norm_text
+from .formats import EvalIndex, eval_prompt_path, norm_text
 from .models import load_target, load_tokenizer, text_config
 from .core import (Stage, atomic_write, file_hash, iter_jsonl, read_json, setup_logging,
                             seed_everything, write_json, write_jsonl, progress as progress_bar)
@@ -856,16 +856,20 @@ def user_header(tok,                   # the target's tokenizer (its chat templa
     return text[:text.index(probe)]
 
 # %% ../nbs/40_regenerate.ipynb #c85b7ae3
-def _drawn_prompt(tok, toks: list, stops: set, seen: set) -> tuple[str, str | None]:
+def _prompt_key(text: str) -> bytes: return hashlib.blake2b(norm_text(text).encode(), digest_size=12).digest()
+
+def _drawn_prompt(tok, toks: list, stops: set, seen: dict, evals: EvalIndex | None = None) -> tuple[str, str | None]:
     "A drawn user turn's text (up to its end of turn) and None (its key added to `seen`), or why it is dropped."
     cut = next((k for k, t in enumerate(toks) if t in stops), None)
     text = tok.decode(toks[:cut], skip_special_tokens=False).strip()
     if cut is None: return text, 'unfinished: no end of turn within synthesize_max_tokens'
-    if not text: return text, 'empty'
-    if any(s in text for s in tok.all_special_tokens): return text, 'special token in the text'
-    if (key := norm_text(text)) in seen: return text, 'duplicate of a kept prompt'
-    seen.add(key)
+    if not text: return text, 'empty: nothing before the end of turn'
+    if any(s in text for s in tok.all_special_tokens): return text, 'special token: in the text'
+    if (key := _prompt_key(text)) in seen: return text, f'duplicate: of {seen[key]}'
+    if evals is not None and (hit := evals.match({'messages': [{'role': 'user', 'content': text}]})): return text, f'eval_overlap: {hit}'
+    seen[key] = 'a kept prompt'
     return text, None
+
 
 # %% ../nbs/40_regenerate.ipynb #11f989e8
 MAX_DRAWS = 4   # draws per wanted prompt at most: SmolLM2 at 1.0 kept 800 of 998 (bench/configs/magpie_rows.yaml)
@@ -883,18 +887,20 @@ def synthesize_prompts(backend: HFBackend,         # the in-process target
                        seed: int = 0,              # the first batch's seed
                        enable_thinking=None,       # passed to the template when not None
                        progress: bool = True,      # show a progress bar (kept prompts)
+                       taken: dict | None = None,  # `_prompt_key` -> what it is, of the prompts already in the data
+                       evals: EvalIndex | None = None,  # evaluation prompts a kept prompt must not hold
                       ) -> tuple[list, list]:      # (rows, dropped draws with the reason)
     "`n` user prompts the target writes after its chat template's user header, as rows of source `synthesized`."
     if not isinstance(backend, HFBackend): raise ValueError('synthesize needs the hf backend: a chat API closes every user turn')
     tok, how = backend.tok, {'model': backend.spec, 'temperature': float(temperature), 'seed': int(seed)}
     header, stops = tok(user_header(tok, enable_thinking), add_special_tokens=False)['input_ids'], set(backend.stop_ids)
-    rows, dropped, seen, drawn = [], [], set(), 0
+    rows, dropped, seen, drawn = [], [], dict(taken or {}), 0
     bar = progress_bar(total=n, desc='synthesize', unit='prompt') if progress else None
     while len(rows) < n and drawn < MAX_DRAWS * n:
         k = min(backend.batch_size, MAX_DRAWS * n - drawn, 2 * (n - len(rows)) + 8)
         gen = GenConfig(max_new_tokens=max_tokens, temperature=temperature, top_p=1.0, seed=seed + drawn)
         for toks in backend._new_tokens([header] * k, gen):
-            text, why = _drawn_prompt(tok, toks, stops, seen)
+            text, why = _drawn_prompt(tok, toks, stops, seen, evals)
             if why: dropped.append({'draw': drawn, 'reason': why, 'text': text})
             elif len(rows) < n: rows.append(_synth_row(text, drawn, how))
             drawn += 1
@@ -1063,19 +1069,27 @@ def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     return counts, reasons
 
 # %% ../nbs/40_regenerate.ipynb #62324d1e
-def _synth_settings(o: RegenOptions, gen: GenConfig, backend) -> dict:
-    return {'n': o.synthesize, 'temperature': o.synthesize_temperature, 'max_tokens': o.synthesize_max_tokens,
-            'seed': gen.seed, 'enable_thinking': gen.enable_thinking, **backend.info()}
+def _input_keys(input_path: Path, limit=None) -> dict:
+    "`_prompt_key` -> `input row ID` of every user turn of the input's first `limit` rows (bad lines skipped)."
+    rows = (r for r in iter_jsonl(input_path, errors='yield') if isinstance(r, dict) and '_error' not in r)
+    return {_prompt_key(m['content']): f"input row {r.get('id')}" for r in itertools.islice(rows, limit)
+            for m in r.get('messages') or [] if m.get('role') == 'user' and isinstance(m.get('content'), str)}
 
-def _with_synthesized(input_path: Path, output_path: Path, backend, o: RegenOptions, gen: GenConfig, progress=True) -> tuple[Path, dict]:
+def _synth_settings(o: RegenOptions, gen: GenConfig, backend, input_path: Path, evals) -> dict:
+    return {'n': o.synthesize, 'temperature': o.synthesize_temperature, 'max_tokens': o.synthesize_max_tokens,
+            'seed': gen.seed, 'enable_thinking': gen.enable_thinking, **backend.info(), 'limit': o.limit,
+            'input_sha256': file_hash(input_path), 'eval_prompts': evals and {'sets': evals.sets, 'mode': evals.mode}}
+
+def _with_synthesized(input_path: Path, output_path: Path, backend, o: RegenOptions, gen: GenConfig, progress=True,
+                      evals=None) -> tuple[Path, dict]:
     "(The hidden file to regenerate: the input's first `limit` rows, then the synthesized; what synthesis did.)"
     synth = output_path.with_name(output_path.stem + '.synthesized.jsonl')
     dropped, state = synth.with_name(synth.stem + '.dropped.jsonl'), synth.with_name(f'.{synth.name}.settings.json')
-    how = json.loads(json.dumps(_synth_settings(o, gen, backend), default=str))
+    how = json.loads(json.dumps(_synth_settings(o, gen, backend, input_path, evals), default=str))
     t0 = time.time()
     if not (synth.exists() and dropped.exists() and state.exists() and read_json(state) == how):
         rows, lost = synthesize_prompts(backend, o.synthesize, o.synthesize_temperature, o.synthesize_max_tokens, gen.seed,
-                                        gen.enable_thinking, progress)
+                                        gen.enable_thinking, progress, _input_keys(input_path, o.limit), evals)
         write_jsonl(dropped, lost); write_jsonl(synth, rows); write_json(state, how)
     both = output_path.with_name(f'.{output_path.name}.input.jsonl')
     with open(input_path, encoding='utf-8') as f, atomic_write(both) as out:
@@ -1085,7 +1099,8 @@ def _with_synthesized(input_path: Path, output_path: Path, backend, o: RegenOpti
     reasons = collections.Counter(d['reason'].split(':')[0] for d in iter_jsonl(dropped))
     kept = _count_rows(synth)
     return both, {'wanted': o.synthesize, 'kept': kept, 'drawn': kept + sum(reasons.values()), 'dropped': dict(reasons),
-                  'seconds': round(time.time() - t0, 3), 'file': str(synth), 'dropped_file': str(dropped)}
+                  'seconds': round(time.time() - t0, 3), 'file': str(synth), 'dropped_file': str(dropped),
+                  'eval_sets': sorted(evals.sets) if evals else []}
 
 # %% ../nbs/40_regenerate.ipynb #0810b285
 def regenerate_file(input_path,                 # canonical conversations JSONL
@@ -1097,6 +1112,7 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
                     failures_path=None,         # failed rows JSONL (default: OUTPUT stem + `.failures.jsonl`)
                     parts_dir=None,             # where the parts live (default: beside the output)
                     progress: bool = True,      # show a progress bar
+                    eval_index: EvalIndex | None = None,  # synthesized prompts holding one of its prompts are dropped
                    ) -> dict:  # counts, failure reasons, tokens, timings, the backend (and per-server counts)
     "Regenerate the assistant turns of `input_path` into `output_path`, resumably."
     gen, o = gen or GenConfig(), opts or RegenOptions()
@@ -1104,7 +1120,7 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
     if not input_path.exists(): raise FileNotFoundError(f'input {input_path} does not exist')
     failures_path = Path(failures_path or output_path.with_name(output_path.stem + '.failures.jsonl'))
     total = _count_rows(input_path, o.limit)
-    src, synth = _with_synthesized(input_path, output_path, backend, o, gen, progress) if o.synthesize else (input_path, None)
+    src, synth = _with_synthesized(input_path, output_path, backend, o, gen, progress, eval_index) if o.synthesize else (input_path, None)
     run = replace(o, limit=None) if o.synthesize else o          # the hidden file holds the first `limit` rows already
     key = _settings_key(src, chunk_size=o.chunk_size, gen=gen, how=o.how, limit=run.limit, backend=backend)
     parts = _open_parts(Path(parts_dir) if parts_dir else output_path.with_name(f'.{output_path.name}.parts'), key)
@@ -1201,6 +1217,7 @@ def _cli_options(p):
     g.add_argument('--model', help='target spec for in-process generation (smollm2, a folder, a hub id)')
     g.add_argument('--endpoint', nargs='+', help='OpenAI-compatible server(s): http://host:port[/v1] ...')
     add_declared_options(p, '40_regenerate', DECLARED_OPTIONS, flags={'timeout_s': ['--timeout']})
+    add_declared_options(p, '30_convert', ('eval_prompt_files', 'eval_match'))   # what synthesized prompts must not hold
     p.add_argument('--drop-truncated', dest='keep_truncated', action='store_false', help='= --keep-truncated false')
     p.add_argument('--quiet', action='store_true', help='no progress bar')
 
@@ -1211,7 +1228,8 @@ def _cli_run(a) -> int:
     be = make_backend(from_declared(BackendOptions, v, backend='http' if a.endpoint else 'hf',
                                     **({'target': a.model} if a.model else {})))
     s = regenerate_file(a.input, a.output, be, from_declared(GenConfig, v), from_declared(RegenOptions, v),
-                        failures_path=a.failures, progress=not a.quiet)
+                        failures_path=a.failures, progress=not a.quiet,
+                        eval_index=EvalIndex(a.eval_prompt_files, a.eval_match) if a.synthesize else None)
     print(json.dumps(s, indent=2))
     return 0
 
@@ -1226,11 +1244,20 @@ def _stage_backend(stage: Stage):
     "The backend the stage's parameters name, loaded (timed)."
     with stage.timer('load'): return make_backend(from_declared(BackendOptions, stage.params))
 
+def _stage_evals(stage: Stage) -> EvalIndex | None:
+    "With `synthesize`: the evaluation prompts `30_convert` checked the rows against (its manifest; else its defaults)."
+    if not stage.params['synthesize']: return None
+    m = stage.run_dir / '30_convert' / 'manifest.json'
+    conv = read_json(m)['params'] if m.exists() else {k: p.default for k, p in declaration('30_convert').params.items()}
+    for f in conv['eval_prompt_files']: stage.input(eval_prompt_path(f))
+    return EvalIndex(conv['eval_prompt_files'], mode=conv['eval_match'])
+
 def _stage_regenerate(stage: Stage, src: Path, backend, gen: GenConfig) -> dict:
     "`regenerate_file` of `src` into the stage's folder with the stage's settings (timed); its summary."
     with stage.timer('regenerate'):
         return regenerate_file(src, stage.path('regenerated.jsonl'), backend, gen, from_declared(RegenOptions, stage.params),
-                               failures_path=stage.path('failures.jsonl'), parts_dir=stage.path('parts'))
+                               failures_path=stage.path('failures.jsonl'), parts_dir=stage.path('parts'),
+                               eval_index=_stage_evals(stage))
 
 # %% ../nbs/40_regenerate.ipynb #3aa0afb4
 def _regenerated(path) -> Iterator[dict]:
@@ -1258,7 +1285,7 @@ def _finish_stage(stage: Stage, report: dict) -> dict:
     for f in filter(None, (synth.get('file'), synth.get('dropped_file'))): stage.output(Path(f))
     stage.count(**{k: report[k] for k in ROW_COUNTS})
     return stage.finish(failure_reasons=report['failure_reasons'], tokens_per_s=report['tokens_per_s'],
-                        **({'synthesis': {k: synth[k] for k in ('wanted', 'kept', 'drawn', 'dropped', 'seconds')}} if synth else {}))
+                        **({'synthesis': {k: synth[k] for k in ('wanted', 'kept', 'drawn', 'dropped', 'seconds', 'eval_sets')}} if synth else {}))
 
 def regenerate_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `params` holds its checked parameters
                     ) -> dict: # the report (`report.json`): `regenerate_file`'s summary, token and length statistics
@@ -1270,8 +1297,8 @@ def regenerate_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `
     gen = from_declared(GenConfig, p)
     be = _stage_backend(stage)
     s = _stage_regenerate(stage, src, be, gen)
-    if syn := s['synthesis']: log.info('synthesized %s of %s prompts (%s drawn, dropped: %s) in %.0f s', syn['kept'],
-                                       syn['wanted'], syn['drawn'], syn['dropped'] or 'none', syn['seconds'])
+    if syn := s['synthesis']: log.info('synthesized %s of %s prompts (%s drawn, dropped: %s; checked against %s) in %.0f s', syn['kept'],
+                                       syn['wanted'], syn['drawn'], syn['dropped'] or 'none', ', '.join(syn['eval_sets']) or 'no evaluation set', syn['seconds'])
     log.info('regenerated %s rows, passed %s, failed %s (%s); %.1f tok/s', s['regenerated'], s['passed'], s['failed'],
              s['failure_reasons'], s['tokens_per_s'] or 0)
     report = _stage_report(stage, s, src, be.tok if hasattr(be, 'tok') else load_tokenizer(p['target']))

@@ -160,7 +160,7 @@ def test_repairs_keep_exactly_the_repairable_rows_and_record_them(tmp_path):
     assert c2['rows_out'] == 1 and c2['repairs'] == {'move_system_first': 1}   # only what is configured
 
 def test_eval_prompts_are_removed_from_training(tmp_path):
-    from dflash_nb.convert import EvalIndex
+    from dflash_nb.formats import EvalIndex
     from dflash_nb.core import PKG_DIR
     mt = [json.loads(l) for l in (PKG_DIR / 'data/demo_mtbench.jsonl').read_text().splitlines()]
     he = [json.loads(l) for l in (PKG_DIR / 'data/demo_humaneval.jsonl').read_text().splitlines()]

@@ -278,6 +278,7 @@ def test_synthesized_prompts_are_answered_rows(tmp_path):
     s = run('out.jsonl')
     syn = s['synthesis']
     assert 3 <= syn['kept'] == s['synthesized'] <= 6 and syn['drawn'] == syn['kept'] + sum(syn['dropped'].values())
+    assert syn['eval_sets'] == ['humaneval', 'mt_bench']          # checked against 30_convert's declared evaluation sets
     assert (s['rows_in'], s['failed']) == (3, 1) and s['rows_out'] == 2 + s['synthesized']
     out = list(iter_jsonl(tmp_path / 'out.jsonl'))
     made = [r for r in out if r['source'] == 'synthesized']
