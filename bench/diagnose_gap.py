@@ -2,6 +2,7 @@
 """Where a trained drafter's decoded tau is lost: generalization or serving.
 
     python bench/diagnose_gap.py runs/smollm2_quality [--n 20] [--checkpoints] [--out bench/results/gap.json]
+    python bench/diagnose_gap.py runs/smollm2_quality --eval-rows runs/evalsets_rows   # before 90_evaluate has run
 
 One measure, teacher-forced tau (`search_heldout.heldout_tau`: 64 anchors a row, labels = the row's own next
 tokens), on three kinds of rows, beside the decoded tau that `90_evaluate` measured:
@@ -61,6 +62,23 @@ def eval_rows(run: Path, tok, target, layer_ids, params: dict) -> dict:
         rows.setdefault(r['set'], []).append({'id': r['key'], 'input_ids': ids, 'hidden_states': feats.to(torch.bfloat16),
                                               'loss_mask': torch.tensor([0] * len(prompt) + [1] * len(r['tokens']))})
     return rows
+
+
+EVALSET_IDS = {'mt_bench': lambda i: 'evalsets/mtbench/' + i.split('/', 1)[1],       # bench/evalset_prompts.py's ids
+               'humaneval': lambda i: 'evalsets/humaneval/' + i, 'unseen_prompts': lambda i: 'evalsets/unseen/' + i}
+
+
+def feature_sets(run: Path, layer_ids: list, n: int) -> dict:
+    """Per evaluation set, the rows of RUN's features (bench/configs/evalsets_rows.yaml: the evaluation's prompts
+    answered greedily by the target, `regenerate` in bf16) for the `n` prompts `90_evaluate` takes (evenly spread).
+    Its HumanEval rows carry the source normalizer's instruction, not the evaluation's."""
+    store = FeatureStore(run / '60_hidden_states' / 'features')
+    if store.layer_ids != layer_ids: raise SystemExit(f'{run}: layers {store.layer_ids}, the drafter reads {layer_ids}')
+    pos = {rid: i for i, rid in enumerate(store.ids)}
+    items = {'mt_bench': load_prompt_set('mt_bench', n)[0], 'humaneval': load_prompt_set('humaneval', n)[0],
+             'unseen_prompts': load_prompt_file('pkg:unseen_prompts.jsonl', n)[0]}
+    return {name: [store[pos[EVALSET_IDS[name](it['id'])]] for it in its if EVALSET_IDS[name](it['id']) in pos]
+            for name, its in items.items()}
 
 
 def pl_lead(ids: list, p: int, block_size: int) -> int:
@@ -123,18 +141,23 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('run'); p.add_argument('--n', type=int, default=20); p.add_argument('--out', default=None)
     p.add_argument('--checkpoints', action='store_true', help="also every kept checkpoint's replayed decoding tau")
+    p.add_argument('--eval-rows', default=None, help="a run of bench/configs/evalsets_rows.yaml: the evaluation's "
+                   "prompts and the target's greedy answers from its features, for a run whose 90_evaluate has not run "
+                   "(no decoded tau column)")
     p.add_argument('--eval-run', default=None, help="the run whose 90_evaluate records give the prompts and continuations "
                    "(default: RUN; another run's: no decoded tau column, its drafter is not this one)")
     a = p.parse_args(); run = Path(a.run); ev = Path(a.eval_run or a.run)
     torch.set_num_threads(2)
     store = FeatureStore(run / '60_hidden_states' / 'features')
     drafter = load_drafter(run / '80_train' / 'drafter').float(); dcfg = drafter.config
-    tok = load_tokenizer('smollm2'); target = load_target('smollm2', dtype=torch.bfloat16)[0]
     emb, head = load_target_head('smollm2')
     mask_id = dcfg.mask_token_id
-    params = read_json(ev / '90_evaluate' / 'manifest.json')['params']
-    sets = {'trained rows': [store[i] for i in store.ids[:a.n]], **eval_rows(ev, tok, target, store.layer_ids, params)}
-    dec, res, curve = decoded_tau(run) if ev == run else {}, [], []
+    if a.eval_rows: evs = feature_sets(Path(a.eval_rows), store.layer_ids, a.n)
+    else:
+        tok = load_tokenizer('smollm2'); target = load_target('smollm2', dtype=torch.bfloat16)[0]
+        evs = eval_rows(ev, tok, target, store.layer_ids, read_json(ev / '90_evaluate' / 'manifest.json')['params'])
+    sets = {'trained rows': [store[i] for i in store.ids[:a.n]], **evs}
+    dec, res, curve = decoded_tau(run) if ev == run and not a.eval_rows else {}, [], []
     if a.checkpoints:
         from bench_quality import checkpoint_drafters
         for step, d in checkpoint_drafters(run):
