@@ -25,11 +25,11 @@ _log = logging.getLogger('dflash_nb.regenerate')
 # %% auto #0
 __all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'MAX_DRAWS', 'ROW_COUNTS', 'DECLARED_OPTIONS',
            'GenConfig', 'GenRequest', 'GenResult', 'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected',
-           'RowJob', 'left_pad', 'slab_cache', 'decoder_supported', 'pick_tokens', 'greedy_decode', 'batch_cost',
-           'length_buckets', 'BackendOptions', 'HFBackend', 'api_base', 'endpoint_list', 'HTTPError', 'http_json',
-           'Server', 'ServerPool', 'HTTPBackend', 'read_response', 'RegenOptions', 'sample_row', 'user_header',
-           'synthesize_prompts', 'regenerate_chunk', 'regenerate_file', 'assistant_token_counts', 'token_stats',
-           'length_histogram', 'make_backend', 'register_cli', 'regenerate_stage']
+           'RowJob', 'left_pad', 'slab_cache', 'keep_rows', 'decoder_supported', 'pick_tokens', 'greedy_decode',
+           'batch_cost', 'length_buckets', 'BackendOptions', 'HFBackend', 'api_base', 'endpoint_list', 'HTTPError',
+           'http_json', 'Server', 'ServerPool', 'HTTPBackend', 'read_response', 'RegenOptions', 'sample_row',
+           'user_header', 'synthesize_prompts', 'regenerate_chunk', 'regenerate_file', 'assistant_token_counts',
+           'token_stats', 'length_histogram', 'make_backend', 'register_cli', 'regenerate_stage']
 
 # %% ../nbs/40_regenerate.ipynb #ef3f0f79
 @dataclass
@@ -293,6 +293,15 @@ def slab_cache(model,         # the causal LM whose keys and values it holds
         def get_seq_length(self): return self.n if self.is_initialized else 0
     return Cache(layers=[SlabLayer() for _ in range(text_config(model).num_hidden_layers)])
 
+# %% ../nbs/40_regenerate.ipynb #bfc269cf
+def keep_rows(cache,  # a `slab_cache`
+              rows    # index tensor: the batch rows to keep, in order
+             ):
+    "`cache` with only the batch rows `rows` of every layer's keys and values (the slabs are copied)."
+    for layer in cache.layers:
+        if layer.is_initialized: layer.kbuf, layer.vbuf = layer.kbuf[rows], layer.vbuf[rows]
+    return cache
+
 # %% ../nbs/40_regenerate.ipynb #1e81ccb6
 def decoder_supported(model  # a loaded causal LM
                      ) -> str | None:  # None, or why `greedy_decode` cannot run it
@@ -341,13 +350,15 @@ def greedy_decode(model,               # a causal LM that `decoder_supported`
                   max_new_tokens: int, # the most tokens to generate per row
                   temperature: float = 0.0,  # above 0: sampled (`pick_tokens`) instead of greedy
                   top_p: float = 1.0,  # nucleus mass when sampling
-                  seed: int = 0        # the sampling generator's seed
+                  seed: int = 0,       # the sampling generator's seed
+                  drop_finished: bool = False,  # drop stopped rows from the batch (other bfloat16 bits than `generate`)
                  ) -> list:  # per prompt, its new tokens (cut after the first stop token by the caller)
     "Greedy (or sampled) continuations of `prompts`: `generate`'s computation, with keys and values in a `slab_cache`."
     import torch   # heavy: imported when a model runs (see the import cell)
     ids, mask, pos = (t.to(model.device) for t in left_pad(prompts, pad_id, max_new_tokens))
-    L, stops = ids.shape[1], torch.tensor(sorted(stop_ids), device=model.device)
-    cache, live, new = slab_cache(model, L + max_new_tokens), torch.ones(len(prompts), dtype=torch.bool), []
+    L, stops, B = ids.shape[1], torch.tensor(sorted(stop_ids), device=model.device), len(prompts)
+    cache, live, rows = slab_cache(model, L + max_new_tokens), torch.ones(B, dtype=torch.bool), torch.arange(B, device=model.device)
+    new = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=model.device)
     last = torch.tensor([-1], device=model.device)   # the last position, gathered (a copy, not a strided view)
     draw = torch.Generator(model.device).manual_seed(int(seed)) if temperature else None
     def step(x, n, p):
@@ -357,11 +368,14 @@ def greedy_decode(model,               # a causal LM that `decoder_supported`
     with torch.inference_mode():
         nxt = step(ids, L, pos)
         for t in range(1, max_new_tokens + 1):
-            new.append(nxt); live &= ~torch.isin(nxt, stops).cpu()
+            new[rows, t - 1] = nxt; live &= ~torch.isin(nxt, stops).cpu()
             if t == max_new_tokens or not live.any(): break
+            if drop_finished and 4 * int((~live).sum()) >= len(live):
+                keep = live.nonzero()[:, 0].to(model.device)
+                keep_rows(cache, keep); rows, mask, pos, nxt, live = rows[keep], mask[keep], pos[keep], nxt[keep], live[live]
             pos = pos[:, -1:] + 1
             nxt = step(nxt[:, None], L + t, pos)
-    return torch.stack(new, 1).tolist()
+    return new[:, :t].tolist()
 
 # %% ../nbs/40_regenerate.ipynb #eff94893
 BATCH_COST = {'step': 40.0,        # per decoding step and batch: the weights streamed once (SmolLM2 bf16, CPU)
@@ -490,13 +504,13 @@ def _run_batch(self: HFBackend, b: list, gen: GenConfig) -> list:
         return self._run_batch(b[:h], gen) + self._run_batch(b[h:], gen)
 
 @patch
-def _new_tokens(self: HFBackend, prompts: list, gen: GenConfig) -> list:
+def _new_tokens(self: HFBackend, prompts: list, gen: GenConfig, drop_finished: bool = False) -> list:
     "The generated token ids of each prompt (padding and anything after a stop token included)."
     import torch   # heavy: imported when a model runs (see the import cell)
     pad = self.tok.pad_token_id
     if not gen.stop and self.no_loop is None:
         return greedy_decode(self.model, prompts, pad, self.stop_ids, int(gen.max_new_tokens),
-                             float(gen.temperature), float(gen.top_p), int(gen.seed))
+                             float(gen.temperature), float(gen.top_p), int(gen.seed), drop_finished)
     ids, mask, _ = left_pad(prompts, pad)
     kw = dict(max_new_tokens=int(gen.max_new_tokens), eos_token_id=self.stop_ids, pad_token_id=pad, top_k=None)
     kw.update(do_sample=False, temperature=None, top_p=None) if gen.greedy else \
@@ -899,7 +913,7 @@ def synthesize_prompts(backend: HFBackend,         # the in-process target
     while len(rows) < n and drawn < MAX_DRAWS * n:
         k = min(backend.batch_size, MAX_DRAWS * n - drawn, 2 * (n - len(rows)) + 8)
         gen = GenConfig(max_new_tokens=max_tokens, temperature=temperature, top_p=1.0, seed=seed + drawn)
-        for toks in backend._new_tokens([header] * k, gen):
+        for toks in backend._new_tokens([header] * k, gen, drop_finished=True):
             text, why = _drawn_prompt(tok, toks, stops, seen, evals)
             if why: dropped.append({'draw': drawn, 'reason': why, 'text': text})
             elif len(rows) < n: rows.append(_synth_row(text, drawn, how))
