@@ -27,9 +27,9 @@ __all__ = ['TIE_FACTOR', 'MT_BENCH_HUB', 'HUMANEVAL_HUB', 'HUMANEVAL_INSTRUCTION
            'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE', 'UPSTREAM_STAGES',
            'gumbel_noise', 'Sampler', 'TargetSession', 'DFlashDraftSession', 'ZeroedFeatures', 'LateFeatures',
            'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate', 'speculative_generate',
-           'build_tree', 'tree_mask', 'LosslessError', 'first_difference', 'tie_evidence', 'check_lossless',
-           'items_from_records', 'load_prompt_file', 'load_prompt_set', 'held_out_prompts', 'trained_row_ids',
-           'render_prompt', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated',
+           'build_tree', 'tree_mask', 'chains_tree', 'WithLookup', 'LosslessError', 'first_difference', 'tie_evidence',
+           'check_lossless', 'items_from_records', 'load_prompt_file', 'load_prompt_set', 'held_out_prompts',
+           'trained_row_ids', 'render_prompt', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated',
            'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend', 'results_table', 'set_verdict',
            'lossless_verdict', 'drafter_facts', 'drafter_line', 'training_line', 'advice_line', 'caveats', 'verdict',
            'report_md', 'recorded_target', 'drafter_target', 'check_drafter_fits', 'open_drafter', 'load_pair',
@@ -406,7 +406,7 @@ def speculative_generate(model,                          # the target
         toks, ctx_p = [int(sampler(logits, [start])[0])], torch.arange(start)
         _sync(s.device); g.prefill_seconds = time.perf_counter() - t0
         while len(toks) < max_new_tokens and toks[-1] not in eos:
-            if tree: cyc = _tree_cycle(s, drafter, toks[-1], ctx_f, ctx_p, start, sampler, tree)
+            if tree or hasattr(drafter, 'draft_tree'): cyc = _tree_cycle(s, drafter, prompt + toks, ctx_f, ctx_p, start, sampler, tree)
             else: cyc = _linear_cycle(s, drafter, prompt + toks, ctx_f, ctx_p, start, sampler)
             commit, acc, ctx_f, n = cyc
             ctx_p, start = torch.arange(start, start + acc + 1), start + acc + 1
@@ -471,20 +471,52 @@ def _tree_walk(logits, toks: list, parents: list, start: int, sampler) -> tuple:
         path.append(nxt); node = nxt
 
 # %% ../nbs/90_evaluate.ipynb #b94396da
-def _tree_cycle(s: TargetSession, drafter, anchor: int, ctx_f, ctx_p, start: int, sampler, tree: dict):
-    "A DDTree cycle: `(committed tokens, accepted drafts, the new context features, nodes drafted)`."
-    if s.hybrid: raise NotImplementedError('DDTree verification needs a pure attention target cache')
-    _, dlogits = drafter.draft(anchor, ctx_f, ctx_p)
+def _draft_tree(drafter, context: list, ctx_f, ctx_p, tree: dict | None) -> tuple:
+    "`(tokens, parents, depths)`: the drafter's own tree, else DDTree's `build_tree` over its block's logits."
+    if hasattr(drafter, 'draft_tree'): return drafter.draft_tree(context, ctx_f, ctx_p)
+    _, dlogits = drafter.draft(context[-1], ctx_f, ctx_p)
     if dlogits is None: raise ValueError('DDTree needs a drafter that returns its logits')
-    toks, parents, depths = build_tree(torch.log_softmax(dlogits.float(), -1), int(tree.get('budget', 32)),
-                                       int(tree.get('topk', 4)))
-    ids = [anchor] + toks
+    return build_tree(torch.log_softmax(dlogits.float(), -1), int(tree.get('budget', 32)), int(tree.get('topk', 4)))
+
+def _tree_cycle(s: TargetSession, drafter, context: list, ctx_f, ctx_p, start: int, sampler, tree: dict | None):
+    "A tree cycle from the anchor `context[-1]`: `(committed tokens, accepted drafts, the new context features, nodes drafted)`."
+    if s.hybrid: raise NotImplementedError('tree verification needs a pure attention target cache')
+    toks, parents, depths = _draft_tree(drafter, context, ctx_f, ctx_p, tree)
+    ids = [context[-1]] + toks
     logits, feats = _tree_forward(s, ids, parents, depths, start)
     path, choice = _tree_walk(logits, toks, parents, start, sampler)
-    _crop_attention(s.cache, len(ids)); s.length -= len(ids)         # keep the accepted path only: re-feed it
-    s.forward([anchor] + [toks[c] for c in path], all_logits=False); s.forwards -= 1; s.refeeds += 1
+    if path == list(range(len(path))): s.keep(len(path) + 1, ids)     # the first nodes in order: crop after them
+    else:                                                             # else crop back before the tree, re-feed the path
+        _crop_attention(s.cache, len(ids)); s.length -= len(ids)
+        s.forward([ids[0]] + [toks[c] for c in path], all_logits=False); s.forwards -= 1; s.refeeds += 1
     new_f = feats[[0] + [c + 1 for c in path]] if feats is not None else None
     return [toks[c] for c in path] + [choice], len(path), new_f, len(toks)
+
+# %% ../nbs/90_evaluate.ipynb #39809ab3
+def chains_tree(chains: list  # token lists, each a chain from the anchor
+               ) -> tuple:    # `(tokens, parents, depths)`, `build_tree`'s form; parent -1 = the anchor
+    "The trie of `chains`: the first chain's nodes first and in order, a prefix shared with an earlier chain one node."
+    tokens, parents, depths, node = [], [], [], {}
+    for ch in chains:
+        par = -1
+        for d, t in enumerate(ch, 1):
+            if (par, int(t)) not in node:
+                node[par, int(t)] = len(tokens); tokens.append(int(t)); parents.append(par); depths.append(d)
+            par = node[par, int(t)]
+    return tokens, parents, depths
+
+# %% ../nbs/90_evaluate.ipynb #78541f6e
+class WithLookup:
+    "A drafter and prompt lookup from the same anchor, as one draft tree (`trained+lookup`)."
+    needs_tokens = True
+    def __init__(self, inner, lookup): self.inner, self.lookup = inner, lookup   # a drafter of the protocol, a `PromptLookupDrafter`
+    def __getattr__(self, name): return getattr(self.inner, name)              # block_size, target_layer_ids
+    def reset(self): self.inner.reset(); self.lookup.reset()
+    def draft_tree(self, context: list, features, positions) -> tuple:
+        "`chains_tree` of the drafter's block and prompt lookup's continuation of `context` (the anchor last)."
+        own, _ = self.inner.draft(context[-1], features, positions)
+        found, _ = self.lookup.draft(context[-1], context=context)
+        return chains_tree([own.tolist(), found.tolist()])
 
 # %% ../nbs/90_evaluate.ipynb #0719486b
 class LosslessError(AssertionError):
@@ -1179,7 +1211,8 @@ VARIANTS = {
     'untrained': "the same config at its random initialization (the training's seed)",
     'zeroed': "the trained drafter fed zeros instead of the target's features",
     'served_late': 'the trained drafter served the features one position late (position p gets p-1\'s)',
-    'prompt_lookup': 'no drafter: n-gram lookup in prompt + output'}
+    'prompt_lookup': 'no drafter: n-gram lookup in prompt + output',
+    'trained+lookup': "the trained drafter's block and prompt lookup's continuation, verified as one tree (`WithLookup`)"}
 CONTROLS = ('untrained', 'zeroed', 'served_late')   # like the control drafters: the first `control_prompts` only
 
 def check_variants(names):
@@ -1199,7 +1232,8 @@ def build_variants(drafter, model, names,        # a loaded drafter, the target,
     fresh = lambda: DFlashDrafter(drafter.config).init_weights(init_seed).to(w.device, w.dtype).eval()
     make = {'trained': lambda: (session(drafter), 0), 'served_late': lambda: (LateFeatures(session(drafter)), 0),
             'zeroed': lambda: (ZeroedFeatures(session(drafter)), 0), 'untrained': lambda: (session(fresh()), 0),
-            'prompt_lookup': lambda: (PromptLookupDrafter(block_size or drafter.config.block_size), 0)}
+            'prompt_lookup': lambda: (PromptLookupDrafter(block_size or drafter.config.block_size), 0),
+            'trained+lookup': lambda: (WithLookup(session(drafter), PromptLookupDrafter(block_size or drafter.config.block_size)), 0)}
     return {**{n: make[n]() for n in names}, **{n: (session(d), 0) for n, d in (controls or {}).items()}}
 
 # %% ../nbs/90_evaluate.ipynb #f959f301
