@@ -1098,7 +1098,7 @@ def _cpu_caveat(sets: list) -> str:
     "Why CPU timing says little about serving, with the measured cost of a cycle."
     costs = [r['variants']['trained']['forward_cost'] for r in sets
              if (r['variants'].get('trained') or {}).get('forward_cost')]
-    here = f'here a draft + verify cycle cost {statistics.median(costs):.1f} plain decoding steps' * bool(costs)
+    here = f'here a draft + verify cycle cost {statistics.median(costs):.1f} plain decoding steps' if costs else ''
     return (f'Timed on a CPU: {here or "here"}, where a GPU verifies a block in about one, so the speedups do not '
             'carry over to a GPU serving engine; tau, acceptance and forwards per token do.')
 
