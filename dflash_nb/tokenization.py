@@ -297,6 +297,9 @@ def _process_chunk(args) -> dict:
     return c
 
 def _init_worker(state):
+    "A pool worker's setup; SIGTERM back to its default, so `Pool.terminate` ends it whatever handler it inherited."
+    import signal   # a parent's Python handler (a notebook kernel's, a test runner's) would let it wait on forever
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.environ['TOKENIZERS_PARALLELISM'] = 'false'
     if 'tokenizer' not in _W or _W.get('key') != state['key']:
         _W.update(tokenizer=load_tokenizer(state['tokenizer_spec']))
