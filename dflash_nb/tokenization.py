@@ -4,7 +4,7 @@
 
 # %% ../nbs/50_tokenization.ipynb #44ec82a2
 from __future__ import annotations
-import argparse, html, itertools, json, math, os, shutil, sys, time
+import argparse, html, itertools, json, math, os, shutil, signal, sys, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 from typing import Iterator
@@ -298,8 +298,7 @@ def _process_chunk(args) -> dict:
 
 def _init_worker(state):
     "A pool worker's setup; SIGTERM back to its default, so `Pool.terminate` ends it whatever handler it inherited."
-    import signal   # a parent's Python handler (a notebook kernel's, a test runner's) would let it wait on forever
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)   # a parent's handler (a kernel's, a test runner's) let it wait on forever
     os.environ['TOKENIZERS_PARALLELISM'] = 'false'
     if 'tokenizer' not in _W or _W.get('key') != state['key']:
         _W.update(tokenizer=load_tokenizer(state['tokenizer_spec']))
