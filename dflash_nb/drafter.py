@@ -25,8 +25,8 @@ __all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'FLEX_COMPILE', 'FLEX_C
            'sample_anchors', 'pad_anchors', 'repeat_weights', 'linear_buckets', 'bucket_size', 'slot_weights',
            'block_labels', 'per_slot_stats', 'acceptance_length', 'dpace_weights', 'position_loss', 'ce_chunks',
            'soft_targets', 'ChunkedLinearCE', 'linear_cross_entropy_stats', 'full_soft_loss', 'slot_targets',
-           'slot_cross_entropy', 'dflash_loss', 'inference_masks', 'draft_block', 'draft_weight_names',
-           'export_drafter', 'drafter_config_dict', 'load_drafter']
+           'slot_cross_entropy', 'block_noise', 'slot_stats', 'dflash_loss', 'inference_masks', 'draft_block',
+           'draft_weight_names', 'export_drafter', 'drafter_config_dict', 'load_drafter']
 
 # %% ../nbs/70_drafter.ipynb #def03c71
 def hub_like(name) -> bool:
@@ -251,7 +251,7 @@ def ensure_recompile_limit(n: int):
         if hasattr(dc, name) and getattr(dc, name) < n: setattr(dc, name, int(n))
     if getattr(dc, 'accumulated_recompile_limit', n) < n: dc.accumulated_recompile_limit = int(n)
 
-# %% ../nbs/70_drafter.ipynb #475080e2
+# %% ../nbs/70_drafter.ipynb #d7edb71a
 class RMSNorm(nn.Module):
     "Qwen3 RMSNorm: normalize in fp32, cast back, then scale by the weight."
     def __init__(self, n: int, eps: float = 1e-6):
@@ -261,6 +261,7 @@ class RMSNorm(nn.Module):
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dt)
 
+# %% ../nbs/70_drafter.ipynb #e6891cf2
 def rope_cos_sin(positions, head_dim: int, theta: float, dtype=torch.float32):
     "cos, sin tables `[b, 1, L, head_dim]` for absolute `positions [b, L]` (neox layout: frequencies repeated twice)."
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
@@ -274,6 +275,7 @@ def _rotate_half(x):
 
 def apply_rope(x, cos, sin): return x * cos + _rotate_half(x) * sin
 
+# %% ../nbs/70_drafter.ipynb #304ca4ae
 def _flex(q, k, v, block_mask, scale):
     from torch.nn.attention.flex_attention import flex_attention
     dev = q.device.type     # flex attention is not autocast-aware: q, k (fp32 after the norms) and v share the autocast dtype
@@ -288,7 +290,7 @@ def attend(q, k, v, mask=None, scale=None):
     if mask is not None and not isinstance(mask, torch.Tensor): return _flex(q, k, v, mask, scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=q.shape[1] != k.shape[1])
 
-# %% ../nbs/70_drafter.ipynb #71ac2033
+# %% ../nbs/70_drafter.ipynb #7002c961
 class DFlashAttention(nn.Module):
     "Attention with KV injection: keys/values = [context ; block] through the same k/v projections and k_norm; queries from the block."
     def __init__(self, cfg: DFlashConfig, layer_idx: int):
@@ -302,14 +304,8 @@ class DFlashAttention(nn.Module):
         self.o_proj = nn.Linear(nh * hd, H, bias=False)
         self.q_norm, self.k_norm = RMSNorm(hd, cfg.rms_norm_eps), RMSNorm(hd, cfg.rms_norm_eps)
 
-    def kv(self, x, cos, sin):
-        "Keys (k_norm, RoPE) and values `[b, nkv, L, hd]` of `x [b, L, H]` at the positions of `cos, sin`."
-        b, L, _ = x.shape
-        k = self.k_norm(self.k_proj(x).view(b, L, self.nkv, self.hd)).transpose(1, 2)
-        v = self.v_proj(x).view(b, L, self.nkv, self.hd).transpose(1, 2)
-        return apply_rope(k, cos, sin), v
-
     def forward(self, x, ctx_kv, cos, sin, mask=None):
+        "The block's output `[b, Q, H]`: queries from `x`, keys/values `[context ; block]`; `mask` as in `attend`."
         b, Q, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, Q, self.nh, self.hd)).transpose(1, 2)
         q = apply_rope(q, cos, sin)
@@ -319,6 +315,16 @@ class DFlashAttention(nn.Module):
         o = attend(q, k, v, mask)
         return self.o_proj(o.transpose(1, 2).reshape(b, Q, self.nh * self.hd))
 
+# %% ../nbs/70_drafter.ipynb #524ef972
+@patch
+def kv(self: DFlashAttention, x, cos, sin):
+    "Keys (k_norm, RoPE) and values `[b, nkv, L, hd]` of `x [b, L, H]` at the positions of `cos, sin`."
+    b, L, _ = x.shape
+    k = self.k_norm(self.k_proj(x).view(b, L, self.nkv, self.hd)).transpose(1, 2)
+    v = self.v_proj(x).view(b, L, self.nkv, self.hd).transpose(1, 2)
+    return apply_rope(k, cos, sin), v
+
+# %% ../nbs/70_drafter.ipynb #af641ddf
 class DFlashMLP(nn.Module):
     "SwiGLU MLP (`down(silu(gate(x)) * up(x))`)."
     def __init__(self, cfg: DFlashConfig):
@@ -328,6 +334,7 @@ class DFlashMLP(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
     def forward(self, x): return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
+# %% ../nbs/70_drafter.ipynb #1b9dd9b2
 class DFlashDecoderLayer(nn.Module):
     "Qwen3 pre-norm decoder layer whose attention also sees the injected context K/V."
     def __init__(self, cfg: DFlashConfig, layer_idx: int):
@@ -344,7 +351,7 @@ class DFlashDecoderLayer(nn.Module):
         h = h + self.self_attn(self.input_layernorm(h), ctx_kv, cos, sin, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
-# %% ../nbs/70_drafter.ipynb #8d8ee3c4
+# %% ../nbs/70_drafter.ipynb #9d79e52c
 class DraftCache:
     "Per-layer context keys/values of the drafter (after k_norm and RoPE) and their positions; holds no block K/V."
     def __init__(self): self.k, self.v, self.positions = {}, {}, None
@@ -360,6 +367,7 @@ class DraftCache:
         for i in self.k: self.k[i], self.v[i] = self.k[i][:, :, :n], self.v[i][:, :, :n]
         if self.positions is not None: self.positions = self.positions[:, :n]
 
+# %% ../nbs/70_drafter.ipynb #f28723da
 class DFlashDrafter(nn.Module):
     "The DFlash draft model: fc + hidden_norm fusion, `num_hidden_layers` KV-injection layers, final norm."
     def __init__(self, cfg: DFlashConfig):
@@ -371,41 +379,47 @@ class DFlashDrafter(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.gradient_checkpointing = False   # True: recompute each layer (context K/V included) in the backward
 
-    def init_weights(self, seed: int | None = 0, std: float = 0.02):
-        "Linear weights ~ N(0, std) from a seeded generator, norms = 1 (the Qwen3 initialization)."
-        g = torch.Generator().manual_seed(seed) if seed is not None else None
-        with torch.no_grad():
-            for name, p in self.named_parameters():
-                if name.endswith('norm.weight'): p.fill_(1.0)
-                else: p.copy_(torch.randn(p.shape, generator=g) * std)
-        return self
+# %% ../nbs/70_drafter.ipynb #d7903bc5
+@patch
+def init_weights(self: DFlashDrafter, seed: int | None = 0, std: float = 0.02):
+    "Linear weights ~ N(0, std) from a seeded generator, norms = 1 (the Qwen3 initialization)."
+    g = torch.Generator().manual_seed(seed) if seed is not None else None
+    with torch.no_grad():
+        for name, p in self.named_parameters():
+            if name.endswith('norm.weight'): p.fill_(1.0)
+            else: p.copy_(torch.randn(p.shape, generator=g) * std)
+    return self
 
-    def fuse(self, target_hidden):
-        "The fused context stream `hidden_norm(fc(features))`; accepts `[b, S, n*H]` or `[b, S, n, H]`."
-        if target_hidden.dim() == 4: target_hidden = target_hidden.flatten(2)
-        if not torch.is_autocast_enabled(target_hidden.device.type):   # (under autocast fc casts them itself)
-            target_hidden = target_hidden.to(self.fc.weight.dtype)
-        return self.hidden_norm(self.fc(target_hidden))
+# %% ../nbs/70_drafter.ipynb #143fe18b
+@patch
+def fuse(self: DFlashDrafter, target_hidden):
+    "The fused context stream `hidden_norm(fc(features))`; accepts `[b, S, n*H]` or `[b, S, n, H]`."
+    if target_hidden.dim() == 4: target_hidden = target_hidden.flatten(2)
+    if not torch.is_autocast_enabled(target_hidden.device.type):   # (under autocast fc casts them itself)
+        target_hidden = target_hidden.to(self.fc.weight.dtype)
+    return self.hidden_norm(self.fc(target_hidden))
 
-    def forward(self, noise_embedding, target_hidden, ctx_positions, block_positions, masks=None, cache: DraftCache | None = None):
-        "Hidden states `[b, Q, H]` (after the final norm) of the block queries."
-        cfg = self.config
-        dt = noise_embedding.dtype
-        ctx = self.fuse(target_hidden)
-        cos_c, sin_c = rope_cos_sin(ctx_positions, cfg.head_dim, cfg.rope_theta, ctx.dtype)
-        cos_q, sin_q = rope_cos_sin(block_positions, cfg.head_dim, cfg.rope_theta, dt)
-        h = noise_embedding
-        ckpt = self.gradient_checkpointing and cache is None and torch.is_grad_enabled()
-        for layer in self.layers:
-            m = None if masks is None else masks.get(layer.self_attn.layer_type)
-            if ckpt:
-                from torch.utils.checkpoint import checkpoint
-                h = checkpoint(layer, h, None, cos_q, sin_q, m, (ctx, cos_c, sin_c), use_reentrant=False)
-            else: h = layer(h, None, cos_q, sin_q, m, ctx=(ctx, cos_c, sin_c), cache=cache)
-        if cache is not None: cache.add_positions(ctx_positions)
-        return self.norm(h)
+# %% ../nbs/70_drafter.ipynb #cb88eb87
+@patch
+def forward(self: DFlashDrafter, noise_embedding, target_hidden, ctx_positions, block_positions, masks=None, cache: DraftCache | None = None):
+    "Hidden states `[b, Q, H]` (after the final norm) of the block queries."
+    cfg = self.config
+    dt = noise_embedding.dtype
+    ctx = self.fuse(target_hidden)
+    cos_c, sin_c = rope_cos_sin(ctx_positions, cfg.head_dim, cfg.rope_theta, ctx.dtype)
+    cos_q, sin_q = rope_cos_sin(block_positions, cfg.head_dim, cfg.rope_theta, dt)
+    h = noise_embedding
+    ckpt = self.gradient_checkpointing and cache is None and torch.is_grad_enabled()
+    for layer in self.layers:
+        m = None if masks is None else masks.get(layer.self_attn.layer_type)
+        if ckpt:
+            from torch.utils.checkpoint import checkpoint
+            h = checkpoint(layer, h, None, cos_q, sin_q, m, (ctx, cos_c, sin_c), use_reentrant=False)
+        else: h = layer(h, None, cos_q, sin_q, m, ctx=(ctx, cos_c, sin_c), cache=cache)
+    if cache is not None: cache.add_positions(ctx_positions)
+    return self.norm(h)
 
-# %% ../nbs/70_drafter.ipynb #5c8ee7e9
+# %% ../nbs/70_drafter.ipynb #f809f6c9
 def dflash_mask_mod(anchors, T: int, block_size: int, document_ids=None, window: int | None = None, causal: bool = False):
     """The mask predicate `(b, h, q_idx, kv_idx) -> visible` of the training layout (works on scalars for flex and on
     broadcast index grids for the dense mask). `anchors [b, n]` long; `document_ids [b, T]` for packed rows."""
@@ -427,6 +441,7 @@ def dflash_mask_mod(anchors, T: int, block_size: int, document_ids=None, window:
         return ctx_ok | blk_ok
     return mask_mod
 
+# %% ../nbs/70_drafter.ipynb #f040885b
 def dense_mask(mask_mod, batch: int, q_len: int, kv_len: int, device='cpu'):
     "Evaluate a mask predicate on index grids: a boolean `[batch, 1, q_len, kv_len]` (True = visible)."
     b = torch.arange(batch, device=device)[:, None, None]
@@ -434,6 +449,7 @@ def dense_mask(mask_mod, batch: int, q_len: int, kv_len: int, device='cpu'):
     kv = torch.arange(kv_len, device=device)[None, None, :]
     return mask_mod(b, 0, q, kv).expand(batch, q_len, kv_len)[:, None]
 
+# %% ../nbs/70_drafter.ipynb #6e722c38
 def flex_available() -> bool:
     "True when `torch.nn.attention.flex_attention` can be imported."
     try:
@@ -441,6 +457,7 @@ def flex_available() -> bool:
         return True
     except Exception: return False
 
+# %% ../nbs/70_drafter.ipynb #d6c5f11a
 def build_masks(cfg: DFlashConfig, anchors, T: int, document_ids=None, backend: str = 'sdpa') -> dict:
     "One mask per layer type used by `cfg` for the training layout: `backend='flex'` (BlockMask) or `'sdpa'` (dense bool)."
     b, n = anchors.shape
@@ -613,7 +630,7 @@ def _target_cells(ids, v0: int, v1: int):
     rows = torch.arange(ids.shape[0], device=ids.device)[:, None].expand_as(ids)
     return rows[inside], ids[inside] - v0, inside
 
-# %% ../nbs/70_drafter.ipynb #2323409e
+# %% ../nbs/70_drafter.ipynb #e8efe36f
 def _kl_chunk(x, W, ids, logp, rest, cv: int, cdt, grad: bool):
     """`(loss [r], argmax [r], lse [r], lse outside the top-k [r] or None, target logits [r, K], d loss/dx [r, H] or
     None)` of rows `x [r, H]` (already in `cdt`) against `soft_targets`."""
@@ -635,6 +652,7 @@ def _kl_chunk(x, W, ids, logp, rest, cv: int, cdt, grad: bool):
     g.scatter_(1, ids, et / s[:, None] - logp.exp())
     return loss, pred, lse, lser, zt, (g.to(cdt) @ W.to(cdt)).to(_acc(cdt))
 
+# %% ../nbs/70_drafter.ipynb #f4400377
 def _kl_chunk_vocab(x, W, ids, logp, rest, cv: int, cdt, grad: bool):
     "`_kl_chunk` over vocabulary chunks of `cv` tokens (an online log-sum-exp; the top-k cells left out for soft targets)."
     V, r = W.shape[0], x.shape[0]
@@ -656,6 +674,7 @@ def _kl_chunk_vocab(x, W, ids, logp, rest, cv: int, cdt, grad: bool):
     dx = _kl_grad_chunk(x, W, ids, logp, rest, lse, lser, zt, None, cv, cdt, False)[0] if grad else None
     return loss, pred, lse, lser, zt, dx
 
+# %% ../nbs/70_drafter.ipynb #928dcaa8
 def _kl_grad_chunk(x, W, ids, logp, rest, lse, lser, zt, g, cv: int, cdt, need_w: bool):
     "`(d/dx, d/dW or None)` of `sum_i g_i * loss_i` over a chunk of rows (`g=None`: all ones), recomputing the logits."
     V, r = W.shape[0], x.shape[0]
@@ -676,7 +695,7 @@ def _kl_grad_chunk(x, W, ids, logp, rest, lse, lser, zt, g, cv: int, cdt, need_w
         if need_w: dW[v0:v1] += (pc.t() @ x).to(dW.dtype)
     return dx, dW
 
-# %% ../nbs/70_drafter.ipynb #cc96f935
+# %% ../nbs/70_drafter.ipynb #1723529d
 class ChunkedLinearCE(torch.autograd.Function):
     "Per-row loss (CE, or the bucketed KL of soft targets) and argmax of `x @ W.T` in chunks; differentiable in `x` and `W`."
     @staticmethod
@@ -714,6 +733,7 @@ class ChunkedLinearCE(torch.autograd.Function):
         gx = gx.to(x.dtype) if ctx.needs_input_grad[0] else None
         return (gx, None if gW is None else gW.to(W.dtype)) + nones
 
+# %% ../nbs/70_drafter.ipynb #2fd9d254
 def linear_cross_entropy_stats(x, weight, target, chunk_rows: int | None = None, chunk_vocab: int | None = None):
     """Per-row loss `[N]` (fp32) and argmax `[N]` of the logits `x @ weight.T`, holding at most one chunk of logits (see
     `ce_chunks`): the CE of hard labels `[N]`, or the bucketed forward KL of `(top-k ids, top-k log-probs)`."""
@@ -743,7 +763,7 @@ def slot_targets(pos, sup, target_labels):
         return t.to(pos.device).gather(1, idx).view(*sup.shape, *t.shape[2:])[sup]
     return take(target_labels) if isinstance(target_labels, torch.Tensor) else tuple(take(t) for t in target_labels)
 
-# %% ../nbs/70_drafter.ipynb #6501ddc2
+# %% ../nbs/70_drafter.ipynb #145aad20
 def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
     """Loss `[N]` (fp32: CE of labels `[N]`, or KL of `(top-k ids, top-k log-probs)`) and argmax `[N]` of the LM head on
     hidden states `h [N, H]`: `'chunked'` (never the full logits) or `'full'`."""
@@ -753,6 +773,23 @@ def slot_cross_entropy(h, lm_head, y, ce: str = 'chunked'):
     logits = lm_head(h.to(lm_head.weight.dtype)).float()
     return full_soft_loss(logits, y), logits.detach().argmax(-1)
 
+# %% ../nbs/70_drafter.ipynb #39b14b8c
+def block_noise(cfg: DFlashConfig, embed, input_ids, anchors):
+    "The blocks' input embeddings `[b, n*B, H]`: each block's anchor token, then `B-1` mask tokens, by the target's frozen `embed`."
+    (b, n), B = anchors.shape, cfg.block_size
+    ids = torch.full((b, n, B), cfg.mask_token_id, dtype=input_ids.dtype, device=input_ids.device)
+    ids[..., 0] = input_ids.gather(1, anchors)
+    with torch.no_grad(): return embed(ids.view(b, n * B))
+
+# %% ../nbs/70_drafter.ipynb #f6fde218
+def slot_stats(pred, y, slot, B: int) -> dict:
+    """Per-slot `correct` and `count` (float64 `[B-1]`) of predictions `pred [N]` at slots `slot [N]` against labels `y`
+    (ids `[N]`, or `(top-k ids, log-probs)`: the top token)."""
+    hit = (pred == (y if isinstance(y, torch.Tensor) else y[0][:, 0])).double()
+    return {'correct': torch.zeros(B - 1, dtype=torch.float64, device=pred.device).index_add_(0, slot, hit),
+            'count': torch.bincount(slot, minlength=B - 1).double()}
+
+# %% ../nbs/70_drafter.ipynb #2eae92cc
 def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, features, anchors, valid,
                 gamma: float | None = None, lengths=None, document_ids=None, backend: str = 'sdpa', ce: str = 'chunked',
                 loss_slots: int | None = None, target_labels=None, crop: bool = False, position_weights: str = 'decay',
@@ -763,30 +800,23 @@ def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, fe
     `crop`: feed only the context positions before the last anchor (no block sees the others): the same result.
     `position_weights`, `dpace_alpha`, `loss_norm`: see `position_loss` (D-PACE needs a CE: not with a KL's labels)."""
     cfg = drafter.config
+    if position_weights == 'dpace' and isinstance(target_labels, tuple):
+        raise ValueError("position_weights 'dpace' reads the drafter's probability of its label: it needs loss 'ce', not 'kl'")
     B, (b, T) = cfg.block_size, input_ids.shape
     Tc = max(int(anchors.max()), 1) if crop else T       # context positions at or after the last anchor are never seen
     gamma = default_gamma(B) if gamma is None else gamma
     pos, labels, sup = block_labels(input_ids, loss_mask, anchors, valid, B, lengths)
     if loss_slots is not None: sup = sup & (torch.arange(B, device=sup.device) <= int(loss_slots))
-    n = anchors.shape[1]
-    block_ids = torch.full_like(labels, cfg.mask_token_id)
-    block_ids[..., 0] = input_ids.gather(1, anchors)
-    with torch.no_grad(): noise = embed(block_ids.view(b, n * B))
     masks = build_masks(cfg, anchors, Tc, None if document_ids is None else document_ids[:, :Tc + 1], backend)
     ctx_pos = torch.arange(Tc, device=input_ids.device).expand(b, Tc)
-    h = drafter(noise, features[:, :Tc], ctx_pos, pos.view(b, n * B), masks)
-    h = h.view(b, n, B, -1)[:, :, 1:]
-    s = sup[:, :, 1:]
-    slot = torch.arange(B - 1, device=h.device).expand_as(s)[s]         # logits only for supervised slots
+    h = drafter(block_noise(cfg, embed, input_ids, anchors), features[:, :Tc], ctx_pos, pos.view(b, -1), masks)
+    s = sup[:, :, 1:]                                                    # slot 0 is the anchor: never a label
+    h = h.view(*s.shape[:2], B, -1)[:, :, 1:][s]                         # logits only for supervised slots
     y = labels[:, :, 1:][s] if target_labels is None else slot_targets(pos, s, target_labels)
-    xent, pred = slot_cross_entropy(h[s], lm_head, y, ce)
-    if position_weights == 'dpace' and isinstance(target_labels, tuple):
-        raise ValueError("position_weights 'dpace' reads the drafter's probability of its label: it needs loss 'ce', not 'kl'")
+    xent, pred = slot_cross_entropy(h, lm_head, y, ce)
     loss, wsum = position_loss(xent, s, gamma, position_weights, dpace_alpha, loss_norm)
-    hit = (pred == (y if isinstance(y, torch.Tensor) else y[0][:, 0])).double()
-    st = {'correct': torch.zeros(B - 1, dtype=torch.float64, device=h.device).index_add_(0, slot, hit),
-          'count': torch.bincount(slot, minlength=B - 1).double()}
-    return {'loss': loss, 'weight_sum': wsum, 'ce_sum': xent.detach().sum(), **st}
+    slot = torch.arange(B - 1, device=h.device).expand_as(s)[s]
+    return {'loss': loss, 'weight_sum': wsum, 'ce_sum': xent.detach().sum(), **slot_stats(pred, y, slot, B)}
 
 # %% ../nbs/70_drafter.ipynb #6ecf28f1
 def inference_masks(cfg: DFlashConfig, ctx_positions, start):

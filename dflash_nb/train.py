@@ -126,7 +126,7 @@ def online_features(model, layer_ids, label_topk: int = 0):
     if not label_topk: return lambda ids, am: target_features(model, ids, layer_ids, am)
     return lambda ids, am: target_outputs(model, ids, layer_ids, am, label_topk=label_topk)
 
-# %% ../nbs/80_train.ipynb #1f753f51
+# %% ../nbs/80_train.ipynb #89373b37
 class TokenRows:
     "Rows `{id, input_ids, loss_mask}` (tensors) of a tokenized `datasets` dataset (stage 50) — for online training."
     def __init__(self, ds): self.ds = ds
@@ -136,6 +136,7 @@ class TokenRows:
         return {'id': str(r.get('id', i)), 'input_ids': torch.tensor(r['input_ids'], dtype=torch.long),
                 'loss_mask': torch.tensor(r['loss_mask'], dtype=torch.long)}
 
+# %% ../nbs/80_train.ipynb #9203118e
 def _row_mask(row, max_len=None):
     lm = torch.as_tensor(row['loss_mask'])
     return lm[:max_len] if max_len else lm
@@ -149,6 +150,7 @@ def eligible_rows(data, block_size: int, full_block: bool = True, max_len: int |
         else: rej.append((i, f'no_anchor: no supervised position with room for a block of {block_size}'))
     return keep, rej
 
+# %% ../nbs/80_train.ipynb #7355273e
 _PER_POSITION = {'hidden_states': 'features', 'target_ids': 'target_ids', 'target_logp': 'target_logp'}   # row -> batch key
 
 def collate(rows, max_len=None):
@@ -768,60 +770,68 @@ def export(self: Trainer, path, dtype: str = 'bfloat16', extra_files=None) -> Pa
     if self.fsdp: m = DFlashDrafter(self.model.config); m.load_state_dict(sd)
     return export_drafter(m, path, dtype, extra_files)
 
-# %% ../nbs/80_train.ipynb #7fcf3bfe
+# %% ../nbs/80_train.ipynb #8b760290
 _LAYER_PARTS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
                 'self_attn.k_norm', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm',
                 'post_attention_layernorm')
 
+def _target_layer_weights(path) -> dict:
+    "The target's decoder-layer and norm weights from its safetensors files, named without the `model.` prefix."
+    from safetensors import safe_open
+    W = {}
+    for f in sorted(set(weight_map(path).values())):
+        with safe_open(str(path / f), 'pt') as fh:
+            for k in fh.keys():
+                if '.layers.' in k or k.endswith('norm.weight'): W[k.split('model.', 1)[-1] if 'model.' in k else k] = fh.get_tensor(k)
+    return W
+
+# %% ../nbs/80_train.ipynb #9857511f
+def _calibrate_qk_norms(drafter: DFlashDrafter, x, copied: list):
+    "Set every `q_norm`/`k_norm` not in `copied` to the mean head RMS of q and k on the fused context `x [T, H]`, adding their names to `copied`."
+    with torch.no_grad():
+        for j, layer in enumerate(drafter.layers):
+            a = layer.self_attn
+            for name, proj, nh in (('q_norm', a.q_proj, a.nh), ('k_norm', a.k_proj, a.nkv)):
+                key = f'layers.{j}.self_attn.{name}.weight'
+                if key in copied: continue
+                rms = proj(x).view(x.shape[0], nh, a.hd).pow(2).mean(-1).sqrt().mean(0)   # per head
+                getattr(a, name).weight.copy_(rms.mean().expand(a.hd)); copied.append(key)
+
+# %% ../nbs/80_train.ipynb #bd357bbb
 def init_drafter_from_target(drafter: DFlashDrafter, target, layers=None, features=None, log=None) -> dict:
     """Copy target decoder `layers` (default: the last `num_hidden_layers`) into the drafter's layers, the target's
     final norm into `norm`, and start `fc`/`hidden_norm` as the pass-through of the feature below the first copied layer.
     `features [T, n, H]` (a stored sample) calibrates `q_norm`/`k_norm` when the target has none (see below)."""
-    from safetensors import safe_open
     p = Path(target) if Path(str(target)).is_dir() else Path(resolve_target(str(target)))
     cfg = drafter.config
-    n, N = cfg.num_hidden_layers, cfg.num_target_layers
+    n, N, H = cfg.num_hidden_layers, cfg.num_target_layers, cfg.hidden_size
     layers = list(range(N - n, N)) if layers is None else [int(x) for x in layers]
     if len(layers) != n or not all(0 <= L < N for L in layers):
         raise ValueError(f'layers {layers}: need {n} decoder layer indices in [0, {N})')
-    files = sorted(set(weight_map(p).values()))
-    W = {}
-    for f in files:
-        with safe_open(str(p / f), 'pt') as fh:
-            for k in fh.keys():
-                if '.layers.' in k or k.endswith('norm.weight'): W[k.split('model.', 1)[-1] if 'model.' in k else k] = fh.get_tensor(k)
-    copied, sd = [], drafter.state_dict()
+    W, copied, sd = _target_layer_weights(p), [], drafter.state_dict()
     def put(dst, src):
         if src not in W: return
         if W[src].shape != sd[dst].shape: raise ValueError(f'{src} {tuple(W[src].shape)} does not fit {dst} {tuple(sd[dst].shape)}')
         sd[dst].copy_(W[src].to(sd[dst].dtype)); copied.append(dst)
+    ids = list(cfg.target_layer_ids)
+    below = [i for i, t in enumerate(ids) if t < layers[0]]
+    f = below[-1] if below else 0                      # feature = output of layer ids[f] ~ input of layers[0]
     with torch.no_grad():
         for j, L in enumerate(layers):
             for part in _LAYER_PARTS: put(f'layers.{j}.{part}.weight', f'layers.{L}.{part}.weight')
         put('norm.weight', 'norm.weight')
-        ids = list(cfg.target_layer_ids)
-        below = [i for i, t in enumerate(ids) if t < layers[0]]
-        f = below[-1] if below else 0                      # feature = output of layer ids[f] ~ input of layers[0]
-        H = cfg.hidden_size
         sd['fc.weight'].zero_(); sd['fc.weight'][:, f * H:(f + 1) * H] = torch.eye(H)
         put('hidden_norm.weight', f'layers.{layers[0]}.input_layernorm.weight')
         copied.append('fc.weight')
     drafter.load_state_dict(sd)
     if features is not None:
-        with torch.no_grad():
-            x = drafter.hidden_norm(torch.as_tensor(features, dtype=torch.float32)[:, f].to(drafter.fc.weight.dtype))
-            for j, layer in enumerate(drafter.layers):
-                a = layer.self_attn
-                for name, proj, nh in (('q_norm', a.q_proj, a.nh), ('k_norm', a.k_proj, a.nkv)):
-                    if f'layers.{j}.self_attn.{name}.weight' in copied: continue
-                    rms = proj(x).view(x.shape[0], nh, a.hd).pow(2).mean(-1).sqrt().mean(0)   # per head
-                    getattr(a, name).weight.copy_(rms.mean().expand(a.hd)); copied.append(f'layers.{j}.self_attn.{name}.weight')
-    info = {'target_layers': layers, 'feature': ids[f], 'copied': len(copied),
-            'kept': sorted(k for k in sd if k not in copied)}
+        with torch.no_grad(): x = drafter.hidden_norm(torch.as_tensor(features, dtype=torch.float32)[:, f].to(drafter.fc.weight.dtype))
+        _calibrate_qk_norms(drafter, x, copied)
+    info = {'target_layers': layers, 'feature': ids[f], 'copied': len(copied), 'kept': sorted(k for k in sd if k not in copied)}
     if log: log(f'drafter initialized from target layers {layers} (context = feature of layer {ids[f]}); kept: {info["kept"]}')
     return info
 
-# %% ../nbs/80_train.ipynb #4e55b729
+# %% ../nbs/80_train.ipynb #b311727c
 def placement_roles(cfg: TrainConfig) -> dict:
     """This rank's role: `{'role': 'trainer' | 'features', 'group', 'server', 'clients'}`. With
     `placement='separate'` every rank must call it (it creates the trainers' process group)."""
@@ -836,6 +846,7 @@ def placement_roles(cfg: TrainConfig) -> dict:
     if rank < n_train: return {'role': 'trainer', 'group': group, 'server': n_train + rank % F_, 'clients': []}
     return {'role': 'features', 'group': None, 'server': None, 'clients': [t for t in range(n_train) if n_train + t % F_ == rank]}
 
+# %% ../nbs/80_train.ipynb #e81e4d6c
 def _comm_device(device):
     import torch.distributed as dist
     return torch.device(device) if dist.get_backend() == 'nccl' else torch.device('cpu')
@@ -862,6 +873,7 @@ class RemoteFeatures:
         import torch.distributed as dist
         dist.send(torch.zeros(3, dtype=torch.long, device=self.comm), self.server)
 
+# %% ../nbs/80_train.ipynb #560f32df
 def serve_features(feature_fn, clients, n_features: int, hidden_size: int, dtype=torch.float32, device='cpu',
                    label_topk: int = 0) -> int:
     "Feature rank: answer the requests of `clients` (trainer ranks) in turn until each has closed; returns the batches served."
@@ -883,7 +895,32 @@ def serve_features(feature_fn, clients, n_features: int, hidden_size: int, dtype
                 dist.send(lab[0].to(comm, torch.long).contiguous(), c); dist.send(lab[1].to(comm, torch.float32).contiguous(), c)
     return served
 
-# %% ../nbs/80_train.ipynb #f9eee29b
+# %% ../nbs/80_train.ipynb #35fc1df6
+def _bench_inputs(cfg: DFlashConfig, seq_len: int, batch_size: int, dev, seed: int):
+    "`(embed, head, rows)`: a frozen random target embedding and head (bf16 on CUDA, as a real target's) and random rows with features."
+    g, V, H = torch.Generator().manual_seed(seed), cfg.vocab_size, cfg.hidden_size
+    hdt = torch.bfloat16 if dev.type == 'cuda' else torch.float32
+    embed = nn.Embedding(V, H, dtype=hdt, device=dev).requires_grad_(False)
+    head = nn.Linear(H, V, bias=False, dtype=hdt, device=dev).requires_grad_(False)
+    lm = torch.ones(seq_len, dtype=torch.long); lm[:seq_len // 8] = 0
+    rows = [{'input_ids': torch.randint(0, V - 1, (seq_len,), generator=g), 'loss_mask': lm,
+             'hidden_states': torch.randn(seq_len, cfg.n_features, H, generator=g).to(hdt)} for _ in range(batch_size)]
+    return embed, head, rows
+
+# %% ../nbs/80_train.ipynb #a437e76d
+def _bench_report(tr, b, times: list, first: float, loss: float, dev) -> dict:
+    "The measured step (median of `times`), throughputs, peak memory and compilations of a `benchmark_step` run."
+    step_s, blocks = sorted(times)[len(times) // 2] if times else first, int(b['valid'].sum())
+    tokens, block_tokens = int(b['lengths'].sum()), blocks * tr.model.config.block_size
+    return {'device': str(dev), 'backend': tr.backend, 'amp': tr.amp, 'grad_checkpointing': tr.cfg.grad_checkpointing,
+            'seq_len': int(b['input_ids'].shape[1]), 'anchors': int(b['anchors'].shape[1]), 'tokens': tokens,
+            'block_tokens': block_tokens, 'step_s': round(step_s, 4), 'first_step_s': round(first, 3),
+            'tokens_per_s': round(tokens / step_s, 1), 'block_tokens_per_s': round(block_tokens / step_s, 1),
+            'peak_memory_gb': round(torch.cuda.max_memory_allocated(dev) / 2**30, 3) if dev.type == 'cuda' else None,
+            'compiles': compile_count() - tr.compiles0, 'loss': round(loss if times else float('nan'), 5),
+            'drafter_params': sum(p.numel() for p in tr.model.parameters())}
+
+# %% ../nbs/80_train.ipynb #24a4af08
 def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_attention_heads: int = 24,
                    num_key_value_heads: int = 4, head_dim: int = 256, vocab_size: int = 248_320, num_hidden_layers: int = 5,
                    n_features: int = 5, seq_len: int = 3072, num_anchors: int = 512, block_size: int = 16,
@@ -899,13 +936,7 @@ def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_
                        mask_token_id=vocab_size - 1, num_hidden_layers=num_hidden_layers, block_size=block_size)
     tc = TrainConfig(num_anchors=num_anchors, attn_backend=attn_backend, amp=amp, grad_checkpointing=grad_checkpointing,
                      batch_size=batch_size, seed=seed)
-    g = torch.Generator().manual_seed(seed)
-    hdt = torch.bfloat16 if dev.type == 'cuda' else torch.float32       # the frozen target head, as a real target's
-    embed = nn.Embedding(vocab_size, hidden_size, dtype=hdt, device=dev).requires_grad_(False)
-    head = nn.Linear(hidden_size, vocab_size, bias=False, dtype=hdt, device=dev).requires_grad_(False)
-    lm = torch.ones(seq_len, dtype=torch.long); lm[:seq_len // 8] = 0
-    rows = [{'input_ids': torch.randint(0, vocab_size - 1, (seq_len,), generator=g), 'loss_mask': lm,
-             'hidden_states': torch.randn(seq_len, n_features, hidden_size, generator=g).to(hdt)} for _ in range(batch_size)]
+    embed, head, rows = _bench_inputs(cfg, seq_len, batch_size, dev, seed)
     if dev.type == 'cuda': torch.cuda.reset_peak_memory_stats(dev)
     tr = Trainer(DFlashDrafter(cfg).init_weights(seed), embed, head, rows, tc, device=dev, log=lambda m: None)
     net, sync = tr.model, (lambda: torch.cuda.synchronize(dev)) if dev.type == 'cuda' else (lambda: None)
@@ -918,18 +949,10 @@ def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0); [(o.step(), o.zero_grad(set_to_none=True)) for o in tr.opts]
         sync(); return out['loss'].item()
     t = time.time(); one(); first = time.time() - t
-    times = []
+    times, loss = [], float('nan')
     for _ in range(steps):
         t = time.time(); loss = one(); times.append(time.time() - t)
-    step_s = sorted(times)[len(times) // 2] if times else first
-    blocks = int(b['valid'].sum())
-    return {'device': str(dev), 'backend': tr.backend, 'amp': tr.amp, 'grad_checkpointing': grad_checkpointing,
-            'seq_len': int(b['input_ids'].shape[1]), 'anchors': int(b['anchors'].shape[1]), 'tokens': int(b['lengths'].sum()),
-            'block_tokens': blocks * block_size, 'step_s': round(step_s, 4), 'first_step_s': round(first, 3),
-            'tokens_per_s': round(int(b['lengths'].sum()) / step_s, 1), 'block_tokens_per_s': round(blocks * block_size / step_s, 1),
-            'peak_memory_gb': round(torch.cuda.max_memory_allocated(dev) / 2**30, 3) if dev.type == 'cuda' else None,
-            'compiles': compile_count() - tr.compiles0, 'loss': round(loss if times else float('nan'), 5),
-            'drafter_params': sum(p.numel() for p in tr.model.parameters())}
+    return _bench_report(tr, b, times, first, loss, dev)
 
 # %% ../nbs/80_train.ipynb #3a906f53
 def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder holds the upstream outputs)
