@@ -917,7 +917,7 @@ def _bench_report(tr, b, times: list, first: float, loss: float, dev) -> dict:
             'block_tokens': block_tokens, 'step_s': round(step_s, 4), 'first_step_s': round(first, 3),
             'tokens_per_s': round(tokens / step_s, 1), 'block_tokens_per_s': round(block_tokens / step_s, 1),
             'peak_memory_gb': round(torch.cuda.max_memory_allocated(dev) / 2**30, 3) if dev.type == 'cuda' else None,
-            'compiles': compile_count() - tr.compiles0, 'loss': round(loss if times else float('nan'), 5),
+            'compiles': compile_count() - tr.compiles0, 'loss': round(loss, 5),
             'drafter_params': sum(p.numel() for p in tr.model.parameters())}
 
 # %% ../nbs/80_train.ipynb #24a4af08
