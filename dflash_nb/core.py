@@ -624,6 +624,12 @@ def set_postfix_str(self: Progress, s: str, refresh: bool = False):
     if self._bar is not None: self._bar.set_postfix_str(s, refresh=refresh)
 
 @patch
+def set_total(self: Progress, total: int):
+    "Move the end (a plan that shortened the work), as tqdm's `total`."
+    self.total = total
+    if self._bar is not None: self._bar.total = total; self._bar.refresh()
+
+@patch
 def close(self: Progress):
     "Write the last line (once)."
     if self._closed: return

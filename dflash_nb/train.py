@@ -44,6 +44,7 @@ class TrainConfig:
     log_every: int = declared(_S, 'log_every')
     ckpt_every: int = declared(_S, 'ckpt_every')
     max_minutes: float | None = declared(_S, 'max_minutes')   # wall-clock budget; the run stops (and checkpoints) when it is spent
+    schedule_to_budget: bool = declared(_S, 'schedule_to_budget')
     batch_size: int = declared(_S, 'batch_size')
     grad_accum: int = declared(_S, 'grad_accum')
     lr: float = declared(_S, 'lr')
@@ -441,12 +442,14 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig, fused: bool = True) -> 
     if not opts: raise ValueError('the drafter has no trainable parameter')
     return opts
 
-def build_schedulers(opts: list, cfg: TrainConfig, total_steps: int) -> list:
-    "One schedule per optimizer: linear warmup over `warmup_ratio` of `total_steps`, then transformers' cosine or linear decay."
+def build_schedulers(opts: list, cfg: TrainConfig, total_steps: int, warmup_steps: int | None = None, step: int = 0) -> list:
+    """One schedule per optimizer: linear warmup over `warmup_steps` (None: `warmup_ratio` of `total_steps`), then
+    transformers' cosine or linear decay to 0 at `total_steps`; from `step` on (> 0: optimizers that already ran)."""
     from transformers import get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
     make = {'cosine': get_cosine_schedule_with_warmup, 'linear': get_linear_schedule_with_warmup}.get(cfg.lr_schedule)
     if make is None: raise ValueError(f"lr_schedule must be 'cosine' or 'linear', got {cfg.lr_schedule!r}")
-    return [make(o, math.ceil(cfg.warmup_ratio * total_steps), total_steps) for o in opts]
+    warm = math.ceil(cfg.warmup_ratio * total_steps) if warmup_steps is None else warmup_steps
+    return [make(o, warm, total_steps, last_epoch=step - 1) for o in opts]
 
 # %% ../nbs/80_train.ipynb #e41c8d28
 class Trainer:
@@ -508,7 +511,8 @@ def _setup_optimizers(self: Trainer):
     self.steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.grad_accum)
     total = self.steps_per_epoch * cfg.epochs
     self.total_steps = min(total, cfg.max_steps) if cfg.max_steps else total
-    self.scheds = build_schedulers(self.opts, cfg, self.total_steps)
+    self.warmup_steps, self.plan = math.ceil(cfg.warmup_ratio * self.total_steps), None   # plan: `plan_budget`'s
+    self.scheds = build_schedulers(self.opts, cfg, self.total_steps, self.warmup_steps)
 
 # %% ../nbs/80_train.ipynb #0f05ef39
 @patch
@@ -555,11 +559,39 @@ def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> di
     while self.epoch < self.cfg.epochs and self.step < self.total_steps:
         self.optimizer_step(self.micro_batches())
         if pbar is not None: pbar.update()
+        if self.plan_budget(t0, step0) and pbar is not None: pbar.set_total(self.total_steps - step0)
         self.after_step()
         if stop_after is not None and self.step - step0 >= stop_after: return {'steps': self.step, 'stopped': 'stop_after'}
         if self.out_of_time(t0): stopped = 'max_minutes'; break
     if pbar is not None: pbar.close()
     return self.finish(t0, stopped)
+
+# %% ../nbs/80_train.ipynb #50970350
+_PLAN_SKIP, _PLAN_STEPS = 5, 50   # steps of a fit left untimed (first allocations and compiles), then timed for the plan
+
+@patch
+def plan_budget(self: Trainer, t0: float, step0: int) -> bool:
+    "Once per run: time this fit's steps; end the schedule where `max_minutes` will (see above). Whether it moved the end."
+    cfg, n = self.cfg, self.step - step0
+    if self.plan is not None or not cfg.schedule_to_budget or cfg.max_minutes is None: return False
+    if n == _PLAN_SKIP: self._t_plan = time.time()
+    if n < _PLAN_SKIP + _PLAN_STEPS: return False
+    rate, left = _PLAN_STEPS / (time.time() - self._t_plan), cfg.max_minutes * 60 - (time.time() - t0)
+    fits = int(self._all_sum(torch.tensor([self.step + 0.95 * rate * left], dtype=torch.float64)).item() / self.world)
+    self.plan = {'steps_per_s': round(rate, 3), 'timed': [step0 + _PLAN_SKIP, self.step], 'fits': fits, 'planned': self.total_steps}
+    if fits >= self.total_steps: return False
+    fits = max(fits, self.step)
+    warm = min(self.warmup_steps, max(self.step, math.ceil(cfg.warmup_ratio * fits)))
+    self.log(f"max_minutes ends the run near step {fits} of {self.total_steps} ({rate:.2f} steps/s): the schedule now ends there")
+    self.set_horizon(fits, warm)
+    return True
+
+@patch
+def set_horizon(self: Trainer, steps: int, warmup_steps: int):
+    "End the run and its schedules at step `steps`, after `warmup_steps` of warmup, going on from this step."
+    self.total_steps = self.metrics.total_steps = steps
+    self.warmup_steps = warmup_steps
+    self.scheds = build_schedulers(self.opts, self.cfg, steps, warmup_steps, self.step)
 
 # %% ../nbs/80_train.ipynb #9ecd204e
 @patch
@@ -571,13 +603,13 @@ def resume(self: Trainer) -> Path | None:
 
 @patch
 def load_checkpoint(self: Trainer, path):
-    "Continue from checkpoint `path`."
-    st = self.ckpt.read(path)
+    "Continue from checkpoint `path` (with its planned end, when `plan_budget` moved it)."
+    st = self.ckpt.read(path); pr = st['progress']
     self._load_weights(st['model'], st['optimizer'])
-    for sc, s in zip(self.scheds, _as_list(st['scheduler']), strict=True): sc.load_state_dict(s)
-    pr = st['progress']
     self.step, self.epoch, self.step_in_epoch = pr['step'], pr['epoch'], pr['step_in_epoch']
-    self.seconds = pr.get('seconds', 0.0)   # a checkpoint from before the clock: 0
+    self.seconds, self.plan = pr.get('seconds', 0.0), pr.get('plan')   # a checkpoint from before the clock / the plan: 0, None
+    if pr.get('total_steps', self.total_steps) != self.total_steps: self.set_horizon(pr['total_steps'], pr['warmup_steps'])
+    for sc, s in zip(self.scheds, _as_list(st['scheduler']), strict=True): sc.load_state_dict(s)
     self.metrics.load(st)
     _set_rng_state(st['rng'])
     self.log(f'resumed from {path} (step {self.step}, epoch {self.epoch}, step {self.step_in_epoch} of the epoch)')
@@ -714,7 +746,8 @@ def save_checkpoint(self: Trainer) -> Path | None:
 def state_dict(self: Trainer) -> dict:
     "The resumable state (a collective under FSDP)."
     return {'model': self.model_state(), 'optimizer': self._optim_state(), 'scheduler': [s.state_dict() for s in self.scheds],
-            'progress': {'step': self.step, 'epoch': self.epoch, 'step_in_epoch': self.step_in_epoch, 'seconds': self.clock()}, **self.metrics.state(),
+            'progress': {'step': self.step, 'epoch': self.epoch, 'step_in_epoch': self.step_in_epoch, 'seconds': self.clock(),
+                         'total_steps': self.total_steps, 'warmup_steps': self.warmup_steps, 'plan': self.plan}, **self.metrics.state(),
             'rng': _rng_state(), 'train_config': asdict(self.cfg), 'drafter_config': self.model.config.to_json_dict('float32'),
             'world_size': self.world}
 
@@ -755,7 +788,7 @@ def finish(self: Trainer, t0: float, stopped: str) -> dict:
     if self.ckpt.dir is not None and not self.ckpt.is_latest(self.step): self.save_checkpoint()
     self.model.eval()
     secs, self._tick = self.clock(), None   # the clock stops until the next fit
-    return {'steps': self.step, 'epochs_done': self.epoch, 'total_steps': self.total_steps, 'stopped': stopped,
+    return {'steps': self.step, 'epochs_done': self.epoch, 'total_steps': self.total_steps, 'stopped': stopped, 'plan': self.plan,
             'seconds': round(secs, 2), 'seconds_this_fit': round(time.time() - t0, 2), 'compiles': compile_count() - self.compiles0,
             'buckets': {'seq': self.seq_buckets, 'anchors': self.anchor_buckets} if self.bucketing else None,
             'last': self.history[-1] if self.history else None}

@@ -399,3 +399,22 @@ def test_trained_drafter_names_its_target(demo_run):
     cj = read_json(run_dir / '80_train' / 'drafter' / 'config.json')
     assert cj['dflash_nb_target'] == {'spec': 'smollm2', 'fingerprint': target_fingerprint(resolve_target('smollm2'))}
     assert load_drafter(run_dir / '80_train' / 'drafter').config.target == 'smollm2'
+
+
+def test_budget_plan_resumes_exactly(tmp_path):
+    """A run whose schedule `plan_budget` ended early (set here by hand), killed and resumed from its checkpoint, ends
+    at the planned step with the weights of an unkilled run: the plan travels in the checkpoint."""
+    tc = TrainConfig(epochs=20, batch_size=1, num_anchors=3, lr=3e-3, log_every=5, ckpt_every=5, warmup_ratio=0.1,
+                     max_minutes=60.0, lr_schedule='linear', optimizer='muon', amp='none', gamma=None, loss_slots=None, max_steps=None)
+    def run(out, stop_after=None, plan=True):
+        emb, head = tiny_head()
+        t = Trainer(tiny_drafter(), emb, head, Rows(), tc, out_dir=out, log=lambda m: None)
+        t.resume()
+        if plan: t.plan = {'fits': 30}; t.set_horizon(30, 16)
+        return t, t.fit(resume=False, stop_after=stop_after)
+    a, ra = run(tmp_path / 'a')
+    assert (ra['steps'], ra['total_steps'], ra['stopped'], a.scheds[0].get_last_lr()[0]) == (30, 30, 'done', 0.0)
+    run(tmp_path / 'b', stop_after=12)                      # killed at step 12: the last checkpoint is step 10
+    b, rb = run(tmp_path / 'b', plan=False)                # resumed: the horizon comes from the checkpoint alone
+    assert (rb['steps'], rb['total_steps'], b.plan) == (30, 30, {'fits': 30})
+    assert _weights_equal(a.model, b.model)
