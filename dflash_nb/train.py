@@ -567,22 +567,21 @@ def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> di
     return self.finish(t0, stopped)
 
 # %% ../nbs/80_train.ipynb #50970350
-_PLAN_SKIP, _PLAN_STEPS = 5, 50   # steps of a fit left untimed (first allocations and compiles), then timed for the plan
+_PLAN_SKIP, _PLAN_STEPS = 5, 50   # steps of a fit left untimed (first allocations and compiles); then a plan every 50 steps
 
 @patch
 def plan_budget(self: Trainer, t0: float, step0: int) -> bool:
-    "Once per run: time this fit's steps; end the schedule where `max_minutes` will (see above). Whether it moved the end."
-    cfg, n = self.cfg, self.step - step0
-    if self.plan is not None or not cfg.schedule_to_budget or cfg.max_minutes is None: return False
-    if n == _PLAN_SKIP: self._t_plan = time.time()
-    if n < _PLAN_SKIP + _PLAN_STEPS: return False
-    rate, left = _PLAN_STEPS / (time.time() - self._t_plan), cfg.max_minutes * 60 - (time.time() - t0)
+    "Every `_PLAN_STEPS` timed steps of a fit: end the schedule where `max_minutes` will, if earlier (see above). Whether it moved."
+    cfg, n = self.cfg, self.step - step0 - _PLAN_SKIP
+    if not cfg.schedule_to_budget or cfg.max_minutes is None or n < 0 or n % _PLAN_STEPS: return False
+    if n == 0: self._t_plan = time.time(); return False
+    rate, left = n / (time.time() - self._t_plan), cfg.max_minutes * 60 - (time.time() - t0)
     fits = int(self._all_sum(torch.tensor([self.step + 0.95 * rate * left], dtype=torch.float64)).item() / self.world)
-    self.plan = {'steps_per_s': round(rate, 3), 'timed': [step0 + _PLAN_SKIP, self.step], 'fits': fits, 'planned': self.total_steps}
+    self.plan = {'planned': self.total_steps, 'moves': 0, **(self.plan or {}), 'steps_per_s': round(rate, 3), 'fits': fits}
     if fits >= self.total_steps: return False
-    fits = max(fits, self.step)
+    fits, self.plan['moves'] = max(fits, self.step), self.plan['moves'] + 1
     warm = min(self.warmup_steps, max(self.step, math.ceil(cfg.warmup_ratio * fits)))
-    self.log(f"max_minutes ends the run near step {fits} of {self.total_steps} ({rate:.2f} steps/s): the schedule now ends there")
+    if self.plan['moves'] == 1: self.log(f"max_minutes ends the run near step {fits} of {self.total_steps} ({rate:.2f} steps/s): the schedule now ends there")
     self.set_horizon(fits, warm)
     return True
 
