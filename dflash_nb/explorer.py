@@ -251,6 +251,8 @@ def _repaired_on_reading(v: dict, r: Renderer, row: dict, raw: dict, made: list,
          'repaired_render': r.render(msgs, tools=tools, enable_thinking=et)}
     return {**v, 'default': _default(v)}
 
+
+# %% ../nbs/21_explorer.ipynb #6e5c7749
 def _split_parts(sp: dict) -> tuple[dict, dict | None]:
     "(the view's split keys, the sample that quarantines the row or None) of a `row_split` result."
     samples = [{'turn': j, **({'error': str(m), 'reason': m.reason} if isinstance(m, MaskError) else m)} for j, m in sp['samples']]
@@ -273,6 +275,8 @@ def _repaired_split(v: dict, r: Renderer, fixed: dict, res, et, method) -> dict:
     return {**v, **parts, 'repair': None, 'repair_tried': v['repair'], 'repair_tried_kind': v['repair_kind'], 'after_repair_reason': bad['reason'],
             'after_repair': f"{v['repair']} ({v['repair_kind']}) gives a row that splits and its sample of message {bad['turn']} still fails: {bad['error']}"}
 
+
+# %% ../nbs/21_explorer.ipynb #be5344f5
 def explore_row(
     r: Renderer,  # the template
     row: dict,  # a row from `load_rows` (`id`, `line`, `source`, `messages`, maybe `tools` and `read`, or `_error`)

@@ -362,62 +362,80 @@ def extract_dataset(model, ds, out_dir, plan: dict, *, max_batch_tokens: int, ma
     summary['seconds'] = round(time.time() - t0, 3)
     return summary
 
+# %% ../nbs/60_hidden_states.ipynb #4c19b414
+def _sum_layer_stats(tot: dict | None, ls: dict) -> dict:
+    "Add one shard's per-layer norm statistics `ls` to the running `tot` (None: the first shard's become it)."
+    if tot is None: return {k: list(v) if isinstance(v, list) else v for k, v in ls.items()}
+    for k in ('norm_sum', 'norm_sq'): tot[k] = [a + b for a, b in zip(tot[k], ls[k])]
+    tot['norm_max'] = [max(a, b) for a, b in zip(tot['norm_max'], ls['norm_max'])]
+    tot['tokens'] += ls['tokens']
+    return tot
+
+# %% ../nbs/60_hidden_states.ipynb #e7d57fcb
+def _shard_records(out_dir: Path, plan: dict, q: Quarantine) -> dict:
+    "Every shard's record folded together (each shard complete, else it raises); its quarantined samples go to `q`."
+    acc = {'samples': {}, 'shards': [], 'seen': {}, 'agree': [0, 0], 'names': None, 'tot': None, 'n_tok': 0}
+    for k in range(len(plan['shards'])):
+        if not shard_complete(out_dir, k, plan): raise RuntimeError(f'{out_dir}: shard {k} is missing or incomplete; rerun the extraction')
+        _add_shard(acc, read_json(out_dir / f'{_shard_name(k)}.json'), k, q)
+    return acc
+
+def _add_shard(acc: dict, r: dict, k: int, q: Quarantine):
+    "Fold shard `k`'s record `r` into `acc`."
+    st, seen = f'{_shard_name(k)}.safetensors', acc['seen']
+    if r['entries']: acc['shards'].append({'name': st, 'bytes': r['bytes'], 'samples': len(r['entries'])})
+    for e in r['entries'] + r['quarantined']:
+        if e['id'] in seen: raise RuntimeError(f"sample {e['id']!r} appears in shards {seen[e['id']]} and {k}")
+        seen[e['id']] = k
+    for e in r['entries']:
+        acc['samples'][e['index']] = {'id': e['id'], 'shard': st, 'offset': e['offset'], 'length': e['length'],
+                                      'source': e.get('source'), 'mean_norm': e['mean_norm']}
+        acc['agree'] = [a + b for a, b in zip(acc['agree'], e.get('label_agree', [0, 0]))]
+    for x in r['quarantined']: q.add({'id': x['id'], 'index': x['index']}, x['reason'], stage='extract', shard=k)
+    acc['names'], acc['tot'] = r['layer_names'], _sum_layer_stats(acc['tot'], r['layer_stats'])
+    acc['n_tok'] += sum(e['length'] for e in r['entries'])
+
+# %% ../nbs/60_hidden_states.ipynb #41c5f5a5
+def _features_index(plan: dict, acc: dict, n_quarantined: int) -> dict:
+    "The `index.json` of the folded records `acc`."
+    s, order = acc['samples'], sorted(acc['samples'])
+    return {'format': 'dflash_nb.features', 'version': 1, 'target': plan['target'],
+            'target_layer_ids': plan['target_layer_ids'], 'aux_layer_ids': to_aux_layer_ids(plan['target_layer_ids']),
+            'layer_convention': 'DFlash: feature of layer L = output of 0-based decoder layer L = HF hidden_states[L+1]; '
+                                'aux (vLLM/speculators) id = L+1',
+            'num_target_layers': plan['num_target_layers'], 'hidden_size': plan['hidden_size'], 'dtype': plan['dtype'],
+            'include_last': plan['include_last'], 'label_topk': plan.get('label_topk', 0), 'plan_hash': plan['plan_hash'],
+            'dataset': plan['dataset'], 'n_rows': plan['n_rows'], 'n_samples': len(order), 'n_quarantined': n_quarantined,
+            'n_tokens': acc['n_tok'], 'bytes_per_token': plan['bytes_per_token'], 'shards': acc['shards'],
+            'samples': {s[i]['id']: {k: s[i][k] for k in ('shard', 'offset', 'length')} for i in order}}
+
+def _features_stats(plan: dict, acc: dict) -> dict:
+    "The `stats.json` of the folded records `acc`."
+    names, tot, n, s = acc['names'] or [], acc['tot'], acc['n_tok'], acc['samples']
+    stats = {'layer_names': names, 'tokens': n, 'layers': []}
+    for j, nm in enumerate(names if tot and n else []):
+        mean = tot['norm_sum'][j] / n
+        stats['layers'].append({'name': nm, 'mean_norm': mean, 'std_norm': math.sqrt(max(tot['norm_sq'][j] / n - mean ** 2, 0)),
+                                'max_norm': tot['norm_max'][j]})
+    stats['per_sample_mean_norm'] = {s[i]['id']: s[i]['mean_norm'] for i in sorted(s)}
+    if plan.get('label_topk'): stats['label_agreement'] = {'agree': acc['agree'][0], 'supervised': acc['agree'][1],
+                                                         'rate': round(acc['agree'][0] / max(acc['agree'][1], 1), 5)}
+    return stats
+
 # %% ../nbs/60_hidden_states.ipynb #a160b3da
 def merge_index(out_dir) -> dict:
     "Check the shard records against `plan.json` and write `index.json`, `stats.json` and `quarantine.jsonl`."
-    out_dir = Path(out_dir)
-    plan = read_json(out_dir / 'plan.json')
+    out_dir = Path(out_dir); plan = read_json(out_dir / 'plan.json')
     q = Quarantine(out_dir / 'quarantine.jsonl')
     for r in plan['quarantined']: q.add({'id': r['id'], 'index': r['index']}, r['reason'], stage='plan')
-    samples, shards, seen, agree, names, tot, n_tok = {}, [], {}, [0, 0], None, None, 0
-    for k in range(len(plan['shards'])):
-        if not shard_complete(out_dir, k, plan): raise RuntimeError(f'{out_dir}: shard {k} is missing or incomplete; rerun the extraction')
-        r = read_json(out_dir / f'{_shard_name(k)}.json')
-        names = r['layer_names']
-        st = f'{_shard_name(k)}.safetensors'
-        if r['entries']: shards.append({'name': st, 'bytes': r['bytes'], 'samples': len(r['entries'])})
-        for e in r['entries']:
-            if e['id'] in seen: raise RuntimeError(f"sample {e['id']!r} appears in shards {seen[e['id']]} and {k}")
-            seen[e['id']] = k
-            samples[e['index']] = {'id': e['id'], 'shard': st, 'offset': e['offset'], 'length': e['length'],
-                                   'source': e.get('source'), 'mean_norm': e['mean_norm']}
-            agree = [a + b for a, b in zip(agree, e.get('label_agree', [0, 0]))]
-        for x in r['quarantined']:
-            if x['id'] in seen: raise RuntimeError(f"sample {x['id']!r} appears twice (shard {k})")
-            seen[x['id']] = k
-            q.add({'id': x['id'], 'index': x['index']}, x['reason'], stage='extract', shard=k)
-        ls = r['layer_stats']
-        if tot is None: tot = {kk: list(v) if isinstance(v, list) else v for kk, v in ls.items()}
-        else:
-            for kk in ('norm_sum', 'norm_sq'): tot[kk] = [a + b for a, b in zip(tot[kk], ls[kk])]
-            tot['norm_max'] = [max(a, b) for a, b in zip(tot['norm_max'], ls['norm_max'])]
-            tot['tokens'] += ls['tokens']
-        n_tok += sum(e['length'] for e in r['entries'])
+    acc = _shard_records(out_dir, plan, q)
     planned = sum(len(s) for s in plan['shards'])
-    if len(seen) != planned: raise RuntimeError(f'{len(seen)} samples in the shard records, {planned} planned')
-    order = sorted(samples)
-    index = {'format': 'dflash_nb.features', 'version': 1, 'target': plan['target'],
-             'target_layer_ids': plan['target_layer_ids'], 'aux_layer_ids': to_aux_layer_ids(plan['target_layer_ids']),
-             'layer_convention': 'DFlash: feature of layer L = output of 0-based decoder layer L = HF hidden_states[L+1]; '
-                                 'aux (vLLM/speculators) id = L+1',
-             'num_target_layers': plan['num_target_layers'], 'hidden_size': plan['hidden_size'], 'dtype': plan['dtype'],
-             'include_last': plan['include_last'], 'label_topk': plan.get('label_topk', 0), 'plan_hash': plan['plan_hash'], 'dataset': plan['dataset'],
-             'n_rows': plan['n_rows'], 'n_samples': len(order), 'n_quarantined': len(q), 'n_tokens': n_tok,
-             'bytes_per_token': plan['bytes_per_token'], 'shards': shards,
-             'samples': {samples[i]['id']: {kk: samples[i][kk] for kk in ('shard', 'offset', 'length')} for i in order}}
+    if len(acc['seen']) != planned: raise RuntimeError(f"{len(acc['seen'])} samples in the shard records, {planned} planned")
+    index = _features_index(plan, acc, len(q))
     if index['n_samples'] + index['n_quarantined'] != plan['n_rows']:
         raise RuntimeError(f"rows in {plan['n_rows']} != kept {index['n_samples']} + quarantined {index['n_quarantined']}")
-    stats = {'layer_names': names or [], 'tokens': n_tok, 'layers': []}
-    if tot and n_tok:
-        for j, nm in enumerate(names):
-            mean = tot['norm_sum'][j] / n_tok
-            stats['layers'].append({'name': nm, 'mean_norm': mean, 'std_norm': math.sqrt(max(tot['norm_sq'][j] / n_tok - mean ** 2, 0)),
-                                    'max_norm': tot['norm_max'][j]})
-    stats['per_sample_mean_norm'] = {samples[i]['id']: samples[i]['mean_norm'] for i in order}
-    if plan.get('label_topk'): stats['label_agreement'] = {'agree': agree[0], 'supervised': agree[1],
-                                                         'rate': round(agree[0] / max(agree[1], 1), 5)}
     q.save()
-    write_json(out_dir / 'stats.json', stats, indent=None)
+    write_json(out_dir / 'stats.json', _features_stats(plan, acc), indent=None)
     write_json(out_dir / 'index.json', index, indent=None)
     return index
 

@@ -220,6 +220,8 @@ def _match_tool_results(self: RowJob, replaced, msg) -> bool:
     self.out.append(msg); self.pos = len(self.src); self._tail_asked = True
     return False
 
+
+# %% ../nbs/40_regenerate.ipynb #73c69b73
 @patch
 def accept(self: RowJob, res: GenResult, gen: GenConfig, opened_think: bool | None = None):
     "Take the result of the last request back."
@@ -714,6 +716,8 @@ def payload(self: HTTPBackend, req: GenRequest, gen: GenConfig) -> dict:
         body['chat_template_kwargs'] = {'enable_thinking': bool(gen.enable_thinking)}
     return {**body, **self.extra_body}
 
+
+# %% ../nbs/40_regenerate.ipynb #d1d80669
 def _read_calls(msg: dict) -> list:
     "The tool calls of a response message, arguments as dicts (ValueError: arguments that are not an object)."
     calls = []
@@ -992,6 +996,8 @@ def _chunk_worker(init_kwargs, input_path, parts, todo, gen, opts, seen):
             recs = regenerate_chunk(rows, backend, gen, opts, seen_ids=set(seen[k]))
             write_jsonl(_part(Path(parts), k), recs)
 
+
+# %% ../nbs/40_regenerate.ipynb #28a205e1
 def _run_workers(backend, input_path, parts: Path, gen, opts: RegenOptions, meter) -> tuple:
     "Regenerate the missing chunks in `workers` processes (one model each); (chunks resumed, chunks run)."
     import multiprocessing as mp
@@ -1010,6 +1016,8 @@ def _run_workers(backend, input_path, parts: Path, gen, opts: RegenOptions, mete
     _watch(procs, todo, parts, meter)
     return len(seen) - len(todo), len(todo)
 
+
+# %% ../nbs/40_regenerate.ipynb #533d2218
 def _watch(procs, todo, parts, meter):
     "Count the parts as they appear; raise when a worker failed."
     done = set()

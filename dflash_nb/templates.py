@@ -464,6 +464,8 @@ def _check_ok(r: Renderer, msgs, tools, out, s, enable_thinking, method, decode_
     for t in turns: _count(s['turn_methods'], t.method)
     if decode_check and not _decode_ok(r, out, text, turns, s): s['decode_mismatches'] += 1
 
+
+# %% ../nbs/20_templates.ipynb #ea208fa3
 def _check_split(r: Renderer, row, why, s, enable_thinking, method, decode_check) -> list[dict]:
     "Count a row split into one sample per assistant turn: ok with its samples, or failed (see `_split_failure`)."
     msgs, tools = _as_messages(row)
@@ -479,6 +481,8 @@ def _check_split(r: Renderer, row, why, s, enable_thinking, method, decode_check
             s['split_samples'] += 1; _check_ok(r, x['messages'], tools, o, s, enable_thinking, method, decode_check, 'last')
     return []
 
+
+# %% ../nbs/20_templates.ipynb #4662e684
 def mask_check(
     tokenizer,  # a fast tokenizer
     rows,  # canonical rows
