@@ -607,7 +607,7 @@ def load_checkpoint(self: Trainer, path):
     self._load_weights(st['model'], st['optimizer'])
     self.step, self.epoch, self.step_in_epoch = pr['step'], pr['epoch'], pr['step_in_epoch']
     self.seconds, self.plan = pr.get('seconds', 0.0), pr.get('plan')   # a checkpoint from before the clock / the plan: 0, None
-    if pr.get('total_steps', self.total_steps) != self.total_steps: self.set_horizon(pr['total_steps'], pr['warmup_steps'])
+    if (self.plan or {}).get('moves'): self.set_horizon(pr['total_steps'], pr['warmup_steps'])   # only a moved end: a new max_steps holds
     for sc, s in zip(self.scheds, _as_list(st['scheduler']), strict=True): sc.load_state_dict(s)
     self.metrics.load(st)
     _set_rng_state(st['rng'])

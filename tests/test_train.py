@@ -410,11 +410,11 @@ def test_budget_plan_resumes_exactly(tmp_path):
         emb, head = tiny_head()
         t = Trainer(tiny_drafter(), emb, head, Rows(), tc, out_dir=out, log=lambda m: None)
         t.resume()
-        if plan: t.plan = {'fits': 30}; t.set_horizon(30, 16)
+        if plan: t.plan = {'fits': 30, 'moves': 1}; t.set_horizon(30, 16)
         return t, t.fit(resume=False, stop_after=stop_after)
     a, ra = run(tmp_path / 'a')
     assert (ra['steps'], ra['total_steps'], ra['stopped'], a.scheds[0].get_last_lr()[0]) == (30, 30, 'done', 0.0)
     run(tmp_path / 'b', stop_after=12)                      # killed at step 12: the last checkpoint is step 10
     b, rb = run(tmp_path / 'b', plan=False)                # resumed: the horizon comes from the checkpoint alone
-    assert (rb['steps'], rb['total_steps'], b.plan) == (30, 30, {'fits': 30})
+    assert (rb['steps'], rb['total_steps'], b.plan) == (30, 30, {'fits': 30, 'moves': 1})
     assert _weights_equal(a.model, b.model)
