@@ -16,6 +16,7 @@ from .core import (Quarantine, Stage, check_target_layer_ids, expand_path, file_
                             get_device, iter_jsonl, obj_hash, progress, prompt_set_name, read_json,
                             read_prompt_file, seed_everything, setup_logging, write_json, write_jsonl,
                             write_text)
+from .precision import PROBE_FILE, choose_dtype, record_precision
 from .formats import EVAL_SETS
 from .drafter import DFlashDrafter, DraftCache, draft_block, load_drafter
 from .models import decoder_layers, load_target, resolve_target, target_fingerprint, text_config
@@ -1196,7 +1197,7 @@ def open_drafter(path, device='cpu', dtype=torch.float32):
         raise ValueError(f'{p}: not a readable DFlash drafter folder ({type(e).__name__}: {why})') from None
 
 # %% ../nbs/90_evaluate.ipynb #89dfe274
-def load_pair(drafter_dir, spec: str, device: str = 'auto', dtype=None) -> tuple:
+def load_pair(drafter_dir, spec: str, device: str = 'auto', dtype='auto') -> tuple:
     "`(model, tokenizer, drafter)`: the drafter checked to fit the target, moved to its device and dtype."
     from transformers import AutoConfig             # transformers on first use (see the imports)
     dr = open_drafter(drafter_dir)
@@ -1502,8 +1503,11 @@ def evaluate_stage(stage: Stage) -> dict:
     P, slog = stage.params, setup_logging(stage.dir)
     drafter, inputs = _stage_inputs(stage)
     init_seed, extra = _train_facts(stage.run_dir / '80_train', P['seed'])
+    s, dev = from_declared(EvalSettings, P, init_seed=init_seed), get_device(P['device'])
+    s.dtype = choose_dtype(s.dtype, dev, stage.run_dir / PROBE_FILE)
+    record_precision(stage, dev, slog.info, compute=s.dtype)
     with stage.timer('evaluate'):
-        ev = evaluate_drafter(drafter, from_declared(EvalSettings, P, init_seed=init_seed), target=P['target'],
+        ev = evaluate_drafter(drafter, s, target=P['target'],
                               prompt_sets=P['prompt_sets'], out_dir=stage.dir, resume=True, extra=extra,
                               log=slog.info, **inputs)
     finish_evaluate_stage(stage, ev)

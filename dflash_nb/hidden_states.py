@@ -11,6 +11,7 @@ from pathlib import Path
 from .core import (Quarantine, check_target_layer_ids, default_target_layer_ids, get_device, obj_hash, read_json, seed_everything, setup_logging, to_aux_layer_ids, write_json)
 from .core import progress as progress_bar
 from .params import add_declared_options, check_fields, declared, from_declared
+from .precision import PROBE_FILE, choose_dtype, record_precision
 from .models import load_target, text_config
 from .features import FeatureStore, target_outputs
 
@@ -481,10 +482,9 @@ def _load_dataset(dataset):
 
 def _load_model(target, opts: ExtractOptions, local: int, world_size: int):
     "The target on this rank's device (`opts.device`; `cuda:local` under torchrun) in `opts.dtype`."
-    import torch
     dev = get_device(opts.device)
     if dev == 'cuda' and world_size > 1: dev = f'cuda:{local}'
-    model, _ = load_target(target, device=dev, dtype=None if opts.dtype in (None, 'auto') else getattr(torch, opts.dtype))
+    model, _ = load_target(target, device=dev, dtype=opts.dtype)   # auto: measured (precision.choose_dtype)
     return model
 
 def _estimate(plan: dict, ids: list, cfg, opts: ExtractOptions, out_dir) -> dict:
@@ -647,8 +647,10 @@ def hidden_states_stage(
     log = setup_logging(stage.dir)
     stage.input(dataset_dir)
     feat_dir = stage.path('features')
-    with stage.timer('extract'):
-        res = extract_to_disk(dataset_dir, p['target'], feat_dir, from_declared(ExtractOptions, p), rank=0, world_size=1)
+    opts, dev = from_declared(ExtractOptions, p), get_device(p['device'])
+    opts.dtype = choose_dtype(opts.dtype, dev, stage.run_dir / PROBE_FILE)
+    record_precision(stage, dev, log.info, compute=opts.dtype)
+    with stage.timer('extract'): res = extract_to_disk(dataset_dir, p['target'], feat_dir, opts, rank=0, world_size=1)
     stats = read_json(feat_dir / 'stats.json')
     plot_layer_norms(stats, stage.path('norms.png'))
     _finish(stage, res, stats, log)

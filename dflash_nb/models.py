@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib, os, shutil, subprocess, sys, time, zipfile
 from pathlib import Path
 
+from .precision import choose_dtype
 from .core import expand_path, obj_hash, atomic_dir, cache_dir, get_device, write_json
 
 # %% auto #0
@@ -218,8 +219,7 @@ def load_target(spec: str, device: str | None = 'cpu', dtype=None, trust_remote_
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = resolve_target(spec)
     device = get_device(device)
-    if dtype is None: dtype = torch.bfloat16 if device.startswith('cuda') else torch.float32
-    if isinstance(dtype, str): dtype = getattr(torch, dtype)
+    if not isinstance(dtype, torch.dtype): dtype = getattr(torch, choose_dtype(dtype, device))   # None/auto: measured
     tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code).to(device).eval()
     return model, tok

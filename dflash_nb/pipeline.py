@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_pipeline.ipynb #0b1f41b4
 from __future__ import annotations
-import argparse, contextlib, json, os, re, tempfile, threading, time
+import argparse, contextlib, json, math, os, re, tempfile, threading, time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -19,7 +19,8 @@ from .params import StageSpec, check_stage_params, discover_stages, find_stage, 
 __all__ = ['NON_STAGE_SECTIONS', 'RUN_ONLY', 'SKIP_TAG', 'BUSY_CORES', 'check_config', 'add_config_args', 'demo_values',
            'stage_status', 'chain_status', 'stage_view', 'record_header', 'run_config_params', 'adopt_params',
            'begin_hand_run', 'finish_hand_run', 'ipc_kernel_manager', 'LogTail', 'ChainError', 'execute_stage',
-           'select_stages', 'run_chain', 'smoke_run_dir', 'prepare_upstream', 'open_stage', 'make_stage_notebook']
+           'select_stages', 'busy_threads', 'run_chain', 'smoke_run_dir', 'prepare_upstream', 'open_stage',
+           'make_stage_notebook']
 
 # %% ../nbs/02_pipeline.ipynb #78d18dc8
 NON_STAGE_SECTIONS = ('run', 'plan')   # `plan`: assumptions for `dflash-nb plan` (see 95_plan)
@@ -241,8 +242,8 @@ def poll(self: LogTail):
 
 # %% ../nbs/02_pipeline.ipynb #c0e22539
 @contextlib.contextmanager
-def _stage_env(out_dir: Path):
-    env = {'IN_TEST': '1', STAGE_LOG_ENV: str(out_dir / 'log.txt')}
+def _stage_env(out_dir: Path, threads: int | None = None):
+    env = {'IN_TEST': '1', STAGE_LOG_ENV: str(out_dir / 'log.txt'), **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
     saved = {k: os.environ.get(k) for k in env}; os.environ.update(env)
     try: yield
     finally:
@@ -278,7 +279,7 @@ def _add_header(out_nb: Path, text: str):
 
 # %% ../nbs/02_pipeline.ipynb #e30fefef
 def execute_stage(stage: StageSpec, run_dir, params: dict, progress: bool = True, log_output: bool = False,
-                  kernel_name: str = 'python3', echo=print) -> Path:
+                  kernel_name: str = 'python3', echo=print, threads: int | None = None) -> Path:
     """Execute the stage view of one stage notebook with papermill into its stage folder; returns the executed
     notebook (headed by `record_header`). With `progress` (and not `log_output`), its `log.txt` lines are echoed."""
     import nbformat
@@ -288,7 +289,7 @@ def execute_stage(stage: StageSpec, run_dir, params: dict, progress: bool = True
     nbformat.write(stage_view(stage.path), str(view))
     tail = LogTail(out_dir / 'log.txt', echo, f'  {stage.name} | ') if progress and not log_output else contextlib.nullcontext()
     try:
-        with _stage_env(out_dir), tail: _papermill(view, out_nb, stage, {**params, 'run_dir': str(run_dir)}, log_output, kernel_name)
+        with _stage_env(out_dir, threads), tail: _papermill(view, out_nb, stage, {**params, 'run_dir': str(run_dir)}, log_output, kernel_name)
     finally: view.unlink(missing_ok=True)
     if read_manifest(out_dir) is None:
         raise ChainError(f'stage {stage.name} ran but wrote no manifest.json; executed notebook: {out_nb}')
@@ -332,20 +333,30 @@ def _quarantined(stage_dir: Path) -> str:
 
 BUSY_CORES = 0.5   # cores other processes keep busy as a stage starts that make its timings loaded (`core.busy_cores`)
 
-def _busy_note(st, echo) -> float | None:
-    "The cores other processes keep busy as `st` starts, said when they would share its cores."
-    busy = busy_cores()
+def busy_threads(busy: float | None, cores: int | None = None) -> int | None:
+    "The intra-op threads for a stage when other processes keep `busy` cores busy: one per free core; None when free."
+    if busy is None or busy < BUSY_CORES: return None
+    return max(1, (cores or os.cpu_count() or 1) - math.ceil(busy - BUSY_CORES))
+
+def _busy_note(st, echo) -> tuple:
+    "`(busy cores, threads)` as `st` starts: said, with the threads it takes, when others would share its cores."
+    busy = busy_cores(); threads = None if os.environ.get('OMP_NUM_THREADS') else busy_threads(busy)
     if busy is not None and busy >= BUSY_CORES:
-        echo(f'{st.name}: other processes keep {busy:.1f} of {os.cpu_count()} cores busy: its timings are loaded, and '
-             'threads that share a core wait for it (one thread per job is faster on a shared machine)')
-    return busy
+        echo(f'{st.name}: other processes keep {busy:.1f} of {os.cpu_count()} cores busy: its timings are loaded'
+             + (f'; it takes {threads} thread(s), one per free core (threads that share a core wait for each other)' if threads else ''))
+    return busy, threads
 
 def _run_one(st, run_dir, params, summary, echo, **kw) -> dict:
-    busy, t = _busy_note(st, echo), time.time()
-    try: nb = execute_stage(st, run_dir, params, echo=echo, **kw)
+    (busy, threads), t = _busy_note(st, echo), time.time()
+    try: nb = execute_stage(st, run_dir, params, echo=echo, threads=threads, **kw)
     except ChainError:
         summary['stages'].append({'stage': st.name, 'status': 'failed', 'seconds': round(time.time() - t, 2), 'busy_cores': busy}); raise
-    return {'stage': st.name, 'status': 'ran', 'seconds': round(time.time() - t, 2), 'busy_cores': busy, 'notebook': str(nb)}
+    return {'stage': st.name, 'status': 'ran', 'seconds': round(time.time() - t, 2), 'busy_cores': busy, 'threads': threads, 'notebook': str(nb)}
+
+# %% ../nbs/02_pipeline.ipynb #0677ba1c
+def _alerts(run_dir, summary: dict) -> list[str]:
+    "The `alerts` of the manifests of the stages in `summary` (ran or skipped): what they did less of than asked."
+    return [a for s in summary['stages'] for a in (read_manifest(Path(run_dir) / s['stage']) or {}).get('alerts', [])]
 
 # %% ../nbs/02_pipeline.ipynb #b7d7158c
 def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None = None, only: str | None = None,
@@ -374,7 +385,8 @@ def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None =
         echo(f'[{i}/{len(todo)}] {st.name}: done in {summary["stages"][-1]["seconds"]:.1f}s' + _quarantined(run_dir / st.name))
     summary['seconds'] = round(time.time() - t0, 2)
     if record: write_json(run_dir / 'run.json', {**summary, 'status': 'ok'})
-    echo(f'run {cfg["run"]["name"]}: ' + ', '.join(f"{s['stage']} {s['status']}" for s in summary['stages']) + f' ({summary["seconds"]:.1f}s)')
+    echo(f'run {cfg["run"]["name"]}: ' + ', '.join(f"{s['stage']} {s['status']}" for s in summary['stages']) +
+         f' ({summary["seconds"]:.1f}s)' + ''.join(f'; WARNING: {a}' for a in _alerts(run_dir, summary)))
     return summary
 
 # %% ../nbs/02_pipeline.ipynb #a166ac3a

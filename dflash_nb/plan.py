@@ -7,24 +7,30 @@ from __future__ import annotations
 import copy, math, os, shutil, socket
 from pathlib import Path
 
+from . import precision
 from .core import (ConfigError, check_target_layer_ids, default_target_layer_ids, expand_path,
-                            Quarantine, find_config, load_config, read_json, write_json)
+                            Quarantine, find_config, get_device, load_config, read_json, write_json)
 from .pipeline import add_config_args, check_config, demo_values, discover_stages
 from .schema import DEFAULT_REPAIRS
 from .params import from_declared
 from .sources import NORMALIZERS, MixOptions, allocate, build_mix, get_source
 from .models import resolve_target, text_config
+from .precision import amp_dtype, choose_dtype, probe, resolve_optimizer
 
 # %% auto #0
-__all__ = ['PLAN_DEFAULTS', 'PLAN_FILES', 'GPU_KINDS', 'MEM_DEFAULTS', 'GATED_HOWTO', 'INTERLEAVED', 'complete_config',
-           'hub_offline', 'load_target_config', 'target_dims', 'check_row', 'source_checks', 'feature_layer_ids',
-           'layer_checks', 'mask_checks', 'shape_checks', 'regen_checks', 'template_checks', 'validate',
-           'plan_assumptions', 'row_tokens', 'source_rows', 'mix_warnings', 'local_rows', 'mix_estimate', 'mix_checks',
-           'drafter_params', 'stage_costs', 'feasibility_warnings', 'fmt_bytes', 'demo_settings', 'repair_warnings',
-           'estimate', 'usable_bytes', 'target_token_bytes', 'regen_memory', 'extract_memory', 'drafter_token_bytes',
-           'train_memory', 'separate_split', 'train_settings', 'train_fit', 'recommend_train', 'recommend_regen',
-           'train_setting', 'seq_len', 'format_recommendation', 'memory_plan', 'format_memory', 'make_plan',
-           'format_plan', 'register_cli']
+__all__ = ['PLAN_DEFAULTS', 'PLAN_FILES', 'GPU_KINDS', 'MEM_DEFAULTS', 'GATED_HOWTO', 'INTERLEAVED', 'PRECISION_KEYS',
+           'EFFICIENCY', 'OVERHEAD_S', 'TOKENIZE_PER_S', 'EVAL_COST', 'EVAL_CONTROLS', 'GPU_UTIL', 'BUSY',
+           'complete_config', 'hub_offline', 'load_target_config', 'target_dims', 'check_row', 'source_checks',
+           'feature_layer_ids', 'layer_checks', 'mask_checks', 'shape_checks', 'regen_checks', 'template_checks',
+           'validate', 'plan_assumptions', 'row_tokens', 'source_rows', 'mix_warnings', 'local_rows', 'mix_estimate',
+           'mix_checks', 'drafter_params', 'stage_costs', 'feasibility_warnings', 'fmt_bytes', 'demo_settings',
+           'repair_warnings', 'estimate', 'usable_bytes', 'target_token_bytes', 'regen_memory', 'extract_memory',
+           'drafter_token_bytes', 'train_memory', 'separate_split', 'train_settings', 'train_fit', 'recommend_train',
+           'recommend_regen', 'train_setting', 'seq_len', 'format_recommendation', 'memory_plan', 'format_memory',
+           'computing_stages', 'run_device', 'machine_probe', 'stage_precision', 'precision_warnings', 'stage_rate',
+           'train_steps', 'drafter_matrices', 'newton_schulz_flops', 'train_step_flops', 'eval_tokens',
+           'predict_minutes', 'busy', 'machine_plan', 'machine_line', 'cached_probe', 'make_plan', 'format_plan',
+           'register_cli']
 
 # %% ../nbs/95_plan.ipynb #a742cd59
 def complete_config(cfg: dict,  # a run config (`core.load_config`), sections partial or complete
@@ -503,7 +509,7 @@ def estimate(cfg: dict,                     # a complete run config
            ('answer', 'answer_tokens'), ('tokens', 'tokens'), ('supervised', 'supervised'))}
     stages = stage_costs(cfg, dims, P, tot)
     total_gh = sum(v.get('gpu_hours', 0) for v in stages.values())
-    return {'assumptions': P, 'rows': tot['rows'], 'per_source': per, 'tokens': tot['tokens'],
+    return {'assumptions': P, 'rows': tot['rows'], 'per_source': per, 'tokens': tot['tokens'], 'totals': tot,
             'supervised_tokens': tot['supervised'], 'stages': stages, 'gpu_hours_total': total_gh,
             'wall_hours_on_cluster': total_gh / max(1, int(P['num_gpus'])),
             'warnings': warn + feasibility_warnings(cfg, stages, tot, free_disk) + repair_warnings(cfg)
@@ -827,6 +833,320 @@ def format_memory(mem: dict,  # `memory_plan`'s result
                          f"{format_recommendation(name, st['recommend'].get(k))}")
     return '\n'.join(lines)
 
+# %% ../nbs/95_plan.ipynb #f1f34781
+PRECISION_KEYS = {'40_regenerate': 'regenerate.dtype', '60_hidden_states': 'hidden_states.dtype',
+                  '80_train': 'train.amp', '90_evaluate': 'evaluate.dtype'}   # the setting naming each stage's dtype
+
+def computing_stages(cfg: dict,      # a complete run config
+                    ) -> list[str]:  # stage names, in chain order
+    "The stages that run a model here: regeneration unless over http, extraction unless skipped, training, evaluation."
+    skip = set(cfg['run'].get('skip') or [])
+    elsewhere = {'40_regenerate': cfg['regenerate']['backend'] == 'http',
+                 '60_hidden_states': cfg['train']['source'] == 'online'}   # online: the target runs inside training
+    return [s for s, key in PRECISION_KEYS.items() if key.split('.')[0] not in skip and not elsewhere.get(s)]
+
+# %% ../nbs/95_plan.ipynb #8ae7ac3d
+def run_device(cfg: dict,                  # a complete run config
+               device: str | None = None,  # this device instead of `run.device`
+              ) -> tuple[str | None, str | None]:  # (device, None), or (None, why it is not here)
+    "The device the run computes on, resolved here as the chain resolves it (`core.get_device`), or why it cannot be."
+    try: return get_device(device or cfg['run'].get('device')), None
+    except (RuntimeError, ValueError) as e: return None, f'{e}: the dtypes and minutes are decided where the run runs'
+
+def machine_probe(cfg: dict,                         # a complete run config
+                  device: str | None = None,         # this device instead of `run.device`
+                  probe_result: dict | None = None,  # this probe (`precision.probe`'s dict) instead of measuring
+                 ) -> tuple:                         # (device, probe, None), or (None, None, why not)
+    "The run's device and its probe: `probe_result` (on its own device), else measured here (`precision.probe`)."
+    if probe_result is not None: return probe_result['machine'].get('device', 'cpu'), probe_result, None
+    dev, why = run_device(cfg, device)
+    return (dev, probe(dev), None) if dev else (None, None, why)
+
+# %% ../nbs/95_plan.ipynb #0513d924
+def _decide(stage: str, want, device: str, p: dict) -> str:
+    "The compute dtype `stage` takes for its setting `want` on `device`, decided on the probe `p` (warned in the plan, not a log)."
+    if stage == '80_train': return amp_dtype(want, device, probe_result=p, warn=False) or 'float32'
+    return choose_dtype(want, device, probe_result=p, warn=False)
+
+def _speed(p: dict, dtype: str) -> str:
+    return f"{dtype} runs at {p['ratio'][dtype]:g}x float32 here ({'native' if p['native'][dtype] else 'emulated'})"
+
+def _optimizer(name: str, device: str, p: dict) -> dict:
+    "{optimizer[, newton_schulz]}: `auto` resolved as the trainer resolves it (`precision.resolve_optimizer`), and Muon's Newton-Schulz dtype."
+    ns, opt = _decide('muon', 'auto', device, p), resolve_optimizer(name, device, p)
+    return {'optimizer': opt, **({'newton_schulz': ns} if opt == 'muon' else {})}
+
+def _why(want, got: str, p: dict) -> str:
+    "Why the stage computes in `got`: the setting, and what the probe measured."
+    if want in (None, 'auto'): return f"auto: {_speed(p, 'bfloat16')}"
+    if want == 'none': return 'amp none: float32'
+    return f'set to {want}' + (f': {_speed(p, got)}' if got != 'float32' else '')
+
+# %% ../nbs/95_plan.ipynb #27092cc9
+def stage_precision(cfg: dict,                         # a complete run config
+                    device: str | None = None,         # this device instead of `run.device`
+                    probe_result: dict | None = None,  # this probe instead of measuring
+                   ) -> dict:                          # {stage: {dtype, key, why[, optimizer, newton_schulz, warning]}}
+    "The dtype each computing stage will use on this machine and why; a warning where the config forces an emulated one."
+    dev, p, why = machine_probe(cfg, device, probe_result)
+    out = {}
+    for s in computing_stages(cfg):
+        key = PRECISION_KEYS[s]
+        sec, k = key.split('.')
+        if p is None:
+            out[s] = {'dtype': None, 'key': key, 'why': why}
+            continue
+        got = _decide(s, cfg[sec][k], dev, p)   # (a dtype precision does not know: the config's check refused it)
+        out[s] = {'dtype': got, 'key': key, 'why': _why(cfg[sec][k], got, p)}
+        if not p['native'][got]:
+            out[s]['warning'] = (f"{s}: {key}={cfg[sec][k]} computes in {got}, which this machine emulates "
+                                 f"({p['ratio'][got]:g}x float32's rate, measured): set {key}: auto")
+    if p is not None and '80_train' in out:
+        out['80_train'].update(_optimizer(cfg['train']['optimizer'], dev, p))
+    return out
+
+def precision_warnings(prec: dict,     # `stage_precision`'s result
+                      ) -> list[str]:  # its warnings
+    "The warnings of `stage_precision`'s result, for the plan's list."
+    return [v['warning'] for v in prec.values() if v.get('warning')]
+
+# %% ../nbs/95_plan.ipynb #9f7aa6d7
+EFFICIENCY = {        # a stage's achieved GFLOP/s over the probe's (in its dtype, on its share of the probe's threads)
+    'prefill': 0.91,     # 60_hidden_states: the idle demo here, 264.7 tokens/s in float32
+    'regenerate': 0.72,  # 40_regenerate: the idle demo here, 2,263 prompt + new tokens in 21.6 s on 1 of 2 threads
+    'train': 1.39,       # 80_train: the quality run's steps/s over its features' rate, times 'prefill' (1.14 then)
+    'decode': 0.040,     # 90_evaluate: the idle demo here, 1,143 plain-decoding tokens in 97.7 s
+}
+OVERHEAD_S = {'01_targets': 14.1, '10_sources': 4.7, '20_templates': 7.9, '30_convert': 1.4, '40_regenerate': 10.5,
+              '50_tokenization': 11.1, '60_hidden_states': 7.6, '80_train': 13.5, '90_evaluate': 7.1}   # seconds: the idle demo
+TOKENIZE_PER_S = 100_000   # 50_tokenization: the quality run's 1.09M tokens in 10.9 s
+
+# %% ../nbs/95_plan.ipynb #1820fb4d
+EVAL_COST = {'plain': 1.0, 'trained': 1.49, 'untrained': 2.38, 'zeroed': 2.08, 'served_late': 1.71,
+             'prompt_lookup': 0.99, 'trained+lookup': 1.20}   # time per token over plain decoding's (the quality run)
+EVAL_CONTROLS = ('untrained', 'zeroed', 'served_late')   # `evaluate.CONTROLS`: on the first `control_prompts` only
+
+# %% ../nbs/95_plan.ipynb #6d85a33f
+GPU_UTIL = {'regenerate': 'util_generation', 'prefill': 'util_prefill', 'train': 'util_training'}   # `plan` keys
+
+def stage_rate(p: dict,                 # `precision.probe`'s result on the run's device
+               dtype: str,              # the stage's compute dtype
+               kind: str,               # a key of `EFFICIENCY`
+               P: dict | None = None,   # `plan_assumptions` (a GPU's utilizations)
+               share: float = 1.0,      # the stage's share of the probe's CPU threads
+              ) -> tuple[float | None, str]:  # (GFLOP/s or None, what it rests on)
+    "GFLOP/s of `kind` work in `dtype` here: the probe's × a calibrated efficiency (CPU), or a GPU's peak × utilization."
+    m = p['machine']
+    if dtype not in p['gflops']: return None, f'no rate for dtype {dtype!r}'
+    if not str(m.get('device', 'cpu')).startswith('cuda'):
+        r, part = p['gflops'][dtype] * EFFICIENCY[kind] * share, f' x {share:g} of its threads' if share < 1 else ''
+        return r, f"probe {p['gflops'][dtype]:g} GFLOP/s in {dtype} x {EFFICIENCY[kind]} ({kind}){part}"
+    gpu = next((k for k in GPU_KINDS if k in str(m.get('name'))), None)
+    util = {**PLAN_DEFAULTS, **(P or {})}.get(GPU_UTIL.get(kind))
+    if gpu is None or util is None:
+        return None, f"no measured rate for {kind} work on {m.get('name')} (GPU_KINDS, the plan's utilizations)"
+    slow = min(1.0, p['gflops'][dtype] / p['gflops']['bfloat16'])
+    how = f"{gpu} bf16 peak {GPU_KINDS[gpu]['bf16_tflops']:g} TFLOP/s x utilization {util}"
+    return GPU_KINDS[gpu]['bf16_tflops'] * 1e3 * util * slow, how + (f' x {slow:.3g} ({dtype})' if slow < 1 else '')
+
+# %% ../nbs/95_plan.ipynb #38db6266
+def train_steps(train: dict,  # the complete `train` section
+                rows: int,    # training rows (after `hidden_states.max_samples`)
+               ) -> int:      # optimizer steps the loop plans
+    "Steps the training plans: `epochs` × batches of `batch_size × grad_accum` rows, at most `max_steps`."
+    total = math.ceil(rows / max(1, train['batch_size'] * train['grad_accum'])) * train['epochs']
+    return min(total, train['max_steps']) if train['max_steps'] else total
+
+# %% ../nbs/95_plan.ipynb #9431e378
+def drafter_matrices(dims: dict,   # `target_dims` of the target
+                     train: dict,  # `num_hidden_layers`, `num_feature_layers` of the drafter
+                    ) -> list[tuple[int, int]]:  # (out, in) of each matrix Muon updates
+    "The drafter's weight matrices: each layer's q, k, v, o, gate, up and down projections, and the fc over the features."
+    H, I = dims['hidden_size'], dims['intermediate_size']
+    q, kv = dims['num_attention_heads'] * dims['head_dim'], dims['num_key_value_heads'] * dims['head_dim']
+    layer = [(q, H), (kv, H), (kv, H), (H, q), (I, H), (I, H), (H, I)]
+    return layer * train['num_hidden_layers'] + [(H, train['num_feature_layers'] * H)]
+
+def newton_schulz_flops(dims: dict,   # `target_dims` of the target
+                        train: dict,  # the drafter's layers and features, `ns_steps`
+                       ) -> float:    # FLOPs of one optimizer step's orthogonalizations
+    "Muon's Newton-Schulz FLOPs per step: `ns_steps × (4m²n + 2m³)` for each m × n drafter matrix (m ≤ n)."
+    return float(sum(train['ns_steps'] * (4 * min(a, b) ** 2 * max(a, b) + 2 * min(a, b) ** 3)
+                     for a, b in drafter_matrices(dims, train)))
+
+# %% ../nbs/95_plan.ipynb #74b07d43
+def train_step_flops(cfg: dict,   # a complete run config
+                     dims: dict,  # `target_dims` of the target
+                     seq: float,  # mean tokens per training row
+                    ) -> dict:    # {part: FLOPs of one optimizer step}
+    "One training step's FLOPs: drafter, LM-head logits at the supervised slots, Newton-Schulz (muon), target (online)."
+    tr = cfg['train']
+    rows, B = tr['batch_size'] * tr['grad_accum'], tr['block_size']
+    slots = min(tr['loss_slots'] or B - 1, B - 1)
+    out = {'drafter': 6 * drafter_params(dims, tr) * rows * (min(tr['num_anchors'] * B, seq * B) + seq),
+           'lm_head': 4 * dims['hidden_size'] * dims['vocab_size'] * rows * min(tr['num_anchors'], seq) * slots,
+           'newton_schulz': newton_schulz_flops(dims, tr) if tr['optimizer'] == 'muon' else 0.0}
+    if tr['source'] == 'online': out['target'] = 2 * dims['params_estimate'] * rows * seq
+    return out
+
+# %% ../nbs/95_plan.ipynb #faa51b30
+def eval_tokens(ev: dict,   # the complete `evaluate` section
+               ) -> float:  # tokens, counted in plain decoding's time per token
+    "What `90_evaluate` decodes, in plain-decoding tokens: each set's prompts plainly and by each variant, plus warm-ups."
+    n, sets = ev['max_prompts'], list(ev['prompt_sets']) + list(ev['prompt_files'])
+    ctl = n if ev.get('control_prompts') is None else min(n, ev['control_prompts'])
+    drafters = list(ev.get('control_drafters') or {})
+    names = list(ev['variants']) + drafters + (['ddtree'] if ev.get('ddtree_budget') else [])
+    few = set(EVAL_CONTROLS) | set(drafters)
+    per = (n + 1) + sum(((ctl if v in few else n) + 1) * EVAL_COST.get(v, EVAL_COST['untrained']) for v in names)
+    return sum(per * (ev['mt_bench_turns'] if s == 'mt_bench' else 1) for s in sets) * ev['max_new_tokens']
+
+# %% ../nbs/95_plan.ipynb #2dc59f81
+def _timed(stage: str, flops: float, rate: float | None, how: str, note: str = '') -> dict:
+    "`flops` at `rate` GFLOP/s plus the stage's overhead, in minutes; None (and why) without a rate."
+    if rate is None: return {'minutes': None, 'why': how}
+    why = f'{flops / 1e12:,.3g} TFLOP at {rate:,.3g} GFLOP/s ({how}) + {OVERHEAD_S[stage]:g} s{note}'
+    return {'minutes': (flops / (rate * 1e9) + OVERHEAD_S[stage]) / 60, 'gflop': flops / 1e9, 'gflops': rate, 'why': why}
+
+def _share(p: dict, threads) -> float:
+    "The share of the probe's threads that `threads` (None: all) is."
+    have = p['machine'].get('threads') or 1
+    return min(1.0, (threads or have) / have)
+
+def _regen_minutes(cfg: dict, tot: dict, dims: dict, p: dict, dtype: str, P: dict) -> dict:
+    rg = cfg['regenerate']
+    if rg['backend'] == 'http': return {'minutes': None, 'why': 'http backend: a server on another machine generates'}
+    S, n, sm = rg['synthesize'] or 0, rg['samples'], rg['synthesize_max_tokens']
+    ans = min(P['tokens_per_row']['general'][1], rg['max_new_tokens'])
+    tokens = (tot['prompt'] + tot['answer']) * n + S * sm + S * (sm + ans) * n   # the mix; prompts written, answered
+    threads = rg['threads'] * (rg['workers'] or 1) if rg['threads'] else None
+    rate, how = stage_rate(p, dtype, 'regenerate', P, _share(p, threads))
+    note = '' if rg['select'] == 'all' else f"; select {rg['select']}: every row counted, an upper bound"
+    return _timed('40_regenerate', 2 * dims['params_estimate'] * tokens, rate, how, note)
+
+# %% ../nbs/95_plan.ipynb #a72fc01a
+def _extract_minutes(cfg: dict, tot: dict, dims: dict, p: dict, dtype: str, P: dict) -> dict:
+    hs, n = cfg['hidden_states'], cfg['regenerate']['samples']
+    rows = tot['rows'] * n
+    keep = min(1.0, hs['max_samples'] / rows) if hs['max_samples'] and rows else 1.0
+    rate, how = stage_rate(p, dtype, 'prefill', P)
+    return _timed('60_hidden_states', 2 * dims['params_estimate'] * tot['tokens'] * n * keep, rate, how)
+
+def _eval_minutes(cfg: dict, dims: dict, p: dict, dtype: str, P: dict) -> dict:
+    toks = eval_tokens(cfg['evaluate'])
+    rate, how = stage_rate(p, dtype, 'decode', P)
+    return _timed('90_evaluate', 2 * dims['params_estimate'] * toks, rate, how, f'; {toks:,.0f} plain-decoding tokens')
+
+# %% ../nbs/95_plan.ipynb #366bc4ce
+def _train_minutes(cfg: dict, tot: dict, dims: dict, p: dict, prec: dict, P: dict) -> dict:
+    tr = {**cfg['train'], 'optimizer': prec.get('optimizer', cfg['train']['optimizer'])}   # auto resolved
+    rows, cap_rows = tot['rows'] * cfg['regenerate']['samples'], cfg['hidden_states']['max_samples']
+    if tr['source'] == 'offline' and cap_rows: rows = min(rows, cap_rows)
+    steps = train_steps(tr, rows)
+    parts = train_step_flops({**cfg, 'train': tr}, dims, tot['tokens'] / max(tot['rows'], 1))
+    amp, ns = prec['dtype'], prec.get('newton_schulz') or prec['dtype']
+    kinds = {'drafter': ('train', amp), 'lm_head': ('train', amp), 'newton_schulz': ('train', ns),
+             'target': ('prefill', amp)}
+    rates = {k: stage_rate(p, kinds[k][1], kinds[k][0], P) for k in parts if parts[k]}
+    missing = [how for r, how in rates.values() if r is None]
+    if missing: return {'minutes': None, 'why': missing[0]}
+    step_s = sum(parts[k] / (r * 1e9) for k, (r, _) in rates.items())
+    loop, cap = steps * step_s, 60 * tr['max_minutes'] if tr['max_minutes'] else None
+    split = ', '.join(f'{k} {v / 1e9:,.3g}' for k, v in parts.items() if v)
+    how = next(iter(rates.values()))[1] if rates else ''
+    why = f"{steps:,} steps x {step_s:,.3g} s ({split} GFLOP; {how}) + {OVERHEAD_S['80_train']:g} s"
+    if cap is not None and loop > cap:
+        why += f"; max_minutes {tr['max_minutes']:g} caps it: {int(cap / step_s):,} steps fit"
+    minutes = (min(loop, cap or loop) + OVERHEAD_S['80_train']) / 60
+    return {'minutes': minutes, 'steps': steps, 'step_s': step_s, 'why': why}
+
+# %% ../nbs/95_plan.ipynb #c8bc8e64
+def _is_local(name: str, extra: dict) -> bool:
+    try: return bool(get_source(name, extra).path)
+    except (KeyError, ValueError): return False
+
+def _other_minutes(stage: str, cfg: dict, tot: dict) -> dict:
+    "A stage that runs no model: its measured fixed time (and tokenization's tokens); a hub download is not modeled."
+    src = cfg['sources']
+    hub = [s for s in src['sources'] if not _is_local(s, src['extra_sources'])] if stage == '10_sources' else []
+    if hub: return {'minutes': None, 'why': f"downloads {len(hub)} source(s) from the hub ({', '.join(hub[:3])}): not timed"}
+    tokens = tot['tokens'] * cfg['regenerate']['samples'] if stage == '50_tokenization' else 0
+    why = f'{OVERHEAD_S[stage]:g} s measured' + (f' + {tokens:,} tokens at {TOKENIZE_PER_S:,}/s' if tokens else '')
+    return {'minutes': (OVERHEAD_S[stage] + tokens / TOKENIZE_PER_S) / 60, 'why': why}
+
+# %% ../nbs/95_plan.ipynb #5fa95ea4
+def _stage_minutes(name: str, cfg: dict, tot: dict, dims: dict, p: dict, prec: dict, P: dict) -> dict:
+    dt = (prec.get(name) or {}).get('dtype')
+    if name == '40_regenerate': return _regen_minutes(cfg, tot, dims, p, dt, P)
+    if name == '60_hidden_states': return _extract_minutes(cfg, tot, dims, p, dt, P)
+    if name == '80_train': return _train_minutes(cfg, tot, dims, p, prec[name], P)
+    if name == '90_evaluate': return _eval_minutes(cfg, dims, p, dt, P)
+    return _other_minutes(name, cfg, tot)
+
+def predict_minutes(cfg: dict,                         # a complete run config (`num_feature_layers` set, as by `make_plan`)
+                    tot: dict,                         # the mix's totals: rows, prompt, answer, tokens (`estimate`'s)
+                    dims: dict,                        # `target_dims` of the target
+                    device: str | None = None,         # this device instead of `run.device`
+                    probe_result: dict | None = None,  # this probe instead of measuring
+                   ) -> dict:                          # {'stages': {stage: {minutes, why, ...}}, 'total', 'unmodeled'}
+    "Each stage's minutes on this machine: its FLOPs at the probe's rate in its dtype × a calibrated efficiency, + overhead."
+    dev, p, why = machine_probe(cfg, device, probe_result)
+    skip, P = set(cfg['run'].get('skip') or []), plan_assumptions(cfg.get('plan'))
+    prec = stage_precision(cfg, dev, p) if p else {}
+    out = {}
+    for name in sorted(OVERHEAD_S):
+        off = name.split('_', 1)[1] in skip or (name == '60_hidden_states' and cfg['train']['source'] == 'online')
+        out[name] = ({'minutes': 0.0, 'why': 'skipped'} if off else {'minutes': None, 'why': why} if p is None
+                     else _stage_minutes(name, cfg, tot, dims, p, prec, P))
+    known = [v['minutes'] for v in out.values() if v['minutes'] is not None]
+    return {'stages': out, 'total': sum(known), 'unmodeled': [k for k, v in out.items() if v['minutes'] is None]}
+
+# %% ../nbs/95_plan.ipynb #1ad82bf4
+BUSY = ('the probe ran on a busy machine (load average {load:g} on {cpus} CPUs): its rates, and the minutes here, are '
+        "a busy machine's; plan again when it is idle")
+
+def busy(threads: int | None = None) -> dict:
+    "This machine's 1-minute load average and CPU count (`os.getloadavg`; load 0 where there is none)."
+    load = getattr(os, 'getloadavg', lambda: (0.0,))()[0]
+    return {'load': round(load, 2), 'cpus': os.cpu_count() or threads or 1}
+
+# %% ../nbs/95_plan.ipynb #4c55f209
+def machine_plan(cfg: dict,                         # a complete run config
+                 dims: dict,                        # `target_dims` of the target
+                 tot: dict,                         # the mix's totals (`estimate`'s `totals`)
+                 device: str | None = None,         # this device instead of `run.device`
+                 probe_result: dict | None = None,  # this probe instead of measuring
+                ) -> dict:                          # {'machine', 'precision', 'minutes', 'warnings'}
+    "The plan's part for this machine: the machine (its probe's GFLOP/s, its load), the stages' dtypes, their minutes."
+    dev, p, _ = machine_probe(cfg, device, probe_result)
+    m = {**p['machine'], 'gflops': p['gflops']} if p else None
+    if m and probe_result is None and not str(dev).startswith('cuda'): m.update(busy(m.get('threads')))
+    prec = stage_precision(cfg, dev, p)
+    warn = precision_warnings(prec) + ([BUSY.format(**m)] if m and m.get('load', 0) > m.get('cpus', 1) / 2 else [])
+    return {'machine': m, 'precision': prec, 'minutes': predict_minutes(cfg, tot, dims, dev, p), 'warnings': warn}
+
+def machine_line(m: dict | None,  # `machine_plan`'s machine
+                ) -> str:         # one line
+    "The machine in words: the CPU's name, flags and threads or the GPU's name, and the probe's rates."
+    if not m: return "the run's device is not on this machine"
+    rates = ', '.join(f'{k} {v:g}' for k, v in (m.get('gflops') or {}).items())
+    what = m['name'] if str(m.get('device')).startswith('cuda') else (
+        f"{m['name']} [{' '.join(m.get('flags') or [])}], {m.get('threads')} threads")
+    load = f"; load average {m['load']:g} on {m['cpus']} CPUs" if 'load' in m else ''
+    return f'{what}; probe GFLOP/s: {rates}{load}'
+
+# %% ../nbs/95_plan.ipynb #a9d59351
+def cached_probe(path,                # a run folder's `precision.json` (or a folder holding one)
+                 device: str = 'cpu',  # the device whose probe is wanted
+                ) -> dict:            # `precision.probe`'s result, read from `path`
+    "This machine's probe as kept in `path` (`precision.probe` with `cache`); a ConfigError when it holds none of it."
+    p = Path(path) / precision.PROBE_FILE if Path(path).is_dir() else Path(path)
+    entries = read_json(p).get('probes', []) if p.exists() else []
+    if not any(e.get('machine') == precision.machine(device) for e in entries):
+        raise ConfigError(f'{p} holds no probe of this machine ({machine_line(precision.machine(device))}): '
+                          'plan without --probe, or with a run folder made here')
+    return probe(device, cache=p)
+
 # %% ../nbs/95_plan.ipynb #ef0bc13e
 def _tokenizer(path, required: bool = False):
     "The tokenizer in folder `path`; None when none is given or (not `required`) the folder is missing."
@@ -842,6 +1162,15 @@ def _target_file(arg, section: dict):
     name = arg or section.get('target_config')
     return find_config(expand_path(name)) if name else None
 
+def _disk_probe(runs_dir, cfg) -> Path:
+    "The existing folder whose free space the runs will use."
+    p = Path(runs_dir or cfg['run'].get('runs_dir') or 'runs')
+    return p if p.exists() else Path('.')
+
+def _kept_probe(probe_file, cfg) -> dict | None:
+    "This machine's probe from `--probe FILE` (`cached_probe`), or None: measure it now."
+    return cached_probe(probe_file, run_device(cfg)[0] or 'cpu') if probe_file else None
+
 # %% ../nbs/95_plan.ipynb #0fafd65c
 def make_plan(config=None,            # a run config: path, shipped name's path, or dict (default: the demo)
               overrides=(),           # `--set` overrides
@@ -850,7 +1179,8 @@ def make_plan(config=None,            # a run config: path, shipped name's path,
               out=None,               # write the plan as JSON here
               echo=print,             # where the tables go
               runs_dir=None,          # where the runs will go (free disk); default run.runs_dir, else ./runs
-             ) -> dict:               # the plan: config, target, checks, estimates, memory, ok
+              probe_file=None,        # plan with this machine's probe kept in a run folder's precision.json
+             ) -> dict:               # the plan: config, target, checks, estimates, memory, machine, precision, minutes, ok
     "Validate and estimate a run config; print the plan; save it as JSON. Raises ConfigError on errors."
     cfg = complete_config(config if isinstance(config, dict) else load_config(config, overrides))
     section = cfg.get('plan') or {}
@@ -861,8 +1191,10 @@ def make_plan(config=None,            # a run config: path, shipped name's path,
     est = estimate(cfg, dims, section, free)
     tok = _tokenizer(tokenizer, required=True) or _tokenizer(section.get('tokenizer'))
     checks = validate(cfg, dims, tok) + mix_checks(est['per_source'], cfg['sources'])
+    here = machine_plan(cfg, dims, est['totals'], probe_result=_kept_probe(probe_file, cfg))
+    est['warnings'] += here.pop('warnings')
     plan = {'config': cfg['run'], 'target': dims, 'checks': checks, 'estimates': est,
-            'memory': memory_plan(cfg, dims, section), 'free_disk_bytes': free,
+            'memory': memory_plan(cfg, dims, section), **here, 'free_disk_bytes': free,
             'ok': all(c['ok'] or c['level'] != 'error' for c in checks)}
     echo(format_plan(plan))
     if out: write_json(out, plan)
@@ -870,11 +1202,6 @@ def make_plan(config=None,            # a run config: path, shipped name's path,
         raise ConfigError('the plan has errors: ' + '; '.join(f"{c['check']}: {c['detail']}" for c in checks
                                                              if not c['ok'] and c['level'] == 'error'))
     return plan
-
-def _disk_probe(runs_dir, cfg) -> Path:
-    "The existing folder whose free space the runs will use."
-    p = Path(runs_dir or cfg['run'].get('runs_dir') or 'runs')
-    return p if p.exists() else Path('.')
 
 # %% ../nbs/95_plan.ipynb #825cd10a
 def _check_lines(checks: list) -> list[str]:
@@ -891,21 +1218,49 @@ def _source_lines(e: dict) -> list[str]:
     return lines + [f"  {'total':<28} {'':<13} {'':>9} {e['rows']:>9,} {e['tokens']:>14,} "
                     f"{e['supervised_tokens']:>14,}"]
 
-def _stage_lines(e: dict) -> list[str]:
-    lines, a = [f"{'stage':<18} {'disk':>12} {'PFLOP':>12} {'GPU-hours':>10}  notes"], e['assumptions']
-    for k, v in e['stages'].items():
-        note = v.get('mode', '') or (f"{v['generated_tokens']:,} generated tokens" if 'generated_tokens' in v
-                                     else '')
+# %% ../nbs/95_plan.ipynb #0e81ad0a
+def _min(v) -> str: return '?' if v is None else f'{v:,.1f}'
+
+def _stage_lines(e: dict, minutes: dict | None = None) -> list[str]:
+    a, mins = e['assumptions'], (minutes or {}).get('stages') or {}
+    lines = [f"{'stage':<18} {'disk':>12} {'PFLOP':>12} {'GPU-hours':>10} {'min here':>9}  notes"]
+    for k in sorted({*e['stages'], *mins}):
+        v, here = e['stages'].get(k), _min(mins[k]['minutes']) if k in mins else ''
+        if v is None:
+            lines.append(f"  {k:<16} {'':>12} {'':>12} {'':>10} {here:>9}")
+            continue
+        note = v.get('mode', '') or (f"{v['generated_tokens']:,} generated tokens" if 'generated_tokens' in v else '')
         if k == '60_hidden_states':
             need = v.get('offline_would_need_bytes')
             note += f" ({fmt_bytes(v['bytes_per_token'])}/token" + (
                 f", offline would need {fmt_bytes(need)})" if need is not None else ')')
         lines.append(f"  {k:<16} {fmt_bytes(v.get('disk_bytes', 0)):>12} {v.get('flops', 0)/1e15:>12,.1f} "
-                     f"{v.get('gpu_hours', 0):>10,.1f}  {note}")
+                     f"{v.get('gpu_hours', 0):>10,.1f} {here:>9}  {note}")
     util = f"generation {a['util_generation']}, prefill {a['util_prefill']}, training {a['util_training']}"
-    return lines + [f"  {'total':<16} {'':>12} {'':>12} {e['gpu_hours_total']:>10,.1f}  "
+    total = '' if not minutes else '?' if minutes['unmodeled'] and not minutes['total'] else (
+        ('>=' if minutes['unmodeled'] else '') + _min(minutes['total']))
+    return lines + [f"  {'total':<16} {'':>12} {'':>12} {e['gpu_hours_total']:>10,.1f} {total:>9}  "
                     f"~{e['wall_hours_on_cluster']:,.1f} h on {a['num_gpus']}x {a['gpu']} "
                     f"(bf16 peak {a['gpu_bf16_tflops']} TFLOP/s; utilization: {util})"]
+
+# %% ../nbs/95_plan.ipynb #12ac297f
+def _precision_lines(plan: dict) -> list[str]:
+    "The dtype of each computing stage here, and why."
+    if not plan.get('precision'): return []
+    if not plan.get('machine'):   # the run's device is not here: one reason for every stage
+        return [f"precision and minutes on this machine: {next(iter(plan['precision'].values()))['why']}"]
+    lines = [f"precision on this machine ({machine_line(plan['machine'])}):"]
+    for s, v in plan['precision'].items():
+        opt = f"; optimizer {v['optimizer']}" if v.get('optimizer') else ''
+        ns = opt + (f", its Newton-Schulz in {v['newton_schulz']}" if v.get('newton_schulz') else '')
+        lines.append(f"  {s:<18} {v['dtype'] or '-':<9} {v['why']} ({v['key']}){ns}")
+    return lines
+
+def _minutes_lines(plan: dict) -> list[str]:
+    "How the minutes here were counted: the stages that run a model, and those with no minutes."
+    mins = (plan.get('minutes') or {}).get('stages') or {} if plan.get('machine') else {}
+    shown = [k for k, v in mins.items() if k in (plan.get('precision') or {}) or v['minutes'] is None]
+    return ['min here, counted as:'] + [f"  {k}: {mins[k]['why']}" for k in shown] if shown else []
 
 # %% ../nbs/95_plan.ipynb #79cda92e
 def format_plan(plan: dict,  # `make_plan`'s result
@@ -914,7 +1269,10 @@ def format_plan(plan: dict,  # `make_plan`'s result
     e, d = plan['estimates'], plan['target']
     lines = [f"target: {d['model_type']} {d['num_hidden_layers']} layers, hidden {d['hidden_size']}, vocab "
              f"{d['vocab_size']}, ~{d['params_estimate']/1e9:.2f}B params", '',
-             *_check_lines(plan['checks']), '', *_source_lines(e), '', *_stage_lines(e)]
+             *_check_lines(plan['checks']), '', *_source_lines(e), '']
+    prec = _precision_lines(plan)
+    lines += [*prec, ''] if prec else []
+    lines += [*_stage_lines(e, plan.get('minutes')), *_minutes_lines(plan)]
     if plan.get('memory'): lines += ['', format_memory(plan['memory'])]
     warns = e['warnings'] + ((plan.get('memory') or {}).get('warnings') or [])
     if warns: lines += ['', 'warnings:'] + [f'  - {w}' for w in warns]
@@ -932,6 +1290,9 @@ def register_cli(sub,  # the `dflash-nb` sub-parsers action
                    'shipped one by its name, e.g. qwen3_6_27b.target_config.json')
     p.add_argument('--tokenizer', help='a tokenizer folder, to resolve the mask token and probe the template')
     p.add_argument('--out', help='write the plan as JSON here')
+    p.add_argument('--probe', help="a run folder (or its precision.json): plan with this machine's probe kept there, "
+                   'not one measured now (a busy machine measures itself slow)')
     def run(a):
-        make_plan(a.config, a.overrides, a.target_config, a.tokenizer, a.out, runs_dir=a.runs_dir); return 0
+        make_plan(a.config, a.overrides, a.target_config, a.tokenizer, a.out, runs_dir=a.runs_dir, probe_file=a.probe)
+        return 0
     p.set_defaults(func=run)

@@ -14,8 +14,9 @@ from fastcore.basics import patch
 from .params import add_declared_options, check_fields, declaration, declared, from_declared
 from .schema import validate_row
 from .formats import EvalIndex, eval_prompt_path, norm_text
+from .precision import PROBE_FILE, choose_dtype, record_precision
 from .models import load_target, load_tokenizer, text_config
-from .core import (Stage, atomic_write, file_hash, iter_jsonl, read_json, setup_logging,
+from .core import (Stage, atomic_write, file_hash, get_device, iter_jsonl, read_json, setup_logging,
                             seed_everything, write_json, write_jsonl, progress as progress_bar)
 
 # torch and transformers are imported inside the functions that run a model: the CLI imports this module at
@@ -1263,8 +1264,13 @@ def register_cli(sub):
 
 # %% ../nbs/40_regenerate.ipynb #32239f81
 def _stage_backend(stage: Stage):
-    "The backend the stage's parameters name, loaded (timed)."
-    with stage.timer('load'): return make_backend(from_declared(BackendOptions, stage.params))
+    "The backend the stage's parameters name, loaded (timed); in-process, in the dtype chosen for this machine (recorded)."
+    o = from_declared(BackendOptions, stage.params)
+    if o.backend == 'hf':
+        dev = get_device(o.device)
+        o.dtype = choose_dtype(o.dtype, dev, stage.run_dir / PROBE_FILE)
+        record_precision(stage, dev, compute=o.dtype)
+    with stage.timer('load'): return make_backend(o)
 
 def _stage_evals(stage: Stage) -> EvalIndex | None:
     "With `synthesize`: the evaluation prompts `30_convert` checked the rows against (its manifest; else its defaults)."

@@ -17,6 +17,7 @@ from .core import (atomic_dir, get_device, load_config, obj_hash, progress, read
                             weight_map, write_json, write_jsonl, Quarantine, Stage, setup_logging)
 from .features import FeatureStore, extract_features, target_outputs
 from .params import declared, from_declared, stage_params
+from .precision import amp_dtype, choose_dtype, record_precision, resolve_optimizer
 from .models import load_target, load_tokenizer, resolve_target, target_fingerprint, text_config
 from transformers import AutoConfig
 from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_config, default_gamma,
@@ -27,10 +28,11 @@ from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_conf
 # %% auto #0
 __all__ = ['CKPT_RE', 'TrainConfig', 'load_target_head', 'target_features', 'labels_needed', 'online_features', 'TokenRows',
            'eligible_rows', 'collate', 'pad_batch', 'max_row_length', 'ScalarWriters', 'Metrics', 'plot_curves',
-           'latest_checkpoint', 'Checkpointer', 'shard_drafter', 'muon_split', 'build_optimizers', 'build_schedulers',
-           'Trainer', 'init_drafter_from_target', 'placement_roles', 'RemoteFeatures', 'serve_features',
-           'benchmark_step', 'stage_inputs', 'target_side', 'check_label_source', 'quarantine_rows', 'train_summary',
-           'finish_train_stage', 'serve_feature_rank', 'train_stage', 'register_cli']
+           'latest_checkpoint', 'Checkpointer', 'shard_drafter', 'muon_split', 'newton_schulz', 'muon_lr_scale', 'Muon',
+           'build_optimizers', 'build_schedulers', 'Trainer', 'init_drafter_from_target', 'placement_roles',
+           'RemoteFeatures', 'serve_features', 'benchmark_step', 'stage_inputs', 'target_side', 'check_label_source',
+           'quarantine_rows', 'train_summary', 'finish_train_stage', 'serve_feature_rank', 'train_stage',
+           'register_cli']
 
 # %% ../nbs/80_train.ipynb #163d863f
 _S = '80_train'
@@ -429,15 +431,59 @@ def muon_split(model: nn.Module) -> tuple[list, list]:
         (muon if matrix else adamw).append((name, p))
     return muon, adamw
 
+# %% ../nbs/80_train.ipynb #170329ad
+def newton_schulz(G: torch.Tensor, coefficients=(3.4445, -4.7750, 2.0315), steps: int = 5, eps: float = 1e-7,
+                  dtype=torch.bfloat16) -> torch.Tensor:
+    "Muon's quintic Newton-Schulz orthogonalization of the matrix `G`, computed (and returned) in `dtype`."
+    a, b, c = coefficients
+    X = G.to(dtype); tall = G.size(0) > G.size(1)
+    if tall: X = X.T
+    X = X / X.norm().clamp(min=eps)
+    for _ in range(steps):
+        A = X @ X.T
+        X = torch.addmm(X, torch.addmm(A, A, A, beta=b, alpha=c), X, beta=a)
+    return X.T if tall else X
+
+# %% ../nbs/80_train.ipynb #743b9f05
+def muon_lr_scale(adjust_lr_fn: str | None, shape) -> float:
+    "Muon's per-matrix learning-rate factor: `original` sqrt(max(1, A/B)), `match_rms_adamw` 0.2 sqrt(max(A, B)), else 1."
+    A, B = shape[:2]
+    if adjust_lr_fn in (None, 'original'): return math.sqrt(max(1, A / B))
+    return 0.2 * math.sqrt(max(A, B)) if adjust_lr_fn == 'match_rms_adamw' else 1.0
+
+class Muon(torch.optim.Muon):
+    "`torch.optim.Muon` with its Newton-Schulz iteration in `ns_dtype` (torch's: always bfloat16)."
+    def __init__(self, params, ns_dtype: str = 'bfloat16', **kw):
+        super().__init__(params, **kw); self.ns_dtype = getattr(torch, ns_dtype)
+
+# %% ../nbs/80_train.ipynb #21d7c932
+@patch
+@torch.no_grad()
+def step(self: Muon, closure=None):
+    "One Muon step over every parameter with a gradient (torch's update, orthogonalized in `self.ns_dtype`)."
+    loss = None
+    if closure is not None:
+        with torch.enable_grad(): loss = closure()
+    for g in self.param_groups:
+        for p in (p for p in g['params'] if p.grad is not None):
+            buf = self.state[p].setdefault('momentum_buffer', torch.zeros_like(p.grad))
+            buf.lerp_(p.grad, 1 - g['momentum'])
+            u = p.grad.lerp(buf, g['momentum']) if g['nesterov'] else buf
+            u = newton_schulz(u, g['ns_coefficients'], g['ns_steps'], g['eps'], self.ns_dtype)
+            p.mul_(1 - g['lr'] * g['weight_decay'])
+            p.add_(u.to(p.dtype), alpha=-g['lr'] * muon_lr_scale(g['adjust_lr_fn'], p.shape))
+    return loss
+
 # %% ../nbs/80_train.ipynb #2d7c7344
 def build_optimizers(model: nn.Module, cfg: TrainConfig, fused: bool = True) -> list:
     "The optimizers of `cfg.optimizer` (stepped together): `[AdamW]` over all trainable parameters, or `[Muon, AdamW]` by `muon_split`."
-    if cfg.optimizer == 'adamw': muon, adamw = [], [p for p in model.parameters() if p.requires_grad]
-    elif cfg.optimizer == 'muon': muon, adamw = ([p for _, p in g] for g in muon_split(model))
-    else: raise ValueError(f"optimizer must be 'adamw' or 'muon', got {cfg.optimizer!r}")
+    dev = str(next(model.parameters()).device)
+    name, ns = resolve_optimizer(cfg.optimizer, dev), choose_dtype('auto', dev)   # ns: bfloat16 where native and faster
+    if name == 'adamw': muon, adamw = [], [p for p in model.parameters() if p.requires_grad]
+    else: muon, adamw = ([p for _, p in g] for g in muon_split(model))
     opts = []
-    if muon: opts.append(torch.optim.Muon(muon, lr=cfg.muon_lr or cfg.lr, weight_decay=cfg.muon_weight_decay,
-                                          momentum=cfg.muon_momentum, ns_steps=cfg.ns_steps, adjust_lr_fn=cfg.muon_adjust_lr))
+    if muon: opts.append(Muon(muon, lr=cfg.muon_lr or cfg.lr, weight_decay=cfg.muon_weight_decay, ns_dtype=ns,
+                              momentum=cfg.muon_momentum, ns_steps=cfg.ns_steps, adjust_lr_fn=cfg.muon_adjust_lr))
     if adamw: opts.append(torch.optim.AdamW(adamw, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused))  # fused: 4x cheaper on a CPU
     if not opts: raise ValueError('the drafter has no trainable parameter')
     return opts
@@ -517,7 +563,7 @@ def _setup_optimizers(self: Trainer):
 # %% ../nbs/80_train.ipynb #0f05ef39
 @patch
 def _setup_head(self: Trainer, embed, lm_head):
-    self.amp = self.cfg.amp == 'bf16' or (self.cfg.amp == 'auto' and self.device.type == 'cuda')
+    self.amp = amp_dtype(self.cfg.amp, str(self.device)) is not None   # auto: bf16 where the probe finds it native and faster
     self.embed, self.lm_head = embed.to(self.device).requires_grad_(False), lm_head.to(self.device).requires_grad_(False)
     if self.amp and self.lm_head.weight.dtype == torch.float32:   # the frozen head in its autocast dtype (a copy)
         self.lm_head = _frozen_linear(self.lm_head.weight.to(torch.bfloat16))
@@ -1074,7 +1120,12 @@ def finish_train_stage(stage: Stage, trainer, summary: dict, log):
     assert summary['rows_used'] + summary['rows_quarantined'] == summary['rows_in']
     stage.count(rows_in=summary['rows_in'], rows_used=summary['rows_used'], quarantined=summary['rows_quarantined'],
                 steps=summary['steps'], world_size=summary['world_size'], trainer_ranks=summary['trainer_ranks'])
-    stage.finish(tau=summary['tau'], stopped=summary['stopped'])
+    ns = next((str(o.ns_dtype).removeprefix('torch.') for o in trainer.opts if isinstance(o, Muon)), None)
+    record_precision(stage, str(trainer.device), log, amp='bfloat16' if trainer.amp else None,
+                     optimizer='muon' if ns else 'adamw', muon=ns)
+    cut = summary['stopped'] == 'max_minutes'
+    alerts = [f"80_train: max_minutes ({stage.params['max_minutes']}) stopped training at step {summary['steps']} of {summary['total_steps']}"] if cut else []
+    stage.finish(tau=summary['tau'], stopped=summary['stopped'], alerts=alerts)
     load_drafter(stage.path('drafter'))      # the exported folder loads (strict names, one safetensors file)
     last = summary['final']
     log(f"trained {summary['steps']} steps ({summary['stopped']}): loss {last['loss']:.4f}, acc@1 {last['acc'][0]}, tau {last['tau']:.2f}")

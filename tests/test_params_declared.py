@@ -143,6 +143,9 @@ OWN_DEFAULT = {
     ('evaluate', 'evaluate_drafter', 'prompt_sets'): 'None: mt_bench and humaneval unless prompt files are given (no held_out '
                                                      'without a run); the stage passes its declared sets',
     ('export', 'export_speculators', 'draft_vocab_size'): "None: the size the run's tokenization wrote (its d2t.npy), not a new one",
+    **{('plan', fn, 'device'): "None: the config's `run.device`, resolved here; a device named instead (the plan of another machine)"
+       for fn in ('run_device', 'machine_probe', 'stage_precision', 'predict_minutes', 'machine_plan')},
+    ('plan', 'cached_probe', 'device'): "the device whose probe is read from a run folder's precision.json (a torch device, resolved)",
 }
 
 def _same(default, declared) -> bool:

@@ -198,3 +198,21 @@ def test_gated_sources_warn_and_fail_where_the_config_promises_none():
     assert gated['level'] == 'warning' and 'huggingface-cli login' in gated['detail']
     with pytest.raises(ConfigError, match='unknown key plan.alow_gated'):
         make_plan(load_config(PROD, ['plan.alow_gated=false']), target_config=TCFG, echo=lambda s: None)
+
+# -- precision and minutes on this machine (issue 45) -------------------------------------------------------------------
+from dflash_nb.plan import format_plan, computing_stages
+
+def test_demo_plan_says_dtypes_and_minutes_here():
+    "`make_plan('demo')`: each computing stage's dtype on this machine and why, and positive minutes for each."
+    plan = make_plan('demo', echo=lambda s: None)
+    stages = ['40_regenerate', '60_hidden_states', '80_train', '90_evaluate']
+    assert computing_stages(complete_config(load_config('demo'))) == stages
+    assert plan['machine']['device'] == 'cpu' and plan['machine']['gflops']['float32'] > 0
+    assert list(plan['precision']) == stages
+    for s in stages:
+        assert plan['precision'][s]['dtype'] in ('float32', 'bfloat16') and plan['precision'][s]['why'], s
+        assert plan['minutes']['stages'][s]['minutes'] > 0, (s, plan['minutes']['stages'][s])
+    assert plan['minutes']['unmodeled'] == [] and plan['minutes']['total'] >= sum(
+        plan['minutes']['stages'][s]['minutes'] for s in stages)
+    text = format_plan(plan)
+    assert 'precision on this machine (' in text and 'min here' in text and '80_train: 200 steps x' in text

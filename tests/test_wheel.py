@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # embedding row, a spare one), 8 rows, answers of 4 tokens, 2 training steps, one held-out prompt of 4 tokens with
 # the trained drafter only
 SMOKE = ['run.target=tiny-qwen3', 'sources.total=8', 'regenerate.max_new_tokens=4', 'tokenization.num_proc=1',
-         'hidden_states.max_samples=6', 'train.max_steps=2', 'train.max_minutes=1.0', 'train.ckpt_every=1',
+         'hidden_states.max_samples=6', 'train.max_steps=2', 'train.max_minutes=null', 'train.ckpt_every=1',
          'evaluate.prompt_sets=[held_out]', 'evaluate.max_prompts=1', 'evaluate.max_new_tokens=4',
          'evaluate.variants=[trained]']
 
