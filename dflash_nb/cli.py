@@ -14,9 +14,9 @@ from .core import ConfigError, find_config, load_config, quarantine_line, read_j
 from .pipeline import RUN_ONLY, ChainError, add_config_args, chain_status, check_config, demo_values, discover_stages, run_chain
 
 # %% auto #0
-__all__ = ['COMMAND_MODULES', 'HelpFormatter', 'predicted_minutes', 'compare_minutes', 'cmd_run', 'cmd_stages', 'cmd_config',
-           'cmd_docs', 'new_config', 'cmd_new', 'add_builtin_commands', 'declared_commands', 'add_module_commands',
-           'build_parser', 'main']
+__all__ = ['COMMAND_MODULES', 'HelpFormatter', 'plan_here', 'compare_minutes', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs',
+           'new_config', 'cmd_new', 'add_builtin_commands', 'declared_commands', 'add_module_commands', 'build_parser',
+           'main']
 
 # %% ../nbs/03_cli.ipynb #3dd628db
 def _shows_no_default(d) -> bool:
@@ -31,21 +31,23 @@ class HelpFormatter(argparse.HelpFormatter):
         return f'{h} (default: %(default)s)'
 
 # %% ../nbs/03_cli.ipynb #b86a16e7
-def predicted_minutes(config, overrides=(), runs_dir=None) -> dict | None:
-    "`plan`'s minutes for each stage of this run on this machine (`plan.predict_minutes`), or None, said, when it cannot."
+def plan_here(config, overrides=(), runs_dir=None) -> dict | None:
+    "`plan`'s `{minutes, budget}` for this run on this machine (`plan.predict_minutes`, `fit_budget`), or None, said."
     from dflash_nb.plan import make_plan   # heavy (the mix estimate): imported when `run` starts
-    try: return make_plan(config, overrides, echo=lambda *a: None, runs_dir=runs_dir)['minutes']
+    try: p = make_plan(config, overrides, echo=lambda *a: None, runs_dir=runs_dir)
     except (ConfigError, OSError, ValueError, KeyError) as e:
-        print(f'[run] no prediction of the minutes: {type(e).__name__}: {e}'); return None
+        print(f'[run] no prediction of the minutes: {type(e).__name__}: {e}')
+        return None
+    return {'minutes': p['minutes'], 'budget': p['budget']}
 
 # %% ../nbs/03_cli.ipynb #a103fd0c
-def compare_minutes(run_dir, predicted: dict) -> str:
-    "Write `predicted_s` beside each ran stage's `seconds` in `run_dir/run.json`; one line comparing them."
+def compare_minutes(run_dir, predicted: dict, budget: dict | None = None) -> str:
+    "Write `predicted_s` beside each ran stage's `seconds` (and the budget's fit) in `run_dir/run.json`; one line comparing them."
     r = read_json(Path(run_dir) / 'run.json')
     for s in r['stages']:
         m = predicted['stages'].get(s['stage'], {}).get('minutes')
         s['predicted_s'] = None if m is None else round(m * 60, 1)
-    write_json(Path(run_dir) / 'run.json', {**r, 'predicted': predicted})
+    write_json(Path(run_dir) / 'run.json', {**r, 'predicted': predicted, 'budget': budget})
     ran = [s for s in r['stages'] if s['status'] == 'ran' and s['predicted_s']]
     pairs = ', '.join(f"{s['stage']} {s['seconds']:.0f}/{s['predicted_s']:.0f}" for s in ran)
     return f"seconds measured/predicted by plan on this machine: {pairs or 'no stage ran'}"
@@ -53,11 +55,16 @@ def compare_minutes(run_dir, predicted: dict) -> str:
 # %% ../nbs/03_cli.ipynb #38839a56
 def cmd_run(a: argparse.Namespace,  # config, overrides, runs_dir, from_stage, only, until, force, quiet, ...
            ) -> int:                # 0 (a failed stage raises `ChainError`)
-    "`dflash-nb run`: execute the chain (`pipeline.run_chain`); `run.json` gets `plan`'s minutes beside the measured ones."
-    predicted = predicted_minutes(a.config, a.overrides, a.runs_dir)
-    s = run_chain(a.config, a.overrides, runs_dir=a.runs_dir, from_stage=a.from_stage, only=a.only, until=a.until,
+    "`dflash-nb run`: execute the chain (`pipeline.run_chain`), fitted to `run.budget_minutes`; `run.json` gets `plan`'s minutes."
+    over, here = list(a.overrides), plan_here(a.config, a.overrides, a.runs_dir)
+    fit = (here or {}).get('budget')
+    if fit:
+        from dflash_nb.plan import budget_line
+        print(f'[run] {budget_line(fit)}')
+        if fit['factor']: over, here = over + fit['overrides'], plan_here(a.config, over + fit['overrides'], a.runs_dir)
+    s = run_chain(a.config, over, runs_dir=a.runs_dir, from_stage=a.from_stage, only=a.only, until=a.until,
                   force=a.force, progress=not a.quiet, log_output=a.log_output)
-    if predicted: print(compare_minutes(s['run_dir'], predicted))
+    if here: print(compare_minutes(s['run_dir'], here['minutes'], fit))
     return 0
 
 # %% ../nbs/03_cli.ipynb #b3348754

@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #7496520f
 from __future__ import annotations
-import contextlib, copy, datetime, gzip, hashlib, importlib.metadata as md, importlib.util, json, logging, os, platform, random, re, shutil, sys, tempfile, time
+import contextlib, copy, datetime, gzip, hashlib, importlib.metadata as md, importlib.util, json, logging, numbers, os, platform, random, re, shutil, sys, tempfile, time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -334,7 +334,8 @@ def read_manifest(stage_dir) -> dict | None:
 DEVICE_RE = re.compile(r'^(auto|cpu|mps|cuda(:\d+)?)$')   # the device names torch knows (checked in configs)
 DEVICE_WORDS = 'a device (auto, cpu, mps, cuda or cuda:N)'
 RUN_KEYS = {'name': str, 'seed': int, 'device': str, 'target': str, 'runs_dir': str, 'description': str,
-            'dtype': str, 'skip': list, 'repairs': list, 'chat_template': str, 'enable_thinking': bool, 'mask_method': str}
+            'dtype': str, 'skip': list, 'repairs': list, 'chat_template': str, 'enable_thinking': bool, 'mask_method': str,
+            'budget_minutes': numbers.Real}   # the run's minutes on the machine at hand (`plan.fit_budget` scales to it)
 
 class ConfigError(ValueError):
     "A run configuration that cannot be used; the message names the key or value."

@@ -19,7 +19,7 @@ from .precision import amp_dtype, choose_dtype, probe, resolve_optimizer
 
 # %% auto #0
 __all__ = ['PLAN_DEFAULTS', 'PLAN_FILES', 'GPU_KINDS', 'MEM_DEFAULTS', 'GATED_HOWTO', 'INTERLEAVED', 'PRECISION_KEYS',
-           'EFFICIENCY', 'OVERHEAD_S', 'TOKENIZE_PER_S', 'EVAL_COST', 'EVAL_CONTROLS', 'GPU_UTIL', 'BUSY',
+           'EFFICIENCY', 'OVERHEAD_S', 'TOKENIZE_PER_S', 'EVAL_COST', 'EVAL_CONTROLS', 'GPU_UTIL', 'BUSY', 'SCALED',
            'complete_config', 'hub_offline', 'load_target_config', 'target_dims', 'check_row', 'source_checks',
            'feature_layer_ids', 'layer_checks', 'mask_checks', 'shape_checks', 'regen_checks', 'template_checks',
            'validate', 'plan_assumptions', 'row_tokens', 'source_rows', 'mix_warnings', 'local_rows', 'mix_estimate',
@@ -29,8 +29,8 @@ __all__ = ['PLAN_DEFAULTS', 'PLAN_FILES', 'GPU_KINDS', 'MEM_DEFAULTS', 'GATED_HO
            'recommend_regen', 'train_setting', 'seq_len', 'format_recommendation', 'memory_plan', 'format_memory',
            'computing_stages', 'run_device', 'machine_probe', 'stage_precision', 'precision_warnings', 'stage_rate',
            'train_steps', 'drafter_matrices', 'newton_schulz_flops', 'train_step_flops', 'eval_tokens',
-           'predict_minutes', 'busy', 'machine_plan', 'machine_line', 'cached_probe', 'make_plan', 'format_plan',
-           'register_cli']
+           'predict_minutes', 'busy', 'machine_plan', 'machine_line', 'cached_probe', 'fit_budget', 'budget_line',
+           'make_plan', 'format_plan', 'register_cli']
 
 # %% ../nbs/95_plan.ipynb #a742cd59
 def complete_config(cfg: dict,  # a run config (`core.load_config`), sections partial or complete
@@ -1171,6 +1171,31 @@ def _kept_probe(probe_file, cfg) -> dict | None:
     "This machine's probe from `--probe FILE` (`cached_probe`), or None: measure it now."
     return cached_probe(probe_file, run_device(cfg)[0] or 'cpu') if probe_file else None
 
+# %% ../nbs/95_plan.ipynb #10ebc148
+SCALED = ('40_regenerate', '50_tokenization', '60_hidden_states')   # the stages whose minutes follow the rows
+
+def fit_budget(cfg: dict,      # a complete run config
+               minutes: dict,  # `predict_minutes`'s result on this machine
+               rows: int,      # the rows the mix gives (`estimate`'s)
+              ) -> dict | None:  # None: fits (or no budget); else {factor, overrides, predicted, budget[, why]}
+    "The overrides that fit `run.budget_minutes`: the rows and training's minutes scaled by one factor."
+    budget, st = cfg['run'].get('budget_minutes'), minutes['stages']
+    if budget is None or minutes['unmodeled'] or minutes['total'] <= budget: return None
+    data, train = sum(st[s]['minutes'] for s in SCALED if s in st), st['80_train']['minutes']
+    fixed, out = minutes['total'] - data - train, {'predicted': round(minutes['total'], 1), 'budget': budget}
+    if fixed >= budget: return {**out, 'factor': None, 'overrides': [], 'why': f'the stages that do not scale take {fixed:.0f} minutes'}
+    f = (budget - fixed) / (data + train)
+    over = {'sources.total': max(1, int((cfg['sources'].get('total') or rows) * f)), 'train.max_minutes': round(train * f, 1)}
+    if cfg['regenerate'].get('synthesize'): over['regenerate.synthesize'] = max(1, int(cfg['regenerate']['synthesize'] * f))
+    return {**out, 'factor': round(f, 3), 'overrides': [f'{k}={v}' for k, v in over.items()]}
+
+# %% ../nbs/95_plan.ipynb #f06d7ffd
+def budget_line(fit: dict) -> str:
+    "`fit_budget`'s result in one line: the budget, the prediction here, and the overrides that fit it (or why none can)."
+    head = f"run.budget_minutes {fit['budget']:g}: {fit['predicted']:g} minutes predicted on this machine"
+    if fit['factor'] is None: return f"{head}; {fit['why']}: no scaling fits it"
+    return f"{head}; `dflash-nb run` scales the rows and training by {fit['factor']:g}: {', '.join(fit['overrides'])}"
+
 # %% ../nbs/95_plan.ipynb #0fafd65c
 def make_plan(config=None,            # a run config: path, shipped name's path, or dict (default: the demo)
               overrides=(),           # `--set` overrides
@@ -1193,7 +1218,8 @@ def make_plan(config=None,            # a run config: path, shipped name's path,
     checks = validate(cfg, dims, tok) + mix_checks(est['per_source'], cfg['sources'])
     here = machine_plan(cfg, dims, est['totals'], probe_result=_kept_probe(probe_file, cfg))
     est['warnings'] += here.pop('warnings')
-    plan = {'config': cfg['run'], 'target': dims, 'checks': checks, 'estimates': est,
+    fit = fit_budget(cfg, here['minutes'], est['rows'])
+    plan = {'config': cfg['run'], 'target': dims, 'checks': checks, 'estimates': est, 'budget': fit,
             'memory': memory_plan(cfg, dims, section), **here, 'free_disk_bytes': free,
             'ok': all(c['ok'] or c['level'] != 'error' for c in checks)}
     echo(format_plan(plan))
@@ -1276,6 +1302,7 @@ def format_plan(plan: dict,  # `make_plan`'s result
     if plan.get('memory'): lines += ['', format_memory(plan['memory'])]
     warns = e['warnings'] + ((plan.get('memory') or {}).get('warnings') or [])
     if warns: lines += ['', 'warnings:'] + [f'  - {w}' for w in warns]
+    if plan.get('budget'): lines += ['', budget_line(plan['budget'])]
     verdict = 'OK' if plan['ok'] else 'HAS ERRORS'
     lines.append(f"free disk here: {fmt_bytes(plan['free_disk_bytes'])}; plan {verdict}")
     return '\n'.join(lines)

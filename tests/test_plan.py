@@ -216,3 +216,17 @@ def test_demo_plan_says_dtypes_and_minutes_here():
         plan['minutes']['stages'][s]['minutes'] for s in stages)
     text = format_plan(plan)
     assert 'precision on this machine (' in text and 'min here' in text and '80_train: 200 steps x' in text
+
+
+def test_run_fits_its_budget_here(tmp_path):
+    """`run.budget_minutes` shorter than the plan's prediction on this machine: `dflash-nb run` scales the rows and
+    training's minutes (said, and kept in run.json), runs with them, and compares its stages with the new prediction."""
+    r = dflash('run', '--runs-dir', tmp_path, '--set', 'run.budget_minutes=3', '--until', 'templates')
+    assert '[run] run.budget_minutes 3: ' in r.stdout and 'scales the rows and training by' in r.stdout, r.stdout[-2000:]
+    run = json.loads((tmp_path / 'demo' / 'run.json').read_text())
+    fit = run['budget']
+    assert fit['budget'] == 3 and fit['predicted'] > 3 and 0 < fit['factor'] < 1, fit
+    total = int(next(o for o in fit['overrides'] if o.startswith('sources.total=')).split('=')[1])
+    assert run['config']['sources']['total'] == total < 56                       # the run used the scaled rows
+    assert all(s['predicted_s'] is not None for s in run['stages'] if s['status'] == 'ran')
+    assert 'seconds measured/predicted by plan on this machine: 01_targets' in r.stdout
