@@ -436,8 +436,8 @@ def newton_schulz(G: torch.Tensor, coefficients=(3.4445, -4.7750, 2.0315), steps
                   dtype=torch.bfloat16) -> torch.Tensor:
     "Muon's quintic Newton-Schulz orthogonalization of the matrix `G`, computed (and returned) in `dtype`."
     a, b, c = coefficients
-    X = G.to(dtype); tall = G.size(0) > G.size(1)
-    if tall: X = X.T
+    tall = G.size(0) > G.size(1)
+    X = G.to(dtype).T if tall else G.to(dtype)
     X = X / X.norm().clamp(min=eps)
     for _ in range(steps):
         A = X @ X.T
@@ -454,7 +454,8 @@ def muon_lr_scale(adjust_lr_fn: str | None, shape) -> float:
 class Muon(torch.optim.Muon):
     "`torch.optim.Muon` with its Newton-Schulz iteration in `ns_dtype` (torch's: always bfloat16)."
     def __init__(self, params, ns_dtype: str = 'bfloat16', **kw):
-        super().__init__(params, **kw); self.ns_dtype = getattr(torch, ns_dtype)
+        super().__init__(params, **kw)
+        self.ns_dtype = getattr(torch, ns_dtype)
 
 # %% ../nbs/80_train.ipynb #21d7c932
 @patch
@@ -466,7 +467,8 @@ def step(self: Muon, closure=None):
         with torch.enable_grad(): loss = closure()
     for g in self.param_groups:
         for p in (p for p in g['params'] if p.grad is not None):
-            buf = self.state[p].setdefault('momentum_buffer', torch.zeros_like(p.grad))
+            if 'momentum_buffer' not in self.state[p]: self.state[p]['momentum_buffer'] = torch.zeros_like(p.grad)
+            buf = self.state[p]['momentum_buffer']
             buf.lerp_(p.grad, 1 - g['momentum'])
             u = p.grad.lerp(buf, g['momentum']) if g['nesterov'] else buf
             u = newton_schulz(u, g['ns_coefficients'], g['ns_steps'], g['eps'], self.ns_dtype)
