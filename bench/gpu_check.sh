@@ -6,16 +6,7 @@
 #   bash bench/gpu_check.sh --out "$OUT/gpu_check.json"   # on a lent device machine: results come back from $OUT
 # Python: $PYTHON, else /opt/torch/.venv/bin/python3 (the GPU image's), else the repo's .venv, else python3.
 set -u
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-PY="${PYTHON:-}"
-if [ -z "$PY" ]; then
-  for c in /opt/torch/.venv/bin/python3 "$ROOT/.venv/bin/python" python3; do
-    if [ -x "$c" ] || command -v "$c" >/dev/null 2>&1; then PY="$c"; break; fi
-  done
-fi
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+. "$(dirname "${BASH_SOURCE[0]}")/bench_env.sh"   # ROOT, PY, PYTHONPATH, offline
 # the script boxes each section and writes the JSON after each one; this outer limit only catches a hang
 if command -v timeout >/dev/null 2>&1; then
   exec timeout --signal=TERM --kill-after=15 "${GPU_CHECK_TIMEOUT:-480}" "$PY" "$ROOT/bench/gpu_check.py" "$@"

@@ -50,6 +50,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))                        # the repo's dflash_nb
+sys.path.insert(0, str(HERE))                        # gpu_check's time_box
 
 CONFIG = ROOT / 'dflash_nb' / 'configs' / 'smollm2_quality.yaml'
 CHAIN_MODULES = ('torch', 'transformers', 'safetensors', 'yaml', 'datasets', 'pyarrow', 'pandas', 'matplotlib',
@@ -74,17 +75,6 @@ def write(path: Path, res: dict):
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + '.tmp')
     tmp.write_text(json.dumps(res, indent=2, default=str) + '\n'); os.replace(tmp, path)
-
-
-@contextlib.contextmanager
-def time_box(seconds: float, what: str):
-    "Raise TimeoutError in the main thread after `seconds` (for the script's own steps, never around a stage)."
-    def handler(sig, frame): raise TimeoutError(f'{what} exceeded {seconds:.0f} s')
-    old = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, max(1.0, seconds))
-    try: yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0); signal.signal(signal.SIGALRM, old)
 
 
 def read(p: Path):
@@ -381,7 +371,8 @@ def main(argv=None):
     res['command'] = 'dflash-nb run smollm2_quality ' + ' '.join(f"--set '{o}'" for o in overrides) + ' (train.max_minutes: per the time left)'
 
     try:
-        with time_box(90, 'the plan'): res['plan'] = plan_predictions(overrides + [f'train.max_minutes={a.train_minutes}'])
+        from gpu_check import time_box   # its section box (imports torch: after the preflight)
+        with time_box(90): res['plan'] = plan_predictions(overrides + [f'train.max_minutes={a.train_minutes}'])
     except Exception as e:
         res['plan'] = {'predicted_minutes_function': None, 'note': PLAN_NOTE, 'predicted_minutes': None, 'gpu_minutes': None,
                        'error': err(e)}   # recorded beside the plan: the run goes on
