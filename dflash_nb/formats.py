@@ -17,15 +17,17 @@ from .schema import (DEFAULT_REPAIRS, MEANING_CHANGING, REPAIRS, ROLES, apply_re
 
 # %% auto #0
 __all__ = ['NORMALIZERS', 'TEXT_PARTS', 'REASONING_PARTS', 'CALL_PARTS', 'RESULT_PARTS', 'ENCRYPTED_PARTS', 'SCHEMA_TYPES',
-           'RESPONSE_ITEMS', 'CONTAINER_KEYS', 'GROUP_BY', 'SIGNATURES', 'EVAL_SETS', 'NormalizeError', 'normalizer',
-           'norm_openorca', 'norm_evol_codealpaca', 'norm_magicoder_oss', 'norm_alpaca', 'norm_oasst_tree',
-           'norm_oasst_messages', 'norm_lima', 'norm_sharegpt', 'Parts', 'read_parts', 'content_parts', 'norm_messages',
+           'CHAT_KEYS', 'ROLE_KEYS', 'TEXT_KEYS', 'PAIR_ROLES', 'RESPONSE_ITEMS', 'CONTAINER_KEYS', 'GROUP_BY',
+           'SIGNATURES', 'SHAPES', 'EVAL_SETS', 'NormalizeError', 'normalizer', 'norm_openorca', 'norm_evol_codealpaca',
+           'norm_magicoder_oss', 'norm_alpaca', 'norm_dolly', 'norm_oasst_tree', 'norm_oasst_messages', 'norm_lima',
+           'norm_ultrachat', 'norm_sharegpt', 'Parts', 'read_parts', 'content_parts', 'norm_messages',
            'norm_nemotron_v2', 'norm_coderforge', 'norm_agentic_trajectories', 'norm_swe_agent', 'parse_functioncall',
            'json_objects', 'norm_glaive_v2', 'norm_qwen35_toolcalling', 'norm_hermes_fc', 'norm_llamafactory_tools',
            'norm_xlam', 'json_schema', 'norm_bfcl', 'norm_mt_bench', 'norm_humaneval', 'norm_openai_messages',
-           'norm_anthropic', 'norm_openai_responses', 'norm_sharegpt_preference', 'norm_hh_rlhf',
-           'norm_openai_preference', 'SourceUnavailable', 'resolve_path', 'read_file', 'group_records', 'repair_hint',
-           'normalize_record', 'Signature', 'detect_format', 'norm_text', 'eval_prompt_path', 'EvalIndex']
+           'ChatShape', 'chat_shape', 'norm_chat', 'norm_anthropic', 'norm_openai_responses',
+           'norm_sharegpt_preference', 'norm_hh_rlhf', 'norm_openai_preference', 'SourceUnavailable', 'resolve_path',
+           'read_file', 'group_records', 'repair_hint', 'normalize_record', 'Signature', 'detect_format', 'norm_text',
+           'eval_prompt_path', 'EvalIndex']
 
 # %% ../nbs/07_formats.ipynb #63f77c25
 class NormalizeError(ValueError):
@@ -100,6 +102,16 @@ def norm_alpaca(raw: dict, # `{instruction, input?, output}`
     a = _text(a, 'output')
     return [{'messages': [_msg('user', prompt)] + ([_msg('assistant', a)] if a.strip() else [])}]
 
+# %% ../nbs/07_formats.ipynb #de61f8e2
+@normalizer('dolly')
+def norm_dolly(raw: dict, # `{instruction, context?, response, category?}`
+              ) -> list[dict]: # one partial row, the category in `meta`
+    "Dolly: the instruction (and its context) as the user turn, the response as the answer."
+    q, a = _need(raw, 'instruction', 'response')
+    q, ctx = _text(q, 'instruction'), _text(raw.get('context'), 'context')
+    msgs = [_msg('user', q + ('\n\n' + ctx if ctx.strip() else '')), _msg('assistant', _text(a, 'response'))]
+    return [{'messages': msgs, 'meta': {k: raw[k] for k in ('category',) if k in raw}}]
+
 # %% ../nbs/07_formats.ipynb #c359ebed
 _OASST_ROLE = {'prompter': 'user', 'assistant': 'assistant'}
 
@@ -147,15 +159,26 @@ def norm_oasst_messages(raw: dict, # `{message_tree_id, rows: [flat messages]}`,
     return [{'messages': msgs, 'meta': {'lang': roots[0].get('lang')}, 'native_id': tid}]
 
 # %% ../nbs/07_formats.ipynb #1db5d3b3
+def _alternating(turns, what: str) -> list[dict]:
+    "Strings alternating user and assistant, as messages."
+    if not isinstance(turns, list) or not all(isinstance(t, str) for t in turns):
+        raise NormalizeError(f'wrong type: {what} must be a list of strings')
+    return [_msg('user' if i % 2 == 0 else 'assistant', t) for i, t in enumerate(turns)]
+
 @normalizer('lima')
 def norm_lima(raw: dict, # `{conversations: [str, ...], source?}`
              ) -> list[dict]: # one partial row, the LIMA source in `meta`
     "LIMA: strings alternating user and assistant."
     (conv,) = _need(raw, 'conversations')
-    if not isinstance(conv, list) or not all(isinstance(t, str) for t in conv):
-        raise NormalizeError('wrong type: LIMA conversations must be a list of strings')
-    return [{'messages': [_msg('user' if i % 2 == 0 else 'assistant', t) for i, t in enumerate(conv)],
-             'meta': {k: raw[k] for k in ('source',) if k in raw}}]
+    return [{'messages': _alternating(conv, 'LIMA conversations'), 'meta': {k: raw[k] for k in ('source',) if k in raw}}]
+
+# %% ../nbs/07_formats.ipynb #e928f97a
+@normalizer('ultrachat')
+def norm_ultrachat(raw: dict, # `{id, data: [str, ...]}`
+                  ) -> list[dict]: # one partial row
+    "UltraChat: strings alternating user and assistant under `data`."
+    (data,) = _need(raw, 'data')
+    return [{'messages': _alternating(data, 'UltraChat data'), 'native_id': raw.get('id')}]
 
 # %% ../nbs/07_formats.ipynb #d35d6868
 @normalizer('sharegpt')
@@ -259,8 +282,8 @@ def content_parts(c, # a message's `content`: None, a string, or a list of parts
     return p.text, p.reasoning
 
 # %% ../nbs/07_formats.ipynb #5b006c1b
-_ROLE_ALIASES = {'human': 'user', 'prompter': 'user', 'gpt': 'assistant', 'model': 'assistant',
-                 'function': 'tool', 'observation': 'tool', 'ipython': 'tool'}
+_ROLE_ALIASES = {'human': 'user', 'prompter': 'user', 'gpt': 'assistant', 'model': 'assistant', 'bot': 'assistant',
+                 'ai': 'assistant', 'chatbot': 'assistant', 'function': 'tool', 'observation': 'tool', 'ipython': 'tool'}
 
 def _message_calls(m, i) -> list[dict]:
     "The calls a native assistant message holds outside its content: `tool_calls`, or a legacy `function_call`."
@@ -481,17 +504,17 @@ def _lenient_obj(s: str, what: str):
     try: return _literal(s)
     except ValueError: raise NormalizeError(f'invalid JSON: {what}: {s[:80]!r}') from None
 
-def _as_tools(obj) -> list:
+def _as_tools(obj, where: str = 'tools') -> list:
     """Tools in the canonical layout: `{type: function, function: spec}`. Bare specs are wrapped: flat Responses specs
     (`{type: function, name, parameters}`) lose the wrapper's `type`, Anthropic's `input_schema` is the `parameters`."""
     out = []
-    for t in (obj if isinstance(obj, list) else [obj]):
+    for j, t in enumerate(obj if isinstance(obj, list) else [obj]):
         if isinstance(t, dict) and t.get('type') == 'function' and isinstance(t.get('function'), dict):
             out.append(t)
         elif isinstance(t, dict) and isinstance(t.get('name'), str):
             fn = {k: v for k, v in t.items() if not (k == 'type' and v == 'function') and k not in ('input_schema', 'cache_control')}
             out.append({'type': 'function', 'function': {**fn, **({'parameters': t['input_schema']} if 'input_schema' in t else {})}})
-        else: raise NormalizeError('bad tools: a tool is not a function spec')
+        else: raise NormalizeError(f'bad tools: {where}[{j}] is {"an object without a name" if isinstance(t, dict) else type(t).__name__}, not a function spec')
     return out
 
 # %% ../nbs/07_formats.ipynb #26aaf348
@@ -684,14 +707,150 @@ def norm_humaneval(raw: dict, # `{task_id, prompt, ...}`
 
 # %% ../nbs/07_formats.ipynb #0d74e770
 @normalizer('messages')
-def norm_openai_messages(raw: dict, # `{id?, messages, tools?}`
+def norm_openai_messages(raw: dict, # `{id?, messages, tools? (or the older functions?)}`
                         ) -> list[dict]: # one partial row
     "Generic OpenAI chat rows: keeps the id, tools, tool calls, tool results and reasoning."
     (msgs,) = _need(raw, 'messages')
     out = {'messages': norm_messages(_loads(msgs, 'messages'), strict_roles=False),
            'native_id': raw.get('id')}
-    if raw.get('tools'): out['tools'] = _as_tools(_loads(raw['tools'], 'tools'))
+    key = 'tools' if raw.get('tools') else 'functions'   # OpenAI's older function-calling files: `functions`
+    if raw.get(key): out['tools'] = _as_tools(_loads(raw[key], key), key)
     return [out]
+
+# %% ../nbs/07_formats.ipynb #7533e45d
+CHAT_KEYS = ('conversations', 'messages', 'conversation', 'dialog', 'dialogue', 'chat', 'turns', 'utterances')
+ROLE_KEYS = ('role', 'from', 'speaker', 'author', 'sender')          # the key that names a message's role ...
+TEXT_KEYS = ('content', 'value', 'text', 'message', 'utterance')     # ... and the one that holds its text
+PAIR_ROLES = {'system': 'system', 'human': 'user', 'user': 'user', 'assistant': 'assistant', 'gpt': 'assistant',
+              'bot': 'assistant'}                                     # the keys of a `{human, assistant}` pair turn
+
+class ChatShape(NamedTuple):
+    "Where a record keeps its messages, and the keys of a message that hold its role and its text (None: pair turns)."
+    key: str
+    role: str | None
+    text: str | None
+
+# %% ../nbs/07_formats.ipynb #5106e71b
+def _most(msgs: list, keys: tuple) -> str | None:
+    "The one of `keys` that most messages have (the earlier one on a tie); None when no message has any."
+    n = Counter(k for m in msgs if isinstance(m, dict) for k in keys if k in m)
+    return max(keys, key=lambda k: (n[k], -keys.index(k))) if n else None
+
+def _pairs(msgs: list) -> bool:
+    "Pair turns: every message's keys are role names, a user one among them."
+    return (all(isinstance(m, dict) and m and set(m) <= set(PAIR_ROLES) for m in msgs)
+            and any(PAIR_ROLES[k] == 'user' for m in msgs for k in m))
+
+# %% ../nbs/07_formats.ipynb #d253377c
+def chat_shape(raw: dict, # a native record
+              ) -> ChatShape | None: # where its messages are and their role and text keys; None when it has none
+    "The message list of a record, under any of `CHAT_KEYS`, and the keys its messages use."
+    for key in (k for k in CHAT_KEYS if k in raw.keys()):   # `keys()`: probing is not reading
+        msgs = dict.get(raw, key)
+        if not (isinstance(msgs, list) and any(isinstance(m, dict) for m in msgs)): continue
+        role, text = _most(msgs, ROLE_KEYS), _most(msgs, TEXT_KEYS)
+        if role and text: return ChatShape(key, role, text)
+        if _pairs(msgs): return ChatShape(key, None, None)
+    return None
+
+# %% ../nbs/07_formats.ipynb #2e640658
+_FENCE = re.compile(r'^\s*```[\w-]*[ \t]*\n(.*?)\n?[ \t]*```\s*$', re.S)
+
+def _glm_call(name: str, code, where: str) -> dict:
+    "A ChatGLM3 call of tool `name`: `tool_call(key=value, ...)`, bare or in a code block; literal values only."
+    src = _text(code, f'{where} content').strip()
+    src = m.group(1).strip() if (m := _FENCE.match(src)) else src
+    try: node = ast.parse(src, mode='eval').body
+    except (SyntaxError, ValueError, RecursionError, MemoryError): node = None
+    if not (isinstance(node, ast.Call) and not node.args and all(k.arg for k in node.keywords)):
+        raise NormalizeError(f'bad tool call: {where} content is not tool_call(name=value, ...): {src[:60]!r}')
+    try: args = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        raise NormalizeError(f'bad tool call: {where} content has an argument that is not a literal') from None
+    return make_tool_call(name, args)
+
+# %% ../nbs/07_formats.ipynb #854eca41
+def _legacy_call(m: dict, role: str, text, where: str) -> list[dict] | None:
+    "The canonical messages of a legacy tool message `m` (its role mapped, its text); None for any other message."
+    if role == 'tool' and 'parameters' in m:
+        call = _call({'name': m.get('name'), 'parameters': m['parameters']}, where)
+        obs, name = m.get('observation'), call['function']['name']
+        res = [{'role': 'tool', 'name': name, 'content': obs if isinstance(obs, str) else json.dumps(obs, ensure_ascii=False)}]
+        return [{'role': 'assistant', 'content': '', 'tool_calls': [call]}] + (res if 'observation' in m else [])
+    meta = m.get('metadata') if role == 'assistant' else None
+    if isinstance(meta, str) and meta.strip() == 'interpreter':
+        raise NormalizeError(f"code interpreter call: {where} metadata is 'interpreter' (code to run, not a tool call); not read")
+    if isinstance(meta, str) and meta.strip():
+        return [{'role': 'assistant', 'content': '', 'tool_calls': [_glm_call(meta.strip(), text, where)]}]
+    if role != 'function_call': return None
+    calls = _loads(text, f'{where} content')
+    return [{'role': 'assistant', 'content': '', 'tool_calls': [_call(c, where) for c in (calls if isinstance(calls, list) else [calls])]}]
+
+# %% ../nbs/07_formats.ipynb #057bae95
+_PASS = ('tool_calls', 'function_call', 'tool_call_id', 'tool_call_ids', 'name', 'reasoning_content', 'reasoning',
+         'thinking', 'refusal')   # message keys `_message` reads, kept as they are
+
+def _pair(m: dict, where: str) -> list[dict]:
+    "A pair turn `{system?, human, assistant}` as its messages, in that order."
+    order = {'system': 0, 'user': 1, 'assistant': 2}
+    return [_msg(PAIR_ROLES[k], _text(m[k], f'{where}.{k}')) for k in sorted(m, key=lambda k: order[PAIR_ROLES[k]])]
+
+# %% ../nbs/07_formats.ipynb #1dadcfd8
+def _native(m, i: int, shape: ChatShape) -> list[dict]:
+    "The canonical messages of native message `i` of a record of shape `shape`."
+    where = f'{shape.key}[{i}]'
+    if not isinstance(m, dict): raise NormalizeError(f'wrong type: {where} is {type(m).__name__}, not a message')
+    if shape.role is None:
+        if bad := [k for k in m if k not in PAIR_ROLES]: raise NormalizeError(f'unknown role: {where} has key {bad[0]!r}')
+        return _pair(m, where)
+    r = m.get(shape.role)
+    if not isinstance(r, str): raise NormalizeError(f'missing role: {where} has no {shape.role!r} (a string)')
+    role = _ROLE_ALIASES.get(r.strip().lower(), r.strip().lower())
+    if (got := _legacy_call(m, role, m.get(shape.text), where)) is not None: return got
+    if role not in ROLES: raise NormalizeError(f'unknown role: {where}.{shape.role} is {r!r}')
+    om = {'role': role, 'content': m.get(shape.text), **{k: m[k] for k in _PASS if k in m}}
+    try: return _message(om, i, True, True)
+    except NormalizeError as e: raise NormalizeError(str(e).replace(f'message {i}', where)) from None
+
+# %% ../nbs/07_formats.ipynb #f62deeed
+def _chat_messages(msgs: list, shape: ChatShape) -> list[dict]:
+    "The canonical messages of a native message list: calls joined to the answer before them, results checked."
+    out, pending = [], []
+    for i, m in enumerate(msgs):
+        for c in _native(m, i, shape):
+            if c['role'] == 'tool':
+                if not pending: raise NormalizeError(f'orphan tool result: {shape.key}[{i}] answers no tool call')
+                name = pending.pop(0)
+                if 'name' not in c and 'tool_call_id' not in c: c = {**c, 'name': name}
+            elif c.get('tool_calls'): pending = [tc['function']['name'] for tc in c['tool_calls']]
+            else: pending = []
+            joins = c.get('tool_calls') and not c['content'] and out and out[-1]['role'] == 'assistant' and 'tool_calls' not in out[-1]
+            if joins: out[-1] = {**out[-1], 'tool_calls': c['tool_calls']}
+            else: out.append(c)
+    return out
+
+# %% ../nbs/07_formats.ipynb #2849a56c
+def _chat_tools(raw: dict, shape: ChatShape) -> list:
+    "The record's tools: `tools`, OpenAI's older `functions`, or the `tools` of a system turn (ChatGLM3)."
+    key = 'tools' if raw.get('tools') else 'functions'
+    if raw.get(key): return _as_tools(_loads(raw[key], key), key)
+    msgs = raw[shape.key]
+    j = next((j for j, m in enumerate(msgs) if isinstance(m, dict) and m.get('tools')), None)
+    return [] if j is None else _as_tools(_loads(msgs[j]['tools'], f'{shape.key}[{j}].tools'), f'{shape.key}[{j}].tools')
+
+# %% ../nbs/07_formats.ipynb #132522cc
+@normalizer('chat')
+def norm_chat(raw: dict, # `{conversations | messages | dialog | ...: [messages], system?, tools? | functions?, id?}`
+             ) -> list[dict]: # one partial row
+    "A message list under any of `CHAT_KEYS`, whatever its role and text keys, with the legacy tool messages mapped."
+    if not isinstance(raw, dict): raise NormalizeError(f'not an object: record is {type(raw).__name__}')
+    if (shape := chat_shape(raw)) is None:
+        raise NormalizeError(f'missing field: no message list under any of {", ".join(CHAT_KEYS)}')
+    msgs, sp = _chat_messages(raw[shape.key], shape), raw.get('system')
+    if isinstance(sp, str) and sp.strip(): msgs = [_msg('system', sp)] + msgs
+    out = {'messages': msgs, 'native_id': next((raw[k] for k in ('id', 'conversation_id') if k in raw), None),
+           'meta': {k: raw[k] for k in ('category', 'lang', 'source', 'dataset') if k in raw}}
+    return [{**out, 'tools': tools} if (tools := _chat_tools(raw, shape)) else out]
 
 # %% ../nbs/07_formats.ipynb #183a57f7
 @normalizer('anthropic')
@@ -1000,12 +1159,31 @@ def _nested(r, key) -> bool:
     t = r.get(key)
     return isinstance(t, list) and bool(t) and all(isinstance(x, list) for x in t) and _roles(r, key)
 
+# %% ../nbs/07_formats.ipynb #5e942850
+_JSON_NAMES = {str: 'str', int: 'int', float: 'float', bool: 'bool', type(None): 'null'}
+
+def _describe(v) -> str:
+    "The shape of a JSON value: `str`, `[str, ...]`, `[{role, content}]` (the keys most items have), `{text, role}`."
+    if isinstance(v, dict): return '{' + ', '.join(list(v)[:5]) + (', ...' if len(v) > 5 else '') + '}'
+    if not isinstance(v, list): return _JSON_NAMES.get(type(v), type(v).__name__)
+    if v and all(isinstance(x, dict) for x in v):
+        n = Counter(k for x in v for k in x)
+        return '[{' + ', '.join(k for k in n if 2 * n[k] >= len(v)) + '}]'
+    if v and all(isinstance(x, list) for x in v): return '[' + _describe([y for x in v for y in x]) + ', ...]'
+    return '[' + '|'.join(sorted({_describe(x) for x in v})) + (', ...]' if v else ']')
+
+def _found(recs: list, key: str) -> str:
+    "The commonest shape of field `key` in the sampled records."
+    got = Counter(_describe(r[key]) for r in recs if isinstance(r, dict) and key in r)
+    return got.most_common(1)[0][0] if got else 'nothing'
+
 # %% ../nbs/07_formats.ipynb #863d72b9
 class Signature(NamedTuple):
-    "What a layout's records look like: the fields they must have (or all of `alt`), and a shape check."
+    "What a layout's records look like: the fields they must have (or all of `alt`, or any one of `one_of`), and a shape check."
     fields: tuple
     check: Callable | None = None
     alt: tuple = ()
+    one_of: tuple = ()
 
 def _hh(r) -> bool: return isinstance(r['chosen'], str) and 'Human:' in r['chosen']
 
@@ -1029,12 +1207,14 @@ def _tool_markup(r, key, marks) -> bool: return any(m in _blob(r[key]) for m in 
 SIGNATURES: dict[str, Signature] = {
     'openorca': Signature(('system_prompt', 'question', 'response')),
     'alpaca': Signature(('instruction', 'output'), lambda r: 'input' in r),
+    'dolly': Signature(('instruction', 'response')),
     'evol_codealpaca': Signature(('instruction', 'output'), lambda r: 'input' not in r),
     'magicoder_oss': Signature(('problem', 'solution')),
     'oasst_tree': Signature(('prompt',), lambda r: 'replies' in r['prompt']),
     'oasst_messages': Signature(('message_tree_id', 'message_id', 'parent_id', 'role', 'text')),
     'lima': Signature(('conversations',), lambda r: isinstance(r['conversations'], list)
                       and all(isinstance(t, str) for t in r['conversations'])),
+    'ultrachat': Signature(('data',), lambda r: isinstance(r['data'], list) and all(isinstance(t, str) for t in r['data'])),
     'sharegpt': Signature(('conversations',), lambda r: _turns(r) and 'chosen' not in r),
     'sharegpt_preference': Signature(('conversations', 'chosen', 'rejected'),
                                      lambda r: isinstance(r['conversations'], list)),
@@ -1043,6 +1223,7 @@ SIGNATURES: dict[str, Signature] = {
     'llamafactory_tools': Signature(('conversations',), lambda r: _turns(r) and (
         'tools' in r or any(t.get('from') in ('function_call', 'observation') for t in r['conversations']))),
     'messages': Signature(('messages',), lambda r: _roles(r) or isinstance(r['messages'], str)),
+    'chat': Signature((), lambda r: chat_shape(r) is not None and not {'chosen', 'rejected'} & set(r), one_of=CHAT_KEYS),
     'anthropic': Signature(('messages',), _anthropic),
     'openai_responses': Signature(('input',), _responses, alt=('output',)),
     'nemotron_v2': Signature(('messages', 'uuid'), _roles),
@@ -1060,34 +1241,74 @@ SIGNATURES: dict[str, Signature] = {
     'openai_preference': Signature(('prompt', 'chosen'), lambda r: 'preferred_output' in r or not _hh(r),
                                    alt=('input', 'preferred_output')),
 }
+
+# %% ../nbs/07_formats.ipynb #6af3e347
 _SPECIAL = {'llamafactory_tools', 'hermes_fc', 'qwen35_toolcalling', 'nemotron_v2', 'anthropic'}   # of sharegpt / messages
 
 def _sig_ok(name: str, r) -> bool:
     "Whether record `r` has the fields and the shape of normalizer `name`'s layout."
     sig = SIGNATURES[name]
-    has = isinstance(r, dict) and any(s and all(k in r for k in s) for s in (sig.fields, sig.alt))
+    has = isinstance(r, dict) and (any(s and all(k in r for k in s) for s in (sig.fields, sig.alt))
+                                   or any(k in r for k in sig.one_of))
     if not has: return False
     try: return sig.check is None or bool(sig.check(r))
     except (TypeError, AttributeError, KeyError): return False
 
-# %% ../nbs/07_formats.ipynb #f0de3231
+# %% ../nbs/07_formats.ipynb #86358c8d
+SHAPES = {   # what the first field of a layout holds, where its signature's check is about that
+    'oasst_tree': '{text, role, replies}', 'lima': '[str, ...]', 'ultrachat': '[str, ...]', 'mt_bench': '[str, ...]',
+    'sharegpt': '[{from, value}]', 'sharegpt_preference': '[{from, value}]', 'hermes_fc': '[{from, value}] with <tool_call> or <tools>',
+    'llamafactory_tools': '[{from, value}] with function_call or observation turns (or tools)',
+    'messages': '[{role, content}]', 'nemotron_v2': '[{role, content}]', 'swe_agent': '[{role, content}]',
+    'anthropic': '[{role, content}] with a system prompt, input_schema tools or content blocks',
+    'qwen35_toolcalling': '[{role, content}] with <functioncall> or FUNCTION RESPONSE', 'bfcl': '[[{role, content}], ...]',
+    'openai_responses': '[{type: message|reasoning|function_call|function_call_output}]',
+    'hh_rlhf': 'a Human:/Assistant: transcript', 'chat': '[{role, content}] (any role and text keys) or [{human, assistant}]',
+}
+
+# %% ../nbs/07_formats.ipynb #b6f8ce43
 def _expects(sig: Signature) -> str:
+    if sig.one_of: return '|'.join(sig.one_of[:4]) + '|...'
     return '+'.join(sig.fields) + (f' (or {"+".join(sig.alt)})' if sig.alt else '')
 
+def _near(sig: Signature, fields: Counter) -> tuple[list, list]:
+    "(the layout's fields the sample has, those it lacks): of its nearer field set, or the commonest of `one_of`."
+    if sig.one_of:
+        has = sorted((k for k in sig.one_of if k in fields), key=lambda k: -fields[k])[:1]
+        return has, ([] if has else [f'one of {"|".join(sig.one_of)}'])
+    have = max((s for s in (sig.fields, sig.alt) if s), key=lambda s: sum(f in fields for f in s) / len(s))
+    return [f for f in have if f in fields], [f for f in have if f not in fields]
+
+def _shape(name: str, recs: list, present: list) -> dict:
+    "`{shape, found}`: what the layout's first field should hold and what the sample holds there (where it says)."
+    if name not in SHAPES or not present: return {}
+    return {'shape': f'{present[0]} as {SHAPES[name]}', 'found': f'{present[0]} as {_found(recs, present[0])}'}
+
+# %% ../nbs/07_formats.ipynb #31a588dc
+def _reads(name: str, sample: list, um: Counter) -> tuple[int, str | None]:
+    "(how many sampled records normalizer `name` reads, its first rejection); the fields it leaves are counted in `um`."
+    main = Counter(map(chat_shape, sample)).most_common(1)[0][0] if SIGNATURES[name].one_of and sample else None
+    ok, why = 0, None
+    for i, r in enumerate(sample):
+        rows, rej = normalize_record('detect', NORMALIZERS[name], r, i, unmapped=um)
+        if main and rows and chat_shape(r) != main:   # read, but not in the file's shape
+            rows, rej = [], [{'reason': f'another layout: record {i} keeps its messages unlike the file ({main.key}: {main.role}/{main.text})'}]
+        ok += bool(rows) and not rej
+        why = why or (rej[0]['reason'] if rej else None)
+    return ok, why
+
+# %% ../nbs/07_formats.ipynb #f0de3231
 def _evidence(name: str, recs: list[dict], fields: Counter) -> dict:
     "What the sample `recs` says about normalizer `name`."
     sig, hits = SIGNATURES[name], sum(_sig_ok(name, r) for r in recs)
-    have = max((s for s in (sig.fields, sig.alt) if s), key=lambda s: sum(f in fields for f in s) / len(s))
+    present, missing = _near(sig, fields)
     ev = {'normalizer': name, 'expects': _expects(sig), 'signature': f'{_expects(sig)}: {hits}/{len(recs)}',
-          'group_by': GROUP_BY.get(name), 'hits': hits, 'present': [f for f in have if f in fields],
-          'missing': [f for f in have if f not in fields]}
+          'group_by': GROUP_BY.get(name), 'hits': hits, 'present': present, 'missing': missing, **_shape(name, recs, present)}
     if not recs or hits < max(1, len(recs) // 2): return ev
     sample = list(group_records(iter(recs), GROUP_BY[name])) if name in GROUP_BY else recs
-    um, ok, why = Counter(), 0, None
-    for i, r in enumerate(sample):
-        rows, rej = normalize_record('detect', NORMALIZERS[name], r, i, unmapped=um)
-        ok += bool(rows) and not rej; why = why or (rej[0]['reason'] if rej else None)
-    specific = len(sig.fields) + (sig.check is not None) + (name in _SPECIAL)
+    um = Counter()
+    ok, why = _reads(name, sample, um)
+    specific = len(sig.fields) + (sig.check is not None) + (name in _SPECIAL) - bool(sig.one_of)   # `chat`: the least
     return {**ev, 'normalized': f'{ok}/{len(sample)}', 'unmapped': dict(um), 'first_rejection': why,
             'score': (ok / max(1, len(sample)), -len(um), specific)}
 

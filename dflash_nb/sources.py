@@ -482,7 +482,7 @@ def auto_source(path, # the user's file
     m = d['matches'][0]
     return Source(name or Path(path).stem.split('.')[0], m['normalizer'], category, 'unknown (your file)',
                   path=str(path), group_by=m['group_by'],
-                  notes=f'detected: {m["signature"]}, normalized {m["normalized"]}')
+                  notes=f'detected: {m["normalizer"]} ({m.get("found") or m["signature"]}), normalized {m["normalized"]}')
 
 # %% ../nbs/10_sources.ipynb #041e28dd
 def file_source(source: str, # `auto` (detected), a registry name, or a normalizer name
@@ -558,6 +558,8 @@ def _expected_line(e: dict) -> str:
     "One line of `sources detect`'s answer for a normalizer that did not read the file."
     has = f'has {", ".join(e["present"])}; ' if e['present'] else ''
     if e.get('normalized'): why = f'{e["hits"]} fit, normalized {e["normalized"]}: {e["first_rejection"]}'
+    elif not e['missing'] and e.get('shape'):   # the fields are there, their shape is not: say both shapes
+        return f'  {e["normalizer"]:<20} expects {e["shape"]}; found {e["found"]}; their shape fits {e["hits"]} of the records'
     elif not e['missing']: why = f'has its fields; their shape fits {e["hits"]} of the records'
     else: why = has + f'lacks {", ".join(e["missing"])}'
     return f'  {e["normalizer"]:<20} expects {e["expects"]:<34} {why}'
@@ -571,7 +573,8 @@ def cmd_sources_detect(a) -> int:
     if bad['count']: print(f'{bad["count"]} records could not be read; first: {bad["first"]}')
     for i, m in enumerate(d['matches']):
         um = ', '.join(f'{k} ({v})' for k, v in m['unmapped'].items()) or 'none'
-        print(f'{"best" if i == 0 else "also":<5} {m["normalizer"]:<20} signature {m["signature"]}; '
+        found = f'; found {m["found"]}' if m.get('found') else ''
+        print(f'{"best" if i == 0 else "also":<5} {m["normalizer"]:<20} signature {m["signature"]}{found}; '
               f'normalized {m["normalized"]}; not mapped: {um}')
     if d['matches']: return 0
     print('what each normalizer expects, nearest first:')

@@ -50,6 +50,9 @@ MALFORMED = {
     'bfcl': [{'question': 'q'}, {'question': [[{'role': 'user', 'content': 'q'}]], 'function': [{'nameless': 1}]}],
     'anthropic': [{'system': 'x'}, {'messages': [{'role': 'user', 'content': 'q'}, {'role': 'assistant', 'content': [{'type': 'tool_use', 'input': {}}]}]}],
     'openai_responses': [{'instructions': 'x'}, {'input': [{'type': 'function_call', 'call_id': 'c', 'name': 'f', 'arguments': '{oops'}]}],
+    'chat': [{'dialog': [{'speaker': 'narrator', 'text': 'x'}]}, {'conversations': [{'role': 'user', 'content': 'q'}, {'role': 'observation', 'content': 'orphan'}]}],
+    'dolly': [{'instruction': 'x'}, {'instruction': 'x', 'response': 5}],
+    'ultrachat': [{'data': 'q'}, {'data': [1, 2]}],
 }
 
 @pytest.mark.parametrize('name', sorted(NORMALIZERS))
@@ -102,6 +105,9 @@ GOOD = {
     'anthropic': {'id': 'msg_1', 'system': 'Be brief.', 'messages': [U, {'role': 'assistant', 'content': [{'type': 'text', 'text': 'Use sorted(xs).'}]}]},
     'openai_responses': {'id': 'resp_1', 'input': [{'type': 'message', 'role': 'user', 'content': 'Sort?'}],
                          'output': [{'type': 'message', 'role': 'assistant', 'content': [{'type': 'output_text', 'text': 'Use sorted(xs).'}]}]},
+    'chat': {'conversations': [{'role': 'system', 'content': '你是一个助手。'}, {'role': 'user', 'content': 'Hi'}, {'role': 'assistant', 'content': 'Hello!'}]},
+    'dolly': {'instruction': 'Name a colour.', 'context': '', 'response': 'Blue.', 'category': 'brainstorming'},
+    'ultrachat': {'id': '0', 'data': ['What is a prime?', 'A number with exactly two divisors.']},
 }
 
 @pytest.mark.parametrize('name', sorted(NORMALIZERS))
