@@ -848,8 +848,8 @@ def norm_chat(raw: dict, # `{conversations | messages | dialog | ...: [messages]
         raise NormalizeError(f'missing field: no message list under any of {", ".join(CHAT_KEYS)}')
     msgs, sp = _chat_messages(raw[shape.key], shape), raw.get('system')
     if isinstance(sp, str) and sp.strip(): msgs = [_msg('system', sp)] + msgs
-    out = {'messages': msgs, 'native_id': next((raw[k] for k in ('id', 'conversation_id') if k in raw), None),
-           'meta': {k: raw[k] for k in ('category', 'lang', 'source', 'dataset') if k in raw}}
+    out = {'messages': msgs, 'native_id': raw.get('id'),   # a `conversation_id` need not be unique: kept in `meta`
+           'meta': {k: raw[k] for k in ('conversation_id', 'category', 'lang', 'source', 'dataset') if k in raw}}
     return [{**out, 'tools': tools} if (tools := _chat_tools(raw, shape)) else out]
 
 # %% ../nbs/07_formats.ipynb #183a57f7
@@ -1310,7 +1310,7 @@ def _evidence(name: str, recs: list[dict], fields: Counter) -> dict:
     ok, why = _reads(name, sample, um)
     specific = len(sig.fields) + (sig.check is not None) + (name in _SPECIAL) - bool(sig.one_of)   # `chat`: the least
     return {**ev, 'normalized': f'{ok}/{len(sample)}', 'unmapped': dict(um), 'first_rejection': why,
-            'score': (ok / max(1, len(sample)), -len(um), specific)}
+            'score': (ok / max(1, len(sample)), not sig.one_of, -len(um), specific)}   # `chat` wins only by reading more
 
 # %% ../nbs/07_formats.ipynb #5b82064c
 def _why(bad) -> str:

@@ -4,7 +4,7 @@
 
 # %% ../nbs/95_plan.ipynb #5ee0c83d
 from __future__ import annotations
-import copy, math, os, shutil, socket
+import copy, json, math, os, shutil, socket
 from pathlib import Path
 
 from . import precision
@@ -18,19 +18,20 @@ from .models import resolve_target, text_config
 from .precision import amp_dtype, choose_dtype, probe, resolve_optimizer
 
 # %% auto #0
-__all__ = ['PLAN_DEFAULTS', 'PLAN_FILES', 'GPU_KINDS', 'MEM_DEFAULTS', 'GATED_HOWTO', 'INTERLEAVED', 'PRECISION_KEYS',
+__all__ = ['PLAN_DEFAULTS', 'PLAN_FILES', 'GPU_KINDS', 'MEM_DEFAULTS', 'GATED_HOWTO', 'INTERLEAVED', 'MEASURED', 'PRECISION_KEYS',
            'EFFICIENCY', 'OVERHEAD_S', 'TOKENIZE_PER_S', 'EVAL_COST', 'EVAL_CONTROLS', 'GPU_UTIL', 'BUSY', 'SCALED',
            'complete_config', 'hub_offline', 'load_target_config', 'target_dims', 'check_row', 'source_checks',
            'feature_layer_ids', 'layer_checks', 'mask_checks', 'shape_checks', 'regen_checks', 'template_checks',
-           'validate', 'plan_assumptions', 'row_tokens', 'source_rows', 'mix_warnings', 'local_rows', 'mix_estimate',
-           'mix_checks', 'drafter_params', 'stage_costs', 'feasibility_warnings', 'fmt_bytes', 'demo_settings',
-           'repair_warnings', 'estimate', 'usable_bytes', 'target_token_bytes', 'regen_memory', 'extract_memory',
+           'validate', 'plan_assumptions', 'row_tokens', 'source_rows', 'mix_warnings', 'local_rows', 'row_measure',
+           'measure_rows', 'assumed_tokens', 'truncation_warnings', 'mix_estimate', 'mix_checks', 'drafter_params',
+           'regen_tokens', 'stage_costs', 'feasibility_warnings', 'fmt_bytes', 'demo_settings', 'repair_warnings',
+           'select_warnings', 'estimate', 'usable_bytes', 'target_token_bytes', 'regen_memory', 'extract_memory',
            'drafter_token_bytes', 'train_memory', 'separate_split', 'train_settings', 'train_fit', 'recommend_train',
            'recommend_regen', 'train_setting', 'seq_len', 'format_recommendation', 'memory_plan', 'format_memory',
            'computing_stages', 'run_device', 'machine_probe', 'stage_precision', 'precision_warnings', 'stage_rate',
            'train_steps', 'drafter_matrices', 'newton_schulz_flops', 'train_step_flops', 'eval_tokens',
-           'predict_minutes', 'busy', 'machine_plan', 'machine_line', 'cached_probe', 'fit_budget', 'budget_line',
-           'make_plan', 'format_plan', 'register_cli']
+           'predict_minutes', 'busy', 'machine_plan', 'machine_line', 'cached_probe', 'target_tokenizer', 'fit_budget',
+           'budget_line', 'make_plan', 'format_plan', 'register_cli']
 
 # %% ../nbs/95_plan.ipynb #a742cd59
 def complete_config(cfg: dict,  # a run config (`core.load_config`), sections partial or complete
@@ -51,6 +52,7 @@ PLAN_DEFAULTS = {
     'util_prefill': 0.45,     # feature extraction / teacher-forced target forwards
     'util_training': 0.35,    # drafter training step
     'bytes_per_char_jsonl': 1.1, 'chars_per_token': 3.8,
+    'sample_rows': 256,       # rows of a local file tokenized with the target's tokenizer for its token estimates
     'allow_gated': True,      # false: a gated source (hub terms + login) is an error, not a warning
 }
 PLAN_FILES = ('target_config', 'tokenizer')   # `plan` keys naming files (or --target-config, --tokenizer)
@@ -348,7 +350,7 @@ def mix_warnings(total: int,      # `sources.total`
 def local_rows(s,            # a registry source (`sources.get_source`)
                quota: int,   # rows allocated to it
                src: dict,    # the complete `sources` section
-              ) -> dict | None:  # {rows, read, quarantined: {reason: n}, filtered: {why: n}}; None: not a readable local file
+              ) -> dict | None:  # {rows, read, quarantined: {reason: n}, filtered: {why: n}, _rows: the rows}; None: not a readable local file
     "What a local-file source gives for `quota`, counted by the sources stage's own mix builder."
     if not s.path or quota <= 0: return None
     q = Quarantine()
@@ -358,7 +360,7 @@ def local_rows(s,            # a registry source (`sources.get_source`)
     c = counts[s.name]
     if c['status'] != 'ok': return None
     return {'rows': len(rows), 'read': c['read'], 'quarantined': dict(q.reasons),
-            'filtered': {k: c[k] for k in ('too_short', 'too_long', 'dup_exact', 'dup_normalized') if c[k]}}
+            'filtered': {k: c[k] for k in ('too_short', 'too_long', 'dup_exact', 'dup_normalized') if c[k]}, '_rows': rows}
 
 def _counted_line(name: str, quota: int, got: dict) -> str:
     "The warning saying what a counted local source gives, and what it loses."
@@ -368,11 +370,102 @@ def _counted_line(name: str, quota: int, got: dict) -> str:
             ''.join(f'; {l}' for l in lost) + ')' + ('; opt in to a meaning-changing repair with run.repairs, see '
             '`dflash-nb sources normalize --input FILE ...`' if got['quarantined'] else ''))
 
+# %% ../nbs/95_plan.ipynb #1e984e6b
+def _ntok(tokenizer, text: str) -> int: return len(tokenizer(text, add_special_tokens=False)['input_ids']) if text else 0
+
+def _msg_text(m: dict) -> str:
+    "What a message holds, as text: its content, reasoning and tool calls (as JSON)."
+    c, calls = m.get('content'), json.dumps(m['tool_calls'], ensure_ascii=False) if m.get('tool_calls') else ''
+    return (c if isinstance(c, str) else json.dumps(c or '', ensure_ascii=False)) + (m.get('reasoning_content') or '') + calls
+
+def _render_len(tokenizer, row: dict, kw: dict) -> int:
+    "Tokens of `row` rendered by the chat template (`kw`: its template, thinking mode); refused: its texts, 4 tokens a message."
+    try: return len(tokenizer.apply_chat_template(row['messages'], tools=row.get('tools'), tokenize=True, return_dict=True,
+                                                  **kw)['input_ids'])
+    except Exception: return sum(_ntok(tokenizer, _msg_text(m)) + 4 for m in row['messages'])   # the stages say why it fails
+
+# %% ../nbs/95_plan.ipynb #035aad4d
+def row_measure(row: dict,   # a canonical row (`local_rows`' rows)
+                tokenizer,   # the target's tokenizer
+                rg: dict,    # the complete `regenerate` section (select, mode, tool_turns, max_new_tokens)
+                guess: int,  # tokens of an answer the target adds (its category's assumed answer)
+                kw: dict,    # `apply_chat_template`'s chat_template and enable_thinking
+               ) -> dict:    # tokens, answer, generated (and under select all), regenerated, answers, kept_answers
+    "One row's tokens as the chain will make them: rendered with the target's template after the configured regeneration."
+    from dflash_nb.regenerate import planned_turns   # the stage's own walk of a row
+    size = {id(m): _ntok(tokenizer, _msg_text(m)) for m in row['messages'] if m.get('role') == 'assistant'}
+    def regen(select):   # (turns written, tokens generated, tokens of the answers they replace)
+        turns = planned_turns(row, select, rg['mode'], rg['tool_turns'])
+        return (turns, sum(min(size[id(m)] if m is not None else guess, rg['max_new_tokens']) for m in turns),
+                sum(size[id(m)] for m in turns if m is not None))
+    (turns, gen, old), total = regen(rg['select']), _render_len(tokenizer, row, kw)
+    return {'tokens': total - old + gen, 'answer': sum(size.values()) - old + gen, 'generated': gen,
+            'generated_if_all': regen('all')[1], 'regenerated': bool(turns), 'answers': len(size),
+            'kept_answers': len(size) - sum(m is not None for m in turns)}
+
+# %% ../nbs/95_plan.ipynb #87b55327
+def _template_kw(cfg: dict) -> dict:
+    "`apply_chat_template`'s keywords for the run's template and thinking mode (as `50_tokenization` renders)."
+    tk = cfg['tokenization']
+    kw = {'chat_template': Path(expand_path(tk['chat_template'])).read_text(encoding='utf-8')} if tk.get('chat_template') else {}
+    return kw | ({'enable_thinking': tk['enable_thinking']} if tk.get('enable_thinking') is not None else {})
+
+def measure_rows(rows: list,       # a local source's rows (`local_rows`)
+                 tokenizer,        # the target's tokenizer
+                 cfg: dict,        # a complete run config
+                 P: dict,          # `plan_assumptions` (`sample_rows`, `tokens_per_row`)
+                 category: str,    # the source's category (the length of an answer the target adds)
+                ) -> dict:         # the source's tokens, measured on a sample, scaled to its rows
+    "Tokens of a local source measured with the target's tokenizer on an evenly spaced sample of its rows."
+    L, step = cfg['tokenization']['max_seq_len'] or 0, max(1, math.ceil(len(rows) / P['sample_rows']))
+    ms = [row_measure(r, tokenizer, cfg['regenerate'], P['tokens_per_row'][category][1], _template_kw(cfg)) for r in rows[::step]]
+    f, lens = len(rows) / max(1, len(ms)), sorted(m['tokens'] for m in ms)
+    tot = lambda xs: int(round(f * sum(xs)))
+    kept = [min(m['tokens'], L) if L else m['tokens'] for m in ms]
+    sup = [max(0, k - m['tokens'] + m['answer']) if m['answers'] <= 1 else k * m['answer'] / max(1, m['tokens']) for k, m in zip(kept, ms)]
+    pct = lambda q: lens[min(len(lens) - 1, int(q * len(lens)))] if lens else 0
+    return {'sample': len(ms), 'rows': len(rows), 'max_seq_len': L, 'tokens': tot(kept), 'supervised': tot(sup),
+            'prompt_tokens': tot(min(k, m['tokens'] - m['answer']) for k, m in zip(kept, ms)), 'answer_tokens': tot(m['answer'] for m in ms),
+            'generated_tokens': tot(m['generated'] for m in ms), 'generated_if_all': tot(m['generated_if_all'] for m in ms),
+            'regen_tokens': tot(m['tokens'] for m in ms if m['regenerated']), 'regenerated_rows': tot(m['regenerated'] for m in ms),
+            'answers': tot(m['answers'] for m in ms), 'kept_answers': tot(m['kept_answers'] for m in ms),
+            'truncated_rows': tot(bool(L) and m['tokens'] > L for m in ms), 'tokens_cut': tot(max(0, m['tokens'] - L) for m in ms if L),
+            'per_row': {'p50': pct(0.5), 'p90': pct(0.9), 'max': lens[-1] if lens else 0}}
+
+# %% ../nbs/95_plan.ipynb #49eef3ed
+MEASURED = ('prompt_tokens', 'answer_tokens', 'tokens', 'supervised', 'generated_tokens', 'generated_if_all', 'regen_tokens',
+            'regenerated_rows')   # what a source's estimate holds, measured or assumed
+
+def assumed_tokens(s,          # a registry source
+                   n: int,     # its rows
+                   P: dict,    # `plan_assumptions`
+                   cfg: dict,  # a complete run config
+                  ) -> dict:   # the `MEASURED` keys
+    "A source's tokens from `plan.tokens_per_row`; regenerated when `select` is `all` or its rows are prompts."
+    rg = cfg['regenerate']
+    p, a, t, sup = row_tokens(s.category, P, cfg['tokenization']['max_seq_len'], rg['max_new_tokens'])
+    regen = rg['select'] == 'all' or s.prompts_only
+    return {'prompt_tokens': n * min(p, t), 'answer_tokens': n * a, 'tokens': n * t, 'supervised': int(n * sup),
+            'generated_tokens': n * a if regen else 0, 'generated_if_all': n * a,
+            'regen_tokens': n * (min(p, t) + a) if regen else 0, 'regenerated_rows': n if regen else 0}
+
+def truncation_warnings(name: str,  # the source
+                        m: dict,    # `measure_rows`' result
+                       ) -> list[str]:  # one warning, or none
+    "A measured source whose rows will mostly be cut at `max_seq_len`."
+    L, t, n, r = m['max_seq_len'], m['truncated_rows'], m['rows'], m['per_row']
+    if not L or t * 2 <= n: return []
+    share = m['tokens_cut'] / max(1, m['tokens'] + m['tokens_cut'])
+    return [f"{name}: {t:,} of {n:,} rows will be truncated at tokenization.max_seq_len {L:,} (measured with the target's "
+            f"tokenizer, after regeneration: {r['p50']:,} tokens per row, p90 {r['p90']:,}, max {r['max']:,}): {m['tokens_cut']:,} "
+            f"tokens cut, {share:.0%} of the rows' tokens; raise max_seq_len or split the conversations"]
+
 # %% ../nbs/95_plan.ipynb #ce21e5d4
 def mix_estimate(cfg: dict,  # a complete run config
                  P: dict,    # `plan_assumptions`
+                 tokenizer=None,  # the target's tokenizer: a local file's tokens measured (None: assumed by category)
                 ) -> tuple[dict, list[str]]:  # ({source: rows, tokens, ...}, warnings)
-    "Rows, prompt, answer, total and supervised tokens of each source of the mix."
+    "Rows, prompt, answer, total, supervised and generated tokens of each source of the mix."
     src, L, max_new = cfg['sources'], cfg['tokenization']['max_seq_len'], cfg['regenerate']['max_new_tokens']
     sources = [get_source(n, src['extra_sources']) for n in src['sources']]
     quotas = {k: int(v) for k, v in src['quotas'].items()}
@@ -380,12 +473,15 @@ def mix_estimate(cfg: dict,  # a complete run config
     per, warn = {}, mix_warnings(src['total'], quotas, alloc, sources)
     for s in sources:
         got = local_rows(s, alloc[s.name], src)
-        n = got['rows'] if got else source_rows(s, alloc[s.name]); p, a, t, sup = row_tokens(s.category, P, L, max_new)
+        rows = got.pop('_rows') if got else None
+        n = got['rows'] if got else source_rows(s, alloc[s.name]); p = row_tokens(s.category, P, L, max_new)[0]
         if got and (got['rows'] < alloc[s.name] or got['quarantined']): warn.append(_counted_line(s.name, alloc[s.name], got))
-        per[s.name] = {'category': s.category, 'quota': alloc[s.name], 'quota_in_config': quotas.get(s.name),
-                       'rows': n, 'prompt_tokens': n * min(p, t), 'answer_tokens': n * a, 'tokens': n * t,
-                       'supervised': int(n * sup), 'licence': s.license, 'gated': s.gated, 'counted': got}
-        if L and p >= L and s.category not in INTERLEAVED:
+        m = measure_rows(rows, tokenizer, cfg, P, s.category) if rows and tokenizer is not None else None
+        per[s.name] = {'category': s.category, 'quota': alloc[s.name], 'quota_in_config': quotas.get(s.name), 'rows': n,
+                       **({k: m[k] for k in MEASURED} if m else assumed_tokens(s, n, P, cfg)),
+                       'licence': s.license, 'gated': s.gated, 'counted': got, 'measured': m}
+        warn += truncation_warnings(s.name, m) if m else []
+        if not m and L and p >= L and s.category not in INTERLEAVED:
             warn.append(f'{s.name}: prompts (~{p} tokens) fill max_seq_len {L}: nothing supervised is left')
     return per, warn
 
@@ -415,6 +511,12 @@ def drafter_params(dims: dict,   # `target_dims` of the target
     per = H * nh * hd * 2 + 2 * H * nkv * hd + 3 * H * I + 2 * H + 2 * hd
     return train['num_hidden_layers'] * per + train['num_feature_layers'] * H * H + 2 * H
 
+# %% ../nbs/95_plan.ipynb #f758960b
+def regen_tokens(tot: dict,  # the mix's totals
+                ) -> int:    # tokens the regeneration's target runs over
+    "The prompt and generated tokens of the rows regeneration writes (all the rows' tokens for totals made by hand)."
+    return tot['regen'] if 'regen' in tot else tot['prompt'] + tot['answer']
+
 # %% ../nbs/95_plan.ipynb #a418dc21
 def stage_costs(cfg: dict,   # a complete run config
                 dims: dict,  # `target_dims` of the target
@@ -426,14 +528,15 @@ def stage_costs(cfg: dict,   # a complete run config
     rows, seq = tot['rows'] * n, tot['tokens'] * n
     gh = lambda flops, util: flops / (P['gpu_bf16_tflops'] * 1e12 * util) / 3600
     feat = (tr['num_feature_layers'] + (1 if hs['include_last'] else 0)) * dims['hidden_size'] * 2   # bf16
-    regen = 2 * dims['params_estimate'] * (tot['prompt'] + tot['answer']) * n
+    regen = 2 * dims['params_estimate'] * regen_tokens(tot) * n
     extract = 2 * dims['params_estimate'] * seq
     online, epochs = tr['source'] == 'online', tr['epochs']
     trained = rows * min(tr['num_anchors'] * tr['block_size'], seq / max(rows, 1) * tr['block_size']) * epochs
     train = 6 * drafter_params(dims, tr) * (trained + seq * epochs) + (extract * epochs if online else 0)
     return {'10_sources': {'rows': tot['rows'], 'disk_bytes': tot['prompt'] * P['chars_per_token']},
             '30_convert': {'rows': tot['rows'], 'disk_bytes': 3 * tot['prompt'] * P['chars_per_token']},
-            '40_regenerate': {'rows': rows, 'generated_tokens': tot['answer'] * n, 'flops': regen,
+            '40_regenerate': {'rows': rows, 'select': cfg['regenerate']['select'], 'regenerated_rows': tot.get('regenerated', tot['rows']) * n,
+                              'generated_tokens': tot.get('generated', tot['answer']) * n, 'flops': regen,
                               'gpu_hours': gh(regen, P['util_generation']),
                               'disk_bytes': seq * P['chars_per_token'] * P['bytes_per_char_jsonl']},
             '50_tokenization': {'rows': rows, 'tokens': seq, 'supervised_tokens': tot['supervised'] * n,
@@ -496,24 +599,38 @@ def repair_warnings(cfg: dict,  # a complete run config
     return ['the stages that validate rows opt in to different repairs (' + ', '.join(f'{k}.repairs {v}' for k, v in opt.items())
             + '): 10_sources rejects a row before 30_convert sees it; set run.repairs to opt in for every stage']
 
+# %% ../nbs/95_plan.ipynb #5aa912e7
+def select_warnings(cfg: dict,  # a complete run config
+                    per: dict,  # `mix_estimate`'s sources
+                   ) -> list[str]:  # one warning, or none
+    "With `regenerate.select` other than `all`: the rows that keep answers the target did not write, and what `all` writes."
+    sel = cfg['regenerate']['select']
+    if sel == 'all': return []
+    rows, regen, gen, every = (sum(v[k] for v in per.values()) for k in ('rows', 'regenerated_rows', 'generated_tokens', 'generated_if_all'))
+    return [f"regenerate.select {sel}: {rows - regen:,} of {rows:,} rows keep answers the target did not write, and the drafter "
+            "learns to draft those, not the target's own (DFlash trains on the target's answers); `select: all`, the default, "
+            f"regenerates every assistant turn: {every:,} tokens to generate instead of {gen:,}"]
+
 # %% ../nbs/95_plan.ipynb #f4ea654f
 def estimate(cfg: dict,                     # a complete run config
              dims: dict,                    # `target_dims` of the target
              plan: dict | None = None,      # the `plan` section (assumptions)
              free_disk: int | None = None,  # bytes free where the runs go
+             tokenizer=None,                # the target's tokenizer: local files' tokens measured with it
             ) -> dict:                      # rows, tokens, per-source and per-stage estimates, warnings
     "Rows, tokens, disk and compute per stage for config `cfg` on a target of shape `dims`."
     P = plan_assumptions(plan)
-    per, warn = mix_estimate(cfg, P)
+    per, warn = mix_estimate(cfg, P, tokenizer)
     tot = {k: sum(v[f] for v in per.values()) for k, f in (('rows', 'rows'), ('prompt', 'prompt_tokens'),
-           ('answer', 'answer_tokens'), ('tokens', 'tokens'), ('supervised', 'supervised'))}
+           ('answer', 'answer_tokens'), ('tokens', 'tokens'), ('supervised', 'supervised'), ('generated', 'generated_tokens'),
+           ('regen', 'regen_tokens'), ('regenerated', 'regenerated_rows'))}
     stages = stage_costs(cfg, dims, P, tot)
     total_gh = sum(v.get('gpu_hours', 0) for v in stages.values())
     return {'assumptions': P, 'rows': tot['rows'], 'per_source': per, 'tokens': tot['tokens'], 'totals': tot,
             'supervised_tokens': tot['supervised'], 'stages': stages, 'gpu_hours_total': total_gh,
             'wall_hours_on_cluster': total_gh / max(1, int(P['num_gpus'])),
-            'warnings': warn + feasibility_warnings(cfg, stages, tot, free_disk) + repair_warnings(cfg)
-                        + demo_settings(cfg)}
+            'warnings': warn + select_warnings(cfg, per) + feasibility_warnings(cfg, stages, tot, free_disk)
+                        + repair_warnings(cfg) + demo_settings(cfg)}
 
 # %% ../nbs/95_plan.ipynb #cbcc7628
 def usable_bytes(kind: str,              # a key of `GPU_KINDS`
@@ -1018,10 +1135,10 @@ def _regen_minutes(cfg: dict, tot: dict, dims: dict, p: dict, dtype: str, P: dic
     if rg['backend'] == 'http': return {'minutes': None, 'why': 'http backend: a server on another machine generates'}
     S, n, sm = rg['synthesize'] or 0, rg['samples'], rg['synthesize_max_tokens']
     ans = min(P['tokens_per_row']['general'][1], rg['max_new_tokens'])
-    tokens = (tot['prompt'] + tot['answer']) * n + S * sm + S * (sm + ans) * n   # the mix; prompts written, answered
+    tokens = regen_tokens(tot) * n + S * sm + S * (sm + ans) * n   # the rows regenerated; prompts written, answered
     threads = rg['threads'] * (rg['workers'] or 1) if rg['threads'] else None
     rate, how = stage_rate(p, dtype, 'regenerate', P, _share(p, threads))
-    note = '' if rg['select'] == 'all' else f"; select {rg['select']}: every row counted, an upper bound"
+    note = '' if rg['select'] == 'all' else f"; select {rg['select']}: {tot.get('regenerated', tot['rows']):,} of {tot['rows']:,} rows"
     return _timed('40_regenerate', 2 * dims['params_estimate'] * tokens, rate, how, note)
 
 # %% ../nbs/95_plan.ipynb #a72fc01a
@@ -1157,6 +1274,14 @@ def _tokenizer(path, required: bool = False):
     from transformers import AutoTokenizer   # heavy: only when a tokenizer folder is given
     return AutoTokenizer.from_pretrained(expand_path(path))
 
+def target_tokenizer(spec: str | None,  # the run's target spec (`run.target`)
+                    ):                  # its tokenizer, or None
+    "The target's own tokenizer when it is on this machine (a built-in, a local folder, the hub's cache); else None."
+    if not spec: return None
+    from transformers import AutoTokenizer   # heavy: loaded for the target's config already
+    try: return AutoTokenizer.from_pretrained(resolve_target(spec), local_files_only=True)
+    except Exception: return None   # a hub id not cached here, an unreadable folder: the plan goes on without it
+
 def _target_file(arg, section: dict):
     "The target config file named on the command line or in the `plan` section (a shipped name works too)."
     name = arg or section.get('target_config')
@@ -1213,8 +1338,8 @@ def make_plan(config=None,            # a run config: path, shipped name's path,
     ids = feature_layer_ids(cfg, dims['num_hidden_layers'])
     cfg['train'] = {**cfg['train'], 'num_feature_layers': len(ids)}   # the drafter reads len(ids) layers
     free = shutil.disk_usage(_disk_probe(runs_dir, cfg)).free
-    est = estimate(cfg, dims, section, free)
-    tok = _tokenizer(tokenizer, required=True) or _tokenizer(section.get('tokenizer'))
+    tok = _tokenizer(tokenizer, required=True) or _tokenizer(section.get('tokenizer')) or target_tokenizer(cfg['run'].get('target'))
+    est = estimate(cfg, dims, section, free, tok)
     checks = validate(cfg, dims, tok) + mix_checks(est['per_source'], cfg['sources'])
     here = machine_plan(cfg, dims, est['totals'], probe_result=_kept_probe(probe_file, cfg))
     est['warnings'] += here.pop('warnings')
@@ -1242,7 +1367,16 @@ def _source_lines(e: dict) -> list[str]:
         lines.append(f"  {k:<28} {v['category']:<13} {qc:>9} {v['rows']:>9,} {v['tokens']:>14,} "
                      f"{v['supervised']:>14,}  {v['licence']}{' (gated)' if v['gated'] else ''}")
     return lines + [f"  {'total':<28} {'':<13} {'':>9} {e['rows']:>9,} {e['tokens']:>14,} "
-                    f"{e['supervised_tokens']:>14,}"]
+                    f"{e['supervised_tokens']:>14,}"] + [_tokens_line(k, v, e['assumptions']) for k, v in e['per_source'].items()]
+
+def _tokens_line(name: str, v: dict, P: dict) -> str:
+    "How a source's tokens were counted: measured with the target's tokenizer (and what `max_seq_len` cuts), or assumed."
+    m = v.get('measured')
+    if not m: return f"  {name}: tokens assumed (plan.tokens_per_row {v['category']}: {P['tokens_per_row'][v['category']]})"
+    r, L = m['per_row'], m['max_seq_len']
+    cut = f"; {m['truncated_rows']:,} rows above max_seq_len {L:,}, {m['tokens_cut']:,} tokens cut" if m['truncated_rows'] else ''
+    return (f"  {name}: tokens measured with the target's tokenizer on {m['sample']:,} of {m['rows']:,} rows, after "
+            f"regeneration: {r['p50']:,} per row (p90 {r['p90']:,}, max {r['max']:,}){cut}")
 
 # %% ../nbs/95_plan.ipynb #0e81ad0a
 def _min(v) -> str: return '?' if v is None else f'{v:,.1f}'
@@ -1255,7 +1389,8 @@ def _stage_lines(e: dict, minutes: dict | None = None) -> list[str]:
         if v is None:
             lines.append(f"  {k:<16} {'':>12} {'':>12} {'':>10} {here:>9}")
             continue
-        note = v.get('mode', '') or (f"{v['generated_tokens']:,} generated tokens" if 'generated_tokens' in v else '')
+        note = v.get('mode', '') or (f"{v['generated_tokens']:,} generated tokens (select {v['select']}: {v['regenerated_rows']:,} "
+                                     f"of {v['rows']:,} rows)" if 'generated_tokens' in v else '')
         if k == '60_hidden_states':
             need = v.get('offline_would_need_bytes')
             note += f" ({fmt_bytes(v['bytes_per_token'])}/token" + (

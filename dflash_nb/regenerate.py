@@ -26,11 +26,12 @@ _log = logging.getLogger('dflash_nb.regenerate')
 # %% auto #0
 __all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'BATCH_COST', 'RETRY_STATUS', 'MAX_DRAWS', 'ROW_COUNTS', 'DECLARED_OPTIONS',
            'GenConfig', 'GenRequest', 'GenResult', 'split_reasoning', 'parse_tool_calls', 'make_turn', 'is_selected',
-           'RowJob', 'left_pad', 'slab_cache', 'keep_rows', 'decoder_supported', 'pick_tokens', 'greedy_decode',
-           'batch_cost', 'length_buckets', 'BackendOptions', 'HFBackend', 'api_base', 'endpoint_list', 'HTTPError',
-           'http_json', 'Server', 'ServerPool', 'HTTPBackend', 'read_response', 'RegenOptions', 'sample_row',
-           'user_header', 'synthesize_prompts', 'regenerate_chunk', 'regenerate_file', 'assistant_token_counts',
-           'token_stats', 'length_histogram', 'make_backend', 'register_cli', 'regenerate_stage']
+           'RowJob', 'planned_turns', 'left_pad', 'slab_cache', 'keep_rows', 'decoder_supported', 'pick_tokens',
+           'greedy_decode', 'batch_cost', 'length_buckets', 'BackendOptions', 'HFBackend', 'api_base', 'endpoint_list',
+           'HTTPError', 'http_json', 'Server', 'ServerPool', 'HTTPBackend', 'read_response', 'RegenOptions',
+           'sample_row', 'user_header', 'synthesize_prompts', 'regenerate_chunk', 'regenerate_file',
+           'assistant_token_counts', 'token_stats', 'length_histogram', 'make_backend', 'register_cli', 'regen_line',
+           'regenerate_stage']
 
 # %% ../nbs/40_regenerate.ipynb #ef3f0f79
 @dataclass
@@ -244,6 +245,22 @@ def accept(self: RowJob, res: GenResult, gen: GenConfig, opened_think: bool | No
     for j, c in enumerate(msg.get('tool_calls') or []): c.setdefault('id', f'call_{len(self.out)}_{j}')
     self.out.append(msg)
     if self.mode == 'final': self.done = True
+
+# %% ../nbs/40_regenerate.ipynb #5674d296
+def planned_turns(row: dict,                # a canonical row
+                  select: str = 'all',      # all | prompt_only | unanswered
+                  mode: str = 'all',        # final | all
+                  tool_turns: str = 'keep', # keep | regenerate
+                 ) -> list:                 # per turn the target writes: the message it replaces, or None (a new answer)
+    "The turns regeneration writes in `row` under these settings, walked as `RowJob` walks them, without a model."
+    if not is_selected(row, select): return []
+    job, out = RowJob(row, mode, tool_turns), []
+    while job.next_request() is not None:
+        old, job._pending = job._pending or None, None
+        out.append(old)
+        job.out.append(old or {'role': 'assistant', 'content': ''})   # the turn as written, so the walk goes on
+        if mode == 'final': job.done = True
+    return out
 
 # %% ../nbs/40_regenerate.ipynb #7ba09579
 @patch
@@ -842,7 +859,7 @@ class RegenOptions:
     synthesize_temperature: float = declared(_R, 'synthesize_temperature')   # their temperature
     synthesize_max_tokens: int = declared(_R, 'synthesize_max_tokens')       # their cap in tokens
     chunk_size: int = declared(_R, 'chunk_size')          # rows per resumable part
-    limit: int | None = declared(_R, 'limit')             # only the first N rows (None: all)
+    limit: int | None = declared(_R, 'limit')             # only the first N rows, the rest counted as `limited` (None: all)
     workers: int = declared(_R, 'workers')                # processes, one model each (in-process backend only)
 
     def __post_init__(self): check_fields(self)
@@ -1061,8 +1078,8 @@ class _Meter:
         if self.bar is not None: self.bar.close()
 
 # %% ../nbs/40_regenerate.ipynb #62b45848
-ROW_COUNTS = ('rows_in', 'synthesized', 'sampled', 'rows_out', 'regenerated', 'passed', 'failed', 'truncated_kept', 'generated_turns',
-              'new_tokens')   # what `_merge_parts` counts, and the stage's manifest records: rows_in + synthesized + sampled = rows_out + failed
+ROW_COUNTS = ('rows_in', 'synthesized', 'sampled', 'rows_out', 'regenerated', 'passed', 'failed', 'limited', 'truncated_kept',
+              'generated_turns', 'new_tokens')   # what the stage's manifest records: rows_in + synthesized + sampled = rows_out + failed + limited
 
 def _synthesized(rec: dict) -> bool:
     "Whether a part's record is of a prompt the target wrote (`synthesize`)."
@@ -1142,7 +1159,7 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
     input_path, output_path = Path(input_path), Path(output_path)
     if not input_path.exists(): raise FileNotFoundError(f'input {input_path} does not exist')
     failures_path = Path(failures_path or output_path.with_name(output_path.stem + '.failures.jsonl'))
-    total = _count_rows(input_path, o.limit)
+    every, total = _count_rows(input_path), _count_rows(input_path, o.limit)
     src, synth = _with_synthesized(input_path, output_path, backend, o, gen, progress, eval_index) if o.synthesize else (input_path, None)
     run = replace(o, limit=None) if o.synthesize else o          # the hidden file holds the first `limit` rows already
     key = _settings_key(src, chunk_size=o.chunk_size, gen=gen, how=o.how, limit=run.limit, backend=backend)
@@ -1154,13 +1171,15 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
     counts, reasons = _merge_parts(parts, output_path, failures_path)
     shutil.rmtree(parts)
     if synth: src.unlink()
-    assert counts['rows_in'] + counts['synthesized'] + counts['sampled'] == counts['rows_out'] + counts['failed'], counts
-    assert counts['rows_in'] == total and counts['synthesized'] == (synth or {}).get('kept', 0), (counts, total, synth)
+    counts['limited'] = every - total                  # rows after the first `limit`: not read, not written, counted
+    counts['rows_in'] += counts['limited']
+    assert counts['rows_in'] + counts['synthesized'] + counts['sampled'] == counts['rows_out'] + counts['failed'] + counts['limited'], counts
+    assert counts['rows_in'] == every and counts['synthesized'] == (synth or {}).get('kept', 0), (counts, total, synth)
     dt = max(time.time() - meter.t0, 1e-9)
     servers = {'servers': backend.stats()} if hasattr(backend, 'stats') else {}
     return {**counts, 'failure_reasons': reasons, 'chunks_resumed': resumed, 'chunks_run': ran, 'synthesis': synth,
             'seconds': round(dt, 3), 'workers': o.workers,
-            'rows_per_s': round((meter.rows or counts['rows_in']) / dt, 3),
+            'rows_per_s': round((meter.rows or total) / dt, 3),
             'tokens_per_s': round((meter.tokens or counts['new_tokens']) / dt, 3), 'output': str(output_path),
             'failures': str(failures_path), **backend.info(), **servers}
 
@@ -1304,6 +1323,20 @@ def _stage_report(stage: Stage, summary: dict, src: Path, tok) -> dict:
             'supervised_tokens_after': token_stats(after.values()),
             'generated_turn_tokens': token_stats(turn_lengths), 'truncated_turns': truncated}
 
+# %% ../nbs/40_regenerate.ipynb #08c9123a
+def regen_line(s: dict,          # `regenerate_file`'s summary (or the stage's report)
+               o: RegenOptions,  # the settings it ran with
+               gen: GenConfig,   # the generation settings (`max_new_tokens`)
+              ) -> str:          # one line for the log and the chain's console
+    "The stage's summary in one line: every row accounted for, every change named."
+    more = ''.join(f" + {s[k]} {k}" for k in ('synthesized', 'sampled') if s.get(k))
+    fails = f" ({', '.join(f'{v} {k}' for k, v in s['failure_reasons'].items())})" if s['failed'] else ''
+    left = f" + {s['limited']} left out by regenerate.limit {o.limit}" if o.limit is not None else ''
+    cut = f"; {s['truncated_kept']} kept with a turn cut at max_new_tokens {gen.max_new_tokens}" if s['truncated_kept'] else ''
+    return (f"40_regenerate: {s['rows_in']} rows in{more} = {s['rows_out']} out + {s['failed']} failed{fails}{left}; out: "
+            f"{s['regenerated']} regenerated ({s['generated_turns']} turns, {s['new_tokens']:,} new tokens{cut}), {s['passed']} "
+            f"passed through with answers the target did not write (select {o.select}); {s['tokens_per_s'] or 0:.1f} tok/s")
+
 # %% ../nbs/40_regenerate.ipynb #29b33d11
 def _finish_stage(stage: Stage, report: dict) -> dict:
     "Write `report.json`, declare the outputs, record the counts; the manifest."
@@ -1327,9 +1360,8 @@ def regenerate_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `
     s = _stage_regenerate(stage, src, be, gen)
     if syn := s['synthesis']: log.info('synthesized %s of %s prompts (%s drawn, dropped: %s; checked against %s) in %.0f s', syn['kept'],
                                        syn['wanted'], syn['drawn'], syn['dropped'] or 'none', ', '.join(syn['eval_sets']) or 'no evaluation set', syn['seconds'])
-    log.info('regenerated %s rows, passed %s, failed %s (%s); %.1f tok/s', s['regenerated'], s['passed'], s['failed'],
-             s['failure_reasons'], s['tokens_per_s'] or 0)
+    log.info('%s', regen_line(s, from_declared(RegenOptions, p), gen))
     report = _stage_report(stage, s, src, be.tok if hasattr(be, 'tok') else load_tokenizer(p['target']))
     _finish_stage(stage, report)
-    assert s['rows_in'] + s['synthesized'] + s['sampled'] == s['rows_out'] + s['failed'], s
+    assert s['rows_in'] + s['synthesized'] + s['sampled'] == s['rows_out'] + s['failed'] + s['limited'], s
     return report

@@ -20,7 +20,7 @@ from .masks import LOSS_REASONS, as_renderer, assistant_masks, split_reason, tur
 __all__ = ['DECLARED_OPTIONS', 'TokenizeOptions', 'TokenizeJob', 'encode_rows', 'count_tokens', 'freq_dict', 'save_token_freq',
            'load_token_freq', 'build_vocab_mapping', 'tokenizer_key', 'encode_file', 'EmptyDatasetError', 'assemble',
            'target_vocab_size', 'tokenize_conversations', 'plot_lengths', 'show_rows', 'stage_input',
-           'tokenization_stage', 'InputError', 'check_input', 'register_cli']
+           'tokenization_line', 'truncation_warning', 'tokenization_stage', 'InputError', 'check_input', 'register_cli']
 
 # %% ../nbs/50_tokenization.ipynb #1d0ae573
 _T = '50_tokenization'
@@ -119,15 +119,16 @@ def _split_rows(tokenizer, rows: list, owners: list, results: list, opts: Tokeni
 
 # %% ../nbs/50_tokenization.ipynb #85e286e0
 def _policy(r: dict, j, opts: TokenizeOptions) -> tuple[list, list, bool] | str:
-    "(ids, mask, truncated) of one mask after the row policy, or the reason it is rejected."
+    "(ids, mask, tokens cut, supervised tokens cut) of one mask after the row policy, or the reason it is rejected."
     if 'error' in r: return r['error']
     ids, mask, L, lo = r['input_ids'], r['loss_mask'], opts.max_seq_len, max(opts.min_supervised_tokens, 1)
     if j is not None: mask = _last_run(mask)
-    trunc = bool(L) and len(ids) > L
-    if trunc and opts.truncation == 'drop': return f'too long: {len(ids)} tokens > max_seq_len {L}'
-    if trunc: ids, mask = ids[:L], mask[:L]
-    if sum(mask) < lo: return f'too few supervised tokens: {sum(mask)} < {lo}' + (' after truncation' if trunc else '')
-    return ids, mask, trunc
+    cut = max(0, len(ids) - L) if L else 0
+    if cut and opts.truncation == 'drop': return f'too long: {len(ids)} tokens > max_seq_len {L}'
+    lost = sum(mask[L:]) if cut else 0
+    if cut: ids, mask = ids[:L], mask[:L]
+    if sum(mask) < lo: return f'too few supervised tokens: {sum(mask)} < {lo}' + (' after truncation' if cut else '')
+    return ids, mask, cut, lost
 
 def _row_rejections(reasons: list, kept: int, rid: str, index: int, row: dict) -> list[dict]:
     "Quarantine entries of one row: the row itself once when none of it survived, else the failed turns."
@@ -140,7 +141,7 @@ def _row_rejections(reasons: list, kept: int, rid: str, index: int, row: dict) -
 # %% ../nbs/50_tokenization.ipynb #e981e4dd
 def _new_counts(n: int) -> dict:
     return dict(rows_in=n, rows_out=0, conversations_out=0, conversations_dropped=0, content_lost=0,
-                truncated=0, turns_in=0, turns_out=0, rows_split=0, split_samples=0)
+                truncated=0, tokens_cut=0, supervised_cut=0, turns_in=0, turns_out=0, rows_split=0, split_samples=0)
 
 def _encode_row(row, k: int, results, opts: TokenizeOptions, start: int, c: dict, split: str | None = None) -> tuple[list[dict], list[dict]]:
     "The output rows and the quarantine entries of row `k` from its masks `results` [(turn, mask result)]; `split`: why it was split."
@@ -149,8 +150,8 @@ def _encode_row(row, k: int, results, opts: TokenizeOptions, start: int, c: dict
     reasons = [(j, g) for j, g in got if isinstance(g, str)]
     if split and (loss := [x for x in reasons if x[1].split(':', 1)[0] in LOSS_REASONS]): got, reasons = [], loss[:1]
     c['turns_in'] += sum(j is not None for j, _ in results)
-    for j, (ids, mask, trunc) in ((j, g) for j, g in got if not isinstance(g, str)):
-        c['truncated'] += trunc; c['turns_out'] += j is not None
+    for j, (ids, mask, cut, lost) in ((j, g) for j, g in got if not isinstance(g, str)):
+        c['truncated'] += bool(cut); c['tokens_cut'] += cut; c['supervised_cut'] += lost; c['turns_out'] += j is not None
         out.append({'id': rid if j is None else f'{rid}#{j}', 'source': src, 'input_ids': ids,
                     'loss_mask': mask, 'seq_len': len(ids)})
     c['conversations_out'] += bool(out)
@@ -332,7 +333,7 @@ def tokenizer_key(
 def _work_key(work: Path, input_path, tokenizer, tokenizer_spec, opts, chunk_rows, echo) -> str:
     "The key of this run's work; work left by a different key is discarded."
     key = obj_hash({'opts': asdict(opts), 'tokenizer': tokenizer_key(tokenizer, opts.chat_template),
-                    'input': file_hash(input_path), 'chunk_rows': chunk_rows, 'format': 1})
+                    'input': file_hash(input_path), 'chunk_rows': chunk_rows, 'format': 2})   # 2: chunks count the tokens cut
     kp = work / 'key.json'
     if kp.exists() and read_json(kp).get('key') != key:
         echo(f'[tokenization] discarding work from different options/input in {work}')
@@ -476,7 +477,8 @@ def _report(input_path, opts, target, a: dict, freq: dict, d2t, t2d, V: int, run
            **{k: c.get(k, 0) for k in ('rows_in', 'conversations_out', 'conversations_dropped',
                                        'content_lost')},
            'rows_out': int(len(seq)), 'quarantined': a['n_quarantined'], 'quarantine_reasons': a['reasons'],
-           **{k: c.get(k, 0) for k in ('truncated', 'turns_in', 'turns_out', 'rows_split', 'split_samples')},
+           **{k: c.get(k, 0) for k in ('truncated', 'tokens_cut', 'supervised_cut', 'turns_in', 'turns_out', 'rows_split',
+                                       'split_samples')},
            'tokens': int(seq.sum()), 'supervised_tokens': int(sup.sum()),
            'supervised_fraction': round(float(sup.sum() / max(1, seq.sum())), 4),
            'seq_len': _stats(seq), 'supervised_per_row': _stats(sup), 'distinct_supervised_tokens': len(freq),
@@ -579,9 +581,30 @@ def stage_input(
                                           '(run the convert stage, 30, or regeneration, 40, first)')
     return run_dir / found[0]
 
+# %% ../nbs/50_tokenization.ipynb #fad70be4
+def tokenization_line(rep: dict,  # the stage's report (`tokenize_conversations`)
+                     ) -> str:    # one line for the log and the chain's console
+    "The stage's summary in one line: rows in and out, the quarantined by reason, the truncation, the splits."
+    L, q = rep['options']['max_seq_len'], ', '.join(f'{n} {k}' for k, n in rep['quarantine_reasons'].items())
+    lost = f"; {rep['content_lost']} lost assistant content in the render" if rep['content_lost'] else ''
+    cut = (f"{rep['truncated']} of them truncated at max_seq_len {L:,} ({rep['tokens_cut']:,} tokens cut, "
+           f"{rep['supervised_cut']:,} of them supervised)" if L else 'no max_seq_len: none truncated')
+    return (f"50_tokenization: {rep['rows_in']} rows in = {rep['conversations_out']} kept + {rep['conversations_dropped']} "
+            f"quarantined{f' ({q}{lost})' if q else ''}; {rep['rows_out']} samples out, {cut}; {rep['rows_split']} rows split "
+            f"into {rep['split_samples']} per-turn samples; {rep['tokens']:,} tokens ({rep['supervised_tokens']:,} supervised)")
+
+def truncation_warning(rep: dict,  # the stage's report
+                      ) -> str | None:  # the warning, when most samples were truncated
+    "A warning when most samples were cut at `max_seq_len`."
+    t, n, L = rep['truncated'], rep['rows_out'], rep['options']['max_seq_len']
+    if not n or t * 2 <= n: return None
+    share = rep['tokens_cut'] / max(1, rep['tokens'] + rep['tokens_cut'])
+    return (f'50_tokenization: most samples were truncated: {t} of {n} at max_seq_len {L:,}, cutting {share:.0%} of their tokens; '
+            'raise tokenization.max_seq_len (`dflash-nb plan` measures the rows) or train on what is left knowingly')
+
 # %% ../nbs/50_tokenization.ipynb #3ba47b0a
 _OUTPUTS = ('dataset', 'token_freq.pt', 'd2t.npy', 't2d.npy', 'quarantine.jsonl', 'report.json', 'lengths.png')
-_COUNTS = ('rows_in', 'rows_out', 'conversations_out', 'quarantined', 'content_lost', 'truncated', 'rows_split',
+_COUNTS = ('rows_in', 'rows_out', 'conversations_out', 'quarantined', 'content_lost', 'truncated', 'tokens_cut', 'supervised_cut', 'rows_split',
            'split_samples', 'tokens', 'supervised_tokens', 'distinct_supervised_tokens', 'draft_vocab_size')
 
 def _finish(stage, rep: dict, input_path: Path, log) -> dict:
@@ -592,9 +615,8 @@ def _finish(stage, rep: dict, input_path: Path, log) -> dict:
     stage.count(**{k: rep[k] for k in _COUNTS})
     m = stage.finish(input=str(input_path.relative_to(stage.run_dir)), quarantine_reasons=rep['quarantine_reasons'],
                      rows_per_s=rep['rows_per_s'], tokens_per_s=rep['tokens_per_s'])
-    log.info('tokenization: %s rows in, %s out, %s quarantined %s (%s whose render lost assistant content), %s tokens '
-             '(%s supervised), %.0f rows/s', rep['rows_in'], rep['rows_out'], rep['quarantined'], rep['quarantine_reasons'],
-             rep['content_lost'], rep['tokens'], rep['supervised_tokens'], rep['rows_per_s'])
+    log.info('%s', tokenization_line(rep))
+    if most := truncation_warning(rep): log.warning('%s', most)
     return m
 
 # %% ../nbs/50_tokenization.ipynb #ae82a0af

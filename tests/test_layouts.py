@@ -116,7 +116,7 @@ def test_pair_turns_and_any_role_keys(tmp_path):
     normalize_file('auto', LAYOUTS / 'firefly.jsonl', tmp_path / 'f.jsonl')
     f = [json.loads(l) for l in (tmp_path / 'f.jsonl').read_text().splitlines()]
     assert [m['role'] for m in f[0]['messages']] == ['user', 'assistant', 'user', 'assistant']
-    assert f[0]['id'] == 'firefly/1' and f[0]['meta'] == {'category': 'Brainstorming', 'dataset': 'moss'}
+    assert f[0]['id'] == 'firefly/0' and f[0]['meta'] == {'conversation_id': 1, 'category': 'Brainstorming', 'dataset': 'moss'}
     normalize_file('auto', LAYOUTS / 'speaker_text.jsonl', tmp_path / 's.jsonl')
     s = [json.loads(l) for l in (tmp_path / 's.jsonl').read_text().splitlines()]
     assert [m['role'] for m in s[1]['messages']] == ['user', 'assistant'] and s[1]['meta'] == {'lang': 'en'}
