@@ -4,19 +4,20 @@
 
 # %% ../nbs/03_cli.ipynb #d1505af3
 from __future__ import annotations
-import argparse, ast, importlib, importlib.util, json, re, sys
+import argparse, ast, functools, importlib, importlib.util, json, re, sys
 from pathlib import Path
 from typing import Iterable
 
 import yaml
 
 from .core import ConfigError, find_config, load_config, quarantine_line, read_json, read_manifest, write_json
-from .pipeline import RUN_ONLY, ChainError, add_config_args, chain_status, check_config, demo_values, discover_stages, run_chain
+from .pipeline import (RUN_ONLY, ChainError, add_config_args, chain_status, check_config, demo_values, discover_stages,
+                                hand_run_note, rehearsal_line, rehearsal_overrides, run_chain)
 
 # %% auto #0
 __all__ = ['COMMAND_MODULES', 'HelpFormatter', 'plan_here', 'compare_minutes', 'cmd_run', 'cmd_stages', 'cmd_config', 'cmd_docs',
            'new_config', 'cmd_new', 'add_builtin_commands', 'declared_commands', 'add_module_commands', 'build_parser',
-           'main']
+           'rehearsal_args', 'main']
 
 # %% ../nbs/03_cli.ipynb #3dd628db
 def _shows_no_default(d) -> bool:
@@ -65,6 +66,7 @@ def cmd_run(a: argparse.Namespace,  # config, overrides, runs_dir, from_stage, o
     s = run_chain(a.config, over, runs_dir=a.runs_dir, from_stage=a.from_stage, only=a.only, until=a.until,
                   force=a.force, progress=not a.quiet, log_output=a.log_output)
     if here: print(compare_minutes(s['run_dir'], here['minutes'], fit))
+    if s.get('rehearsal'): print(rehearsal_line(s))
     return 0
 
 # %% ../nbs/03_cli.ipynb #b3348754
@@ -79,7 +81,9 @@ def cmd_stages(a: argparse.Namespace,  # `config`, `overrides`, `runs_dir`, `par
     print(f'{"stage":<22} {"state":<7} why')
     for name, state, why in chain_status(run_dir, stages, params, skip=cfg['run'].get('skip') or ()):
         print(f'{name:<22} {state:<7} {why}')
-        for q in (read_manifest(run_dir / name) or {}).get('quarantine') or []: print(' ' * 31 + quarantine_line(name, q))
+        m = read_manifest(run_dir / name) or {}
+        for q in m.get('quarantine') or []: print(' ' * 31 + quarantine_line(name, q))
+        if (hand := hand_run_note(m)) and hand not in why: print(' ' * 31 + hand)
         if a.params: print(' ' * 31 + ', '.join(f'{k}={v!r}' for k, v in params[name].items()))
     return 0
 
@@ -128,14 +132,25 @@ def _section(st, values: dict, demo: dict, notes: dict | None = None, skip=RUN_O
         out.append(f'  {k}: {_flow(v)}  # {note}{p.help}')
     return out
 
-def _file_source(file, name: str) -> tuple[dict, str, int]:
-    "({path, normalizer, ...} of `file` as an extra source, what detection found, its record count)."
-    from dflash_nb.sources import auto_source, read_source   # the stage modules: only when the command runs
+@functools.lru_cache(maxsize=4)   # `new` reads your file once for the config and its message
+def _file_source(file, name: str) -> tuple[dict, str, int, int]:
+    "({path, normalizer, ...} of `file` as an extra source, what detection found, its record count, its rows holding an answer)."
+    from dflash_nb.sources import auto_source, normalize_stream, read_source   # the stage modules: only when the command runs
     src = auto_source(Path(file).resolve(), name)
     n = sum(1 for _ in read_source(src))
+    answered = sum(1 for r, _ in normalize_stream(src) if r and any(m.get('role') == 'assistant' for m in r['messages']))
     spec = {'path': str(Path(file).resolve()), 'normalizer': src.normalizer, 'category': src.category, 'license': src.license}
     if src.group_by: spec['group_by'] = src.group_by
-    return spec, src.notes, n
+    return spec, src.notes, n, answered
+
+def _run_name(file, name: str | None) -> str:
+    "The run's name: `name`, else the file's name up to its first dot."
+    return name or re.sub(r'[^A-Za-z0-9_-]+', '_', Path(file).name.split('.')[0]) or 'mine'
+
+def _select_note(n: int, answered: int) -> str:
+    "What `regenerate.select: all` does to your file, said in `new`'s YAML comment and message."
+    return (f"the target rewrites every assistant turn ({answered} of your {n} records hold answers: a DFlash drafter must learn "
+            "the target's own, not these)")
 
 # %% ../nbs/03_cli.ipynb #839c2813
 def new_config(file,                 # your data file (any layout `dflash-nb sources detect` reads)
@@ -144,9 +159,8 @@ def new_config(file,                 # your data file (any layout `dflash-nb sou
                stages=None,          # the stages (default: `discover_stages()`)
               ) -> str:              # the YAML text, checked by `pipeline.check_config`
     "A complete, commented run config for your file and your target, with a real run's values."
-    stages = stages or discover_stages()
-    name = name or re.sub(r'[^A-Za-z0-9_-]+', '_', Path(file).name.split('.')[0]) or 'mine'
-    spec, found, n = _file_source(file, name)
+    stages, name = stages or discover_stages(), _run_name(file, name)
+    spec, found, n, answered = _file_source(str(file), name)
     demo = demo_values(stages)
     lines = [f'# Run config for {Path(file).name} on {target}, written by `dflash-nb new`. Every key is a stage parameter',
              '# (`dflash-nb params STAGE`); "a real run" marks a value that differs from the demo\'s CPU-sized default',
@@ -161,8 +175,9 @@ def new_config(file,                 # your data file (any layout `dflash-nb sou
     mine = {'sources': [name], 'extra_sources': {name: spec}, 'total': n, 'survey': 'mix', 'quotas': {}}
     said = {'sources': 'your file: ', 'extra_sources': f'your file, {found.replace("detected: ", "detected format ")}: ',
             'total': f'all {n} records of your file: ', 'survey': "your file only (the demo surveys the registry): "}
+    own = {'sources': (mine, said), 'regenerate': ({'select': 'all'}, {'select': _select_note(n, answered) + '; prompt_only keeps them: '})}
     for st in stages:
-        mine_ = (mine, said) if st.short == 'sources' else ({}, {})
+        mine_ = own.get(st.short, ({}, {}))
         lines += _section(st, mine_[0], demo.get(st.short, {}), mine_[1]) + ['']
     text = '\n'.join(lines)
     check_config(yaml.safe_load(text), stages)   # what `new` writes is a valid config, or a bug here
@@ -177,9 +192,11 @@ def cmd_new(a: argparse.Namespace,  # `file`, `target`, `out`, `name`, `force`
     text = new_config(a.file, a.target, a.name)
     Path(out).write_text(text + '\n', encoding='utf-8')
     src = yaml.safe_load(text)['sources']
-    spec = next(iter(src['extra_sources'].values()))
+    spec, _, n, answered = _file_source(str(a.file), src['sources'][0])
     print(f'wrote {out}: {a.file} read as {spec["normalizer"]} ({src["total"]} records), target {a.target}, '
           f'a real run\'s settings. Next: dflash-nb plan {out}; dflash-nb run {out}')
+    print(f'regenerate.select: all -- {_select_note(n, answered)}; to keep your file\'s answers, set regenerate.select: '
+          'prompt_only (`dflash-nb plan` then says what the drafter learns instead)')
     return 0
 
 # %% ../nbs/03_cli.ipynb #4c5b00fa
@@ -275,6 +292,22 @@ def build_parser(load: Iterable[str] | None = None,  # commands to register in f
     _use_formatter(p)
     return p
 
+# %% ../nbs/03_cli.ipynb #3afa399a
+def rehearsal_args(config, overrides=()) -> tuple:
+    "`(config, overrides, note)` that make run config `config` (with your `--set` overrides) its rehearsal, and a line saying so."
+    cfg = load_config(config, overrides)
+    mine = {o.split('=', 1)[0].strip() for o in overrides}
+    over = {k: v for k, v in rehearsal_overrides(cfg).items() if k not in mine}
+    rec = cfg.get('rehearsal') or {'of': cfg['run']['name'], 'config': None if config is None else str(config)}
+    name = cfg['run']['name'] if cfg.get('rehearsal') else f"{cfg['run']['name']}_rehearsal"   # once: a rehearsal's rehearsal is itself
+    record = {**rec, 'overrides': {**(rec.get('overrides') or {}), **over}}
+    if config is not None and Path(config).is_dir():   # a run folder: its config.yaml, in the same folder of runs
+        config, overrides = Path(config) / 'config.yaml', [f"run.runs_dir={_flow(cfg['run']['runs_dir'])}", *overrides]
+    sets = [*(f'{k}={_flow(v)}' for k, v in over.items()), *overrides, f'run.name={name}', *(f'rehearsal.{k}={_flow(v)}' for k, v in record.items())]
+    note = (f"[rehearsal] {name}: {rec['of']} at the demo's sizes, in a run folder of its own ({rec['of']}'s stages stay as they are): "
+            + (', '.join(f'{k}={_flow(v)}' for k, v in over.items()) or 'nothing to change') + '; your sources, target, template and masks as configured')
+    return config, sets, note
+
 # %% ../nbs/03_cli.ipynb #317b9546
 def _expected(e: Exception) -> int | None:
     "The exit code of an expected failure (bad config 2, bad input or failed stage 1), None for a bug."
@@ -304,6 +337,9 @@ def main(argv: list[str] | None = None,  # the arguments (default: `sys.argv[1:]
         p.print_help(); return 0 if not argv else 2
     try:
         if getattr(a, 'config', None) is not None: a.config = find_config(a.config)
+        if getattr(a, 'rehearsal', False):
+            a.config, a.overrides, note = rehearsal_args(a.config, a.overrides)
+            print(note, file=sys.stderr if a.func is cmd_config else sys.stdout)   # `config` prints YAML
         return int(a.func(a) or 0)
     except Exception as e:
         code = _expected(e)

@@ -10,16 +10,17 @@ from typing import Any, Iterable, Iterator
 
 import yaml
 from fastcore.basics import patch
+from filelock import FileLock
 
 # %% auto #0
 __all__ = ['PKG_DIR', 'STAGE_NAME_RE', 'REJECT_FILES', 'DEVICE_RE', 'DEVICE_WORDS', 'RUN_KEYS', 'CONFIGS_DIR', 'STAGE_LOG_ENV',
            'repo_root', 'nbs_dir', 'cache_dir', 'fixtures_dir', 'expand_path', 'atomic_write', 'write_text',
-           'write_json', 'read_json', 'write_jsonl', 'open_text', 'JSONLError', 'iter_jsonl', 'atomic_dir', 'file_hash',
-           'obj_hash', 'weight_map', 'versions', 'busy_cores', 'Stage', 'quarantine_summary', 'quarantine_line',
-           'read_manifest', 'ConfigError', 'default_config_path', 'apply_override', 'validate_run_section',
-           'shipped_configs', 'find_config', 'load_config', 'seed_everything', 'get_device', 'setup_logging',
-           'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids', 'from_aux_layer_ids', 'Quarantine',
-           'prompt_set_name', 'read_prompt_file', 'Progress', 'progress']
+           'write_json', 'read_json', 'write_jsonl', 'open_text', 'JSONLError', 'iter_jsonl', 'atomic_dir',
+           'build_lock', 'file_hash', 'obj_hash', 'weight_map', 'versions', 'busy_cores', 'Stage', 'quarantine_summary',
+           'quarantine_line', 'read_manifest', 'ConfigError', 'default_config_path', 'apply_override',
+           'validate_run_section', 'shipped_configs', 'find_config', 'load_config', 'seed_everything', 'get_device',
+           'setup_logging', 'default_target_layer_ids', 'check_target_layer_ids', 'to_aux_layer_ids',
+           'from_aux_layer_ids', 'Quarantine', 'prompt_set_name', 'read_prompt_file', 'Progress', 'progress']
 
 # %% ../nbs/00_core.ipynb #4fdd9f67
 PKG_DIR = Path(__file__).resolve().parent if '__file__' in globals() else Path.cwd().parent / 'dflash_nb'
@@ -167,6 +168,15 @@ def atomic_dir(path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+# %% ../nbs/00_core.ipynb #ace1460e
+def build_lock(path,  # the output that is built once (a file or folder)
+               timeout: float = -1,  # seconds to wait for another builder (-1: as long as it takes)
+              ):  # a context manager: while it is held, no other process builds `path`
+    "An inter-process lock for building `path`: the file `.NAME.lock` beside it."
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path.with_name(f'.{path.name}.lock')), timeout=timeout)
 
 # %% ../nbs/00_core.ipynb #0d5e7ed0
 def file_hash(path, chunk: int = 1 << 20) -> str:

@@ -22,7 +22,7 @@ from nbdev.doclinks import NbdevLookup
 from nbdev.process import NBProcessor, Processor
 from nbdev.processors import FilterDefaults, add_show_docs, exec_show_docs
 
-from .core import PKG_DIR, cache_dir, fixtures_dir, nbs_dir, obj_hash, repo_root, write_text
+from .core import PKG_DIR, build_lock, cache_dir, fixtures_dir, nbs_dir, obj_hash, repo_root, write_text
 
 # %% auto #0
 __all__ = ['PAGE_TEMPLATE', 'FRAME_CSS', 'CELLS_CSS', 'DOCS_CSS', 'SEARCH_JS', 'TOC_JS', 'DOCS_JS', 'GROUPS', 'MAX_PAGE_BYTES',
@@ -326,8 +326,10 @@ def docs_notebook(src,  # the source notebook
     src, key = Path(src), notebook_key(src, execute)
     dest = Path(cache) / f'{src.stem}.ipynb'
     if (nb := _cached(dest, key)) is not None: return nb
-    if echo: echo(f'docs: executing {src.name} ...')
-    _build_elsewhere(src, dest, execute, key, timeout, echo)
+    with build_lock(dest):   # another process building it (a second docs build, a test worker): wait, then read it
+        if (nb := _cached(dest, key)) is not None: return nb
+        if echo: echo(f'docs: executing {src.name} ...')
+        _build_elsewhere(src, dest, execute, key, timeout, echo)
     nb = _cached(dest, key)
     m = nb.metadata['dflash_nb_docs']
     if echo: echo(f"docs: {src.name} done in {m['seconds']:.1f} s ({m['cpu_seconds']:.1f} CPU-s)")

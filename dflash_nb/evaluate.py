@@ -24,18 +24,19 @@ from .models import decoder_layers, load_target, resolve_target, target_fingerpr
 
 # %% auto #0
 __all__ = ['TIE_FACTOR', 'MT_BENCH_HUB', 'HUMANEVAL_HUB', 'HUMANEVAL_INSTRUCTION', 'PROMPT_SETS', 'MIN_TIMED_PROMPTS',
-           'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'CONTROL_WORDS', 'NEAR_ONE', 'USEFUL_RUN',
-           'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE', 'UPSTREAM_STAGES',
-           'gumbel_noise', 'Sampler', 'TargetSession', 'DFlashDraftSession', 'ZeroedFeatures', 'LateFeatures',
-           'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate', 'speculative_generate',
-           'build_tree', 'tree_mask', 'chains_tree', 'WithLookup', 'LosslessError', 'first_difference', 'tie_evidence',
-           'check_lossless', 'items_from_records', 'load_prompt_file', 'load_prompt_set', 'held_out_prompts',
-           'trained_row_ids', 'render_prompt', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated',
-           'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend', 'results_table', 'set_verdict',
-           'lossless_verdict', 'drafter_facts', 'drafter_line', 'training_line', 'advice_line', 'caveats', 'verdict',
-           'report_md', 'recorded_target', 'drafter_target', 'check_drafter_fits', 'open_drafter', 'load_pair',
-           'check_variants', 'build_variants', 'load_controls', 'gather_prompt_sets', 'RecordLog', 'run_sets',
-           'EvalSettings', 'default_out_dir', 'write_outputs', 'evaluate_drafter', 'register_cli',
+           'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'MIN_CONTROL_PROMPTS', 'CONTROL_WORDS', 'NEAR_ONE',
+           'USEFUL_RUN', 'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE',
+           'UPSTREAM_STAGES', 'gumbel_noise', 'Sampler', 'TargetSession', 'DFlashDraftSession', 'ZeroedFeatures',
+           'LateFeatures', 'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate',
+           'speculative_generate', 'build_tree', 'tree_mask', 'chains_tree', 'WithLookup', 'LosslessError',
+           'first_difference', 'tie_evidence', 'check_lossless', 'items_from_records', 'load_prompt_file',
+           'load_prompt_set', 'held_out_prompts', 'trained_row_ids', 'render_prompt', 'context_turns', 'cap_context',
+           'cap_items', 'cap_note', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated',
+           'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend', 'results_table', 'control_gap',
+           'set_verdict', 'lossless_verdict', 'drafter_facts', 'drafter_line', 'training_line', 'advice_line',
+           'caveats', 'verdict', 'report_md', 'recorded_target', 'drafter_target', 'check_drafter_fits', 'open_drafter',
+           'load_pair', 'check_variants', 'build_variants', 'load_controls', 'gather_prompt_sets', 'RecordLog',
+           'run_sets', 'EvalSettings', 'default_out_dir', 'write_outputs', 'evaluate_drafter', 'register_cli',
            'finish_evaluate_stage', 'evaluate_stage', 'smoke_stage']
 
 # %% ../nbs/90_evaluate.ipynb #64251329
@@ -675,6 +676,56 @@ def render_prompt(tokenizer, messages: list,       # the conversation up to the 
     text = ''.join(f"{who(m)}: {m['content']}\n" for m in messages) + 'Assistant:'
     return tokenizer(text)['input_ids']
 
+# %% ../nbs/90_evaluate.ipynb #973df1bb
+def context_turns(messages: list, # a conversation ending in its last user turn
+                 ) -> tuple[list, list, list]: # `(system messages, earlier turns, [last user turn])`
+    "The leading system messages, the earlier turns (each a user message and what answered it), the last user turn."
+    i = next((k for k, m in enumerate(messages[:-1]) if m['role'] != 'system'), len(messages) - 1)
+    turns = []
+    for m in messages[i:-1]:
+        if m['role'] == 'user' or not turns: turns.append([m])
+        else: turns[-1].append(m)
+    return messages[:i], turns, messages[-1:]
+
+# %% ../nbs/90_evaluate.ipynb #1ec227da
+def cap_context(tokenizer, messages: list,        # a conversation ending in its last user turn
+                max_context_tokens: int | None,    # its prompt tokens at most; None: the whole conversation
+                enable_thinking: bool | None, tools=None,
+               ) -> tuple[list, int, int]:         # `(messages kept, prompt tokens before, after)`
+    "The last user turn after the system message if it fits, then the latest whole turns that fit in `max_context_tokens`."
+    n = lambda ms: len(render_prompt(tokenizer, ms, enable_thinking, tools))
+    before = n(messages)
+    if max_context_tokens is None or before <= max_context_tokens: return messages, before, before
+    system, turns, last = context_turns(messages)
+    head, body = (system if system and n(system + last) <= max_context_tokens else []), []
+    for t in reversed(turns):
+        if n(head + t + body + last) > max_context_tokens: break
+        body = t + body
+    return head + body + last, before, n(head + body + last)
+
+# %% ../nbs/90_evaluate.ipynb #aecb4d52
+def cap_items(tokenizer, items: list,                  # evaluation items; those with `messages` are capped
+              max_context_tokens: int | None, enable_thinking: bool | None,
+             ) -> tuple[list, dict]:                   # `(items, what was cut)`
+    "The items with their conversations capped by `cap_context`; the prompts capped, the tokens cut, the prompts still over."
+    out, cut, over = [], [], 0
+    for it in items:
+        if max_context_tokens is not None and 'messages' in it:
+            msgs, n0, n1 = cap_context(tokenizer, it['messages'], max_context_tokens, enable_thinking, it.get('tools'))
+            it, cut, over = {**it, 'messages': msgs}, cut + [n0 - n1] * (n1 < n0), over + (n1 > max_context_tokens)
+        out.append(it)
+    return out, {'max_context_tokens': max_context_tokens, 'prompts': len(items), 'capped': len(cut),
+                 'tokens_cut': sum(cut), 'most_cut': max(cut, default=0), 'over': over}
+
+def cap_note(c: dict) -> str:
+    "What `cap_items` cut from a set's prompts, in words; '' when it cut nothing and nothing is over the cap."
+    if not (c['capped'] or c['over']): return ''
+    of, cap = f"of {c['prompts']} prompt{'s' * (c['prompts'] != 1)}", f"{c['max_context_tokens']:,} prompt tokens"
+    said = [f"{c['capped']} {of} capped to {cap} (earlier turns cut whole: {c['tokens_cut']:,} tokens in all, "
+            f"at most {c['most_cut']:,} from one)"] * bool(c['capped'])
+    said += [f"{c['over']} {of} over {cap} with the last user turn alone (kept whole)"] * bool(c['over'])
+    return '; '.join(said)
+
 # %% ../nbs/90_evaluate.ipynb #b5915b6e
 def _quantile(xs: list, q: float) -> float:
     "The `q`-quantile of the non-empty `xs`, linearly interpolated (numpy's default)."
@@ -884,11 +935,14 @@ def evaluate_set(model, tokenizer, set_name: str, items: list, variants: dict,
                  quarantine,             # a `core.Quarantine` for unusable prompts
                  source: str = '',
                  *, temperature: float, seed: int, enable_thinking: bool | None, max_prompt_tokens: int,
+                 max_context_tokens: int | None,  # conversations: the last user turn after the latest turns that fit
                  lossless: str,             # enforce: fail at T=0 on an output unlike plain decoding's; report
                  **kw,                      # to `evaluate_prompts` (done, on_record, tree, log, limits)
                 ) -> tuple[dict, dict]:     # `(result, generations)`
-    "Evaluate one prompt set: quarantine, generate, enforce losslessness, summarize."
+    "Evaluate one prompt set: cap conversations, quarantine, generate, enforce losslessness, summarize."
     if lossless not in ('enforce', 'report'): raise ValueError(f'lossless: enforce or report, not {lossless!r}')
+    items, cap = cap_items(tokenizer, items, max_context_tokens, enable_thinking)
+    if cap_note(cap) and kw.get('log'): kw['log'](f'[evaluate] {set_name}: {cap_note(cap)}')
 
     ok, t0 = _usable(tokenizer, set_name, items, quarantine, enable_thinking, max_prompt_tokens), time.time()
     gens = evaluate_prompts(model, tokenizer, ok, variants, max_new_tokens, temperature, seed, enable_thinking,
@@ -896,7 +950,7 @@ def evaluate_set(model, tokenizer, set_name: str, items: list, variants: dict,
     res = {'source': source, 'prompts': len(ok), 'quarantined': len(items) - len(ok), 'turns': len(gens['plain']),
            'seconds': round(time.time() - t0, 2),
            'plain_tokens_per_s': timing_stats(gens['plain'], gens['plain'])['tokens_per_s'],
-           'variants': _summaries(gens, variants, block_size)}
+           'variants': _summaries(gens, variants, block_size), **({'context_cap': cap} if cap_note(cap) else {})}
     return res, gens
 
 # %% ../nbs/90_evaluate.ipynb #84e2494d
@@ -973,9 +1027,9 @@ def results_table(results: dict) -> str:
     lines = []
     for name, r in results.items():
         plain = f", plain decoding {_fmt(r.get('plain_tokens_per_s'), '.1f')} tokens/s" * bool(r.get('variants'))
+        cap = f"; {cap_note(r['context_cap'])}" if r.get('context_cap') else ''
         lines.append(f"\n**{name}** ({r.get('source', '')}; {_count(r.get('prompts', 0), 'prompt')}, "
-
-                     f"{r.get('quarantined', 0)} quarantined{plain})\n")
+                     f"{r.get('quarantined', 0)} quarantined{plain}{cap})\n")
         if not r.get('variants'): lines.append(f"skipped: {r.get('skipped', 'no prompts')}\n"); continue
         lines += head + [_row(v, m) for v, m in r['variants'].items()]
     return '\n'.join(lines)
@@ -1003,6 +1057,19 @@ def _vs(a: float, b: float, other: str) -> str:
     if a < b - TAU_MARGIN: return f'accepts less than {other} (tau {a:.3f} vs {b:.3f})'
     return f'is on par with {other} (tau {a:.3f} vs {b:.3f})'
 
+# %% ../nbs/90_evaluate.ipynb #dbce10b7
+MIN_CONTROL_PROMPTS = 3   # a control run on fewer prompts than this tells nothing either way
+
+def control_gap(m: dict, # a control's summary, with the trained drafter's tau on its prompts (`trained_tau_paired`)
+               ) -> str | None: # None: the control can tell; else why not, and what it would take
+    "Why a control cannot tell anything about the trained drafter, and what would: too few prompts, or neither accepts drafts."
+    n, lo = m.get('prompts', 0), 1 + TAU_MARGIN
+    few, flat = n < MIN_CONTROL_PROMPTS, max(m['trained_tau_paired'], m['tau']) <= lo
+    why = [f"{_count(n, 'prompt')} {'is' if n == 1 else 'are'} too few"] * few + ['neither accepts drafts'] * flat
+    need = ([f'the controls on at least {MIN_CONTROL_PROMPTS} prompts (`control_prompts` and the set both '
+             f'{MIN_CONTROL_PROMPTS} or more)'] * few + [f'a drafter that accepts drafts (tau above {lo:.2f})'] * flat)
+    return f"{' and '.join(why)}: it takes {' and '.join(need)}" if why else None
+
 # %% ../nbs/90_evaluate.ipynb #cf149cc5
 CONTROL_WORDS = {   # what the trained drafter beating each control, or not, says about it
     'untrained': ('learned from its training', 'is no better than its random initialization'),
@@ -1010,28 +1077,28 @@ CONTROL_WORDS = {   # what the trained drafter beating each control, or not, say
     'served_late': ("uses the target's features at their own positions",
                     'accepts as much with the features one position late: it does not use them where they belong')}
 
-def _control_lines(vs: dict) -> list[str]:
-    "What each control (and control drafter) says about the trained drafter, on the prompts it ran on."
-    out = []
-    for v, m in vs.items():
-        t = m.get('trained_tau_paired')
-        if t is None or v == 'prompt_lookup' or '+' in v: continue
-        yes, no = CONTROL_WORDS.get(v, ('accepts more than this control', 'accepts no more than it'))
-        out.append(f"Against `{v}` (tau {m['tau']:.3f}; trained {t:.3f} on the same {_count(m['prompts'], 'prompt')}) "
-                   f"the drafter {yes if t > m['tau'] + TAU_MARGIN else no}")
-    return out
+def _controls(vs: dict) -> list[tuple]:
+    "`(name, summary)` of each control (and control drafter) that ran beside the trained drafter."
+    return [(v, m) for v, m in vs.items() if m.get('trained_tau_paired') is not None and v != 'prompt_lookup' and '+' not in v]
+
+def _control_line(v: str, m: dict) -> str:
+    "What control `v` says about the trained drafter on the prompts it ran on; no conclusion when it cannot tell."
+    t, gap = m['trained_tau_paired'], control_gap(m)
+    yes, no = CONTROL_WORDS.get(v, ('accepts more than this control', 'accepts no more than it'))
+    said = f'nothing follows: {gap}' if gap else f"the drafter {yes if t > m['tau'] + TAU_MARGIN else no}"
+    return f"Against `{v}` (tau {m['tau']:.3f}; trained {t:.3f} on the same {_count(m['prompts'], 'prompt')}) {said}"
 
 def set_verdict(name: str, r: dict) -> str:
     "A prompt set's drafter against plain decoding and prompt lookup, and what its controls say (markdown)."
     vs = r.get('variants') or {}
     if 'trained' not in vs: return f"- **{name}**: {r.get('skipped') or 'no trained drafter evaluated'}."
-    m = vs['trained']
+    m, ctl = vs['trained'], _controls(vs)          # only the controls that ran: no sentence about the others
     s = (f"- **{name}** ({_count(m['prompts'], 'prompt')}): the drafter (tau {m['tau']:.3f}, "
          f"{m['target_forwards_per_token']:.3f} target forwards per token) {_vs_plain(m)}")
     if 'prompt_lookup' in vs: s += f"; it {_vs(m['tau'], vs['prompt_lookup']['tau'], 'prompt lookup')}"
-    ctl = _control_lines(vs)                       # only the controls that ran: no sentence about the others
-    if m['tau'] <= 1 + TAU_MARGIN: s += '. It accepts almost no drafts' + (', so the controls say little' if ctl else '')
-    return '\n  '.join([s + '.'] + [c + '.' for c in ctl])
+    mute = bool(ctl) and all(control_gap(c) for _, c in ctl)   # "say little" only when none of them concludes
+    if m['tau'] <= 1 + TAU_MARGIN: s += '. It accepts almost no drafts' + (', so the controls say little' if mute else '')
+    return '\n  '.join([s + '.'] + [_control_line(v, c) + '.' for v, c in ctl])
 
 # %% ../nbs/90_evaluate.ipynb #f110a1e8
 def lossless_verdict(results: dict, temperature: float, lossless: str = 'enforce') -> str:
@@ -1075,15 +1142,17 @@ def drafter_line(f: dict) -> str:
 
 # %% ../nbs/90_evaluate.ipynb #3400d685
 def training_line(sets: dict) -> str | None:
-    "The trained drafter's tau beside the untrained control's, held-out prompts first (a markdown item), or None."
-    for name in sorted(sets, key=lambda n: n != 'held_out'):
-        u = ((sets[name].get('variants') or {}).get('untrained') or {})
-        if u.get('trained_tau_paired') is None: continue
-        where = ("held-out prompts (this run's rows the drafter did not train on)" if name == 'held_out'
-                 else f'{name} prompts')
-        return (f"- **What training bought**, on {where}: tau {u['trained_tau_paired']:.3f} trained vs "
-                f"{u['tau']:.3f} untrained (its random initialization), on the same {_count(u['prompts'], 'prompt')}.")
-    return None
+    "The trained drafter's tau beside the untrained control's (held-out prompts, a control that can tell first), or None."
+    us = [(n, u) for n in sorted(sets, key=lambda n: n != 'held_out')
+          if (u := (sets[n].get('variants') or {}).get('untrained') or {}).get('trained_tau_paired') is not None]
+    if not us: return None
+    name, u = min(us, key=lambda nu: control_gap(nu[1]) is not None)     # the first that can tell, else the first
+    where = "held-out prompts (this run's rows the drafter did not train on)" if name == 'held_out' else f'{name} prompts'
+    said = (f"tau {u['trained_tau_paired']:.3f} trained vs {u['tau']:.3f} untrained (its random initialization), "
+            f"on the same {_count(u['prompts'], 'prompt')}")
+    gap = control_gap(u)
+    if gap is None: return f'- **What training bought**, on {where}: {said}.'
+    return f'- **What training bought** is not known from this evaluation: on {where}, {said}; {gap}.'
 
 def advice_line(ev: dict) -> str | None:
     "When the trained tau is near 1 in every set: why, and what to run for a useful drafter (a markdown item)."
@@ -1105,7 +1174,7 @@ def _cpu_caveat(sets: list) -> str:
 
 def caveats(ev: dict, # the evaluation (`eval.json`)
            ) -> list[str]:
-    "What the numbers cannot show: few prompts, short answers, CPU timing, controls on a subset."
+    "What the numbers cannot show: few prompts, short answers, CPU timing, controls on a subset, capped conversations."
     sets = [r for r in ev['sets'].values() if r.get('variants')]
     n, out = min((r['prompts'] for r in sets), default=0), []
     if n < FEW_PROMPTS: out.append(f"{_count(n, 'prompt')} in the smallest set: tau and the speedups have wide "
@@ -1115,6 +1184,9 @@ def caveats(ev: dict, # the evaluation (`eval.json`)
                                               '2048): acceptance over long answers can differ.')
     if str(ev['device']).startswith('cpu'): out.append(_cpu_caveat(sets))
     if ev.get('control_prompts'): out.append(f"The controls ran on the first {ev['control_prompts']} prompts.")
+    capped = [f"`{k}`: {cap_note(r['context_cap'])}" for k, r in ev['sets'].items() if r.get('context_cap')]
+    if capped: out.append(f"Conversations asked with their context capped, so acceptance after the whole conversation "
+                          f"can differ: {'; '.join(capped)}.")
     return out
 
 # %% ../nbs/90_evaluate.ipynb #5f18efb6
@@ -1328,6 +1400,7 @@ class EvalSettings:
     dtype: str | None = declared(_E, 'dtype')                  # None: float32 on CPU, bfloat16 on CUDA
     enable_thinking: bool | None = declared(_E, 'enable_thinking')
     max_prompt_tokens: int = declared(_E, 'max_prompt_tokens') # longer prompts are quarantined
+    max_context_tokens: int | None = declared(_E, 'max_context_tokens')  # conversations: the latest turns that fit
     lossless: str = declared(_E, 'lossless')                   # enforce: fail at T=0 on an output unlike plain's, ties aside
     mt_bench_turns: int = declared(_E, 'mt_bench_turns')
     allow_hub: bool = declared(_E, 'allow_hub')                # read the built-in sets from the hub without fixtures
@@ -1348,7 +1421,8 @@ class EvalSettings:
 def generation(self: EvalSettings, limited=()) -> dict:
     "The keywords of `evaluate_set` (hashed into the records' key): the variants in `limited` on the first `control_prompts` prompts."
     return dict(max_new_tokens=self.max_new_tokens, temperature=self.temperature, seed=self.seed,
-                enable_thinking=self.enable_thinking, max_prompt_tokens=self.max_prompt_tokens, lossless=self.lossless,
+                enable_thinking=self.enable_thinking, max_prompt_tokens=self.max_prompt_tokens,
+                max_context_tokens=self.max_context_tokens, lossless=self.lossless,
                 limits=dict.fromkeys(limited, self.control_prompts),
                 tree={'budget': self.ddtree_budget, 'topk': self.ddtree_topk} if self.ddtree_budget else None)
 
@@ -1448,7 +1522,8 @@ def _cli_run(a) -> int:
 
 # %% ../nbs/90_evaluate.ipynb #dbdcc405
 DECLARED_OPTIONS = ('max_new_tokens', 'max_prompts', 'temperature', 'variants', 'control_prompts', 'device', 'cpu_threads',
-                    'seed', 'max_prompt_tokens', 'mt_bench_turns', 'lossless', 'allow_hub')   # the others: `EvalSettings`' declared
+                    'seed', 'max_prompt_tokens', 'max_context_tokens', 'mt_bench_turns', 'lossless',
+                    'allow_hub')   # the others: `EvalSettings`' declared
 
 def register_cli(sub):
     "Add `dflash-nb evaluate DRAFTER_DIR [--target SPEC] [--prompts FILE]...` to the CLI."

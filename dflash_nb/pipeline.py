@@ -16,14 +16,15 @@ from .core import (ConfigError, STAGE_LOG_ENV, Stage, atomic_write, busy_cores, 
 from .params import StageSpec, check_stage_params, discover_stages, find_stage, resolve_params
 
 # %% auto #0
-__all__ = ['NON_STAGE_SECTIONS', 'RUN_ONLY', 'SKIP_TAG', 'BUSY_CORES', 'check_config', 'add_config_args', 'demo_values',
-           'stage_status', 'chain_status', 'stage_view', 'record_header', 'run_config_params', 'adopt_params',
-           'begin_hand_run', 'finish_hand_run', 'ipc_kernel_manager', 'LogTail', 'ChainError', 'execute_stage',
-           'select_stages', 'busy_threads', 'run_chain', 'smoke_run_dir', 'prepare_upstream', 'open_stage',
-           'make_stage_notebook']
+__all__ = ['NON_STAGE_SECTIONS', 'RUN_ONLY', 'REHEARSAL', 'SKIP_TAG', 'SOCKET_PATH_MAX', 'BUSY_CORES', 'check_config',
+           'add_config_args', 'demo_values', 'rehearsal_overrides', 'stage_status', 'chain_status', 'stage_view',
+           'record_header', 'run_config_params', 'hand_overrides', 'hand_run_note', 'begin_hand_run', 'finish_hand_run',
+           'kernel_socket_dir', 'ipc_kernel_manager', 'LogTail', 'ChainError', 'execute_stage', 'select_stages',
+           'busy_threads', 'rehearsal_record', 'rehearsal_line', 'run_chain', 'smoke_run_dir', 'prepare_upstream',
+           'open_stage', 'make_stage_notebook']
 
 # %% ../nbs/02_pipeline.ipynb #78d18dc8
-NON_STAGE_SECTIONS = ('run', 'plan')   # `plan`: assumptions for `dflash-nb plan` (see 95_plan)
+NON_STAGE_SECTIONS = ('run', 'plan', 'rehearsal')   # `plan`: assumptions for `dflash-nb plan` (see 95_plan); `rehearsal`: what `--rehearsal` changed
 
 def _inject_eval_prompts(cfg: dict, params: dict):
     "30_convert removes training rows that overlap the evaluation prompts: add `evaluate.prompt_files` to its list."
@@ -51,12 +52,14 @@ def check_config(cfg: dict, stages: list[StageSpec], cwd=None) -> dict:
 # %% ../nbs/02_pipeline.ipynb #2c18ddbb
 def add_config_args(p: argparse.ArgumentParser,  # a command's parser
                    ):
-    "The CONFIG positional, `--set` and `--runs-dir` of a command that reads a run config."
+    "The CONFIG positional, `--set`, `--runs-dir` and `--rehearsal` of a command that reads a run config."
     p.add_argument('config', nargs='?', default=None, help='run config: a YAML file, a run folder or the '
                    'name of a shipped config (dflash_nb/configs/; default: the embedded demo)')
     p.add_argument('--set', dest='overrides', action='append', default=[], metavar='SECTION.KEY=VALUE',
                    help='override a config value (YAML-parsed); repeatable')
     p.add_argument('--runs-dir', default=None, help='folder of runs (default: run.runs_dir, else ./runs)')
+    p.add_argument('--rehearsal', action='store_true', help="a cheap first pass: the demo's sizes (pipeline.REHEARSAL) "
+                   'on this config, your data, target and template kept, in its own run folder NAME_rehearsal')
 
 # %% ../nbs/02_pipeline.ipynb #be462f90
 RUN_ONLY = ('target', 'seed', 'device', 'repairs', 'chat_template', 'enable_thinking', 'mask_method')   # given once, in the `run` section
@@ -68,9 +71,68 @@ def demo_values(stages=None) -> dict:
     return {k: v for k, v in vals.items() if v}
 
 
-# %% ../nbs/02_pipeline.ipynb #807765b8
-def _norm(o): return json.loads(json.dumps(o, sort_keys=True, default=str))
+# %% ../nbs/02_pipeline.ipynb #731cd149
+REHEARSAL = {                             # section.key: cap | take, and why a rehearsal takes the demo's value
+    'run.device': 'take',                 # a laptop: its CPU, whatever GPU the real run names
+    'run.dtype': 'take',                  # auto: measured here (a GPU's bfloat16 is 50x slower emulated on an AVX2 CPU)
+    'sources.total': 'cap',               # a few rows through every stage (all of a smaller file)
+    'regenerate.backend': 'take',         # in-process: a rehearsal needs no server
+    'regenerate.max_new_tokens': 'cap',   # answers cut short (marked truncated)
+    'regenerate.samples': 'cap',          # one answer a row
+    'regenerate.synthesize': 'cap',       # no prompts written by the target
+    'regenerate.batch_size': 'cap',       # a CPU's batch
+    'regenerate.workers': 'cap',          # one process holding the target
+    'tokenization.max_seq_len': 'cap',    # short rows: every later stage's cost
+    'hidden_states.max_samples': 'cap',   # features of a few rows
+    'train.num_hidden_layers': 'cap',     # one draft layer
+    'train.num_anchors': 'cap',           # per sequence: the step's size
+    'train.loss_slots': 'cap',            # no logits for the far slots
+    'train.epochs': 'cap',
+    'train.batch_size': 'cap',
+    'train.grad_accum': 'cap',
+    'train.max_steps': 'cap',             # binds: the same steps on a busy machine as on an idle one
+    'train.max_minutes': 'cap',           # the training loop's safety cap
+    'evaluate.max_prompts': 'cap',        # prompts per set
+    'evaluate.max_new_tokens': 'cap',
+    'evaluate.max_prompt_tokens': 'cap',
+    'evaluate.mt_bench_turns': 'cap',
+    'evaluate.control_prompts': 'cap',    # the controls decode at tau 1: a draft per token
+    'evaluate.variants': 'cap',           # no variant the demo leaves out
+    'evaluate.ddtree_budget': 'cap',      # no tree verification
+    'evaluate.dtype': 'take',             # float32: exact equality with plain decoding on any CPU
+    'evaluate.cpu_threads': 'take',       # one thread (torch's two ran 17x slower on a loaded 2-core machine)
+}
 
+# %% ../nbs/02_pipeline.ipynb #265f61f7
+def _norm(o): return json.loads(json.dumps(o, sort_keys=True, default=str))   # a value as JSON reads it back: to compare
+
+def _setting(cfg: dict, key: str, stages) -> object:
+    "The value `cfg` gives `section.key` (`run.key`: the run section's, else the declared default)."
+    sec, k = key.split('.')
+    if sec != 'run': return resolve_params(find_stage(sec, stages), cfg)[k]
+    return (cfg.get('run') or {}).get(k, next(st.defaults[k] for st in stages if k in st.params))
+
+def _cap(mine, demo):
+    "The smaller of two sizes (None, no limit, is the larger); of two lists, yours without what the demo leaves out."
+    if isinstance(mine, list) and isinstance(demo, list): return [x for x in mine if x in demo] or demo
+    if mine is None or demo is None: return demo if mine is None else mine
+    return min(mine, demo)
+
+# %% ../nbs/02_pipeline.ipynb #b5d13543
+def rehearsal_overrides(cfg: dict, stages=None, demo: dict | None = None) -> dict:
+    "{section.key: value}: what a rehearsal changes in run config `cfg`: each `REHEARSAL` key at the demo's value (or capped by it)."
+    stages, demo, out = stages or discover_stages(), demo or load_config(), {}
+    for key, how in REHEARSAL.items():
+        mine, theirs = _setting(cfg, key, stages), _setting(demo, key, stages)
+        v = _cap(mine, theirs) if how == 'cap' else theirs
+        if _norm(v) != _norm(mine): out[key] = v
+        sec, k = key.split('.')
+        for s, vals in cfg.items():   # a run-wide key a stage section sets itself: that section's value wins
+            if sec == 'run' and s not in NON_STAGE_SECTIONS and k in (vals or {}) and f'{s}.{k}' not in REHEARSAL and _norm(vals[k]) != _norm(theirs):
+                out[f'{s}.{k}'] = theirs
+    return out
+
+# %% ../nbs/02_pipeline.ipynb #807765b8
 def _changed_files(run_dir: Path, m: dict) -> str | None:
     "Why the recorded inputs or outputs of manifest `m` no longer hold, or None."
     for e in m.get('inputs', []):
@@ -90,7 +152,7 @@ def stage_status(run_dir, stage: StageSpec, params: dict) -> tuple[bool, str]:
     if m is None: return False, 'no manifest (never ran, or did not finish)'
     old, new = _norm(m.get('params')) or {}, _norm(params)
     if old != new:
-        hand = f" (the manifest's came from a run by hand at {m.get('finished', '?')[:16]}: its run folder's config.yaml holds them)" if m.get('run_by') else ''
+        hand = f" ({hand_run_note(m)}; the chain runs it with the config's values)" if m.get('run_by') else ''
         return False, 'parameters changed: ' + ', '.join(sorted(k for k in {*old, *new} if old.get(k) != new.get(k))) + hand
     why = _changed_files(Path(run_dir), m)
     return (False, why) if why else (True, 'manifest matches parameters and inputs')
@@ -146,19 +208,17 @@ def run_config_params(run_dir, name: str, stages=None) -> dict:
     except ConfigError: return {}
 
 # %% ../nbs/02_pipeline.ipynb #cad6294f
-def adopt_params(run_dir, stage: StageSpec, params: dict) -> dict:
-    """Make the run folder's `config.yaml` give `stage` the values `params` (a stage run by hand with others);
-    returns {key: [value before, value now]} of what changed ({} without a `config.yaml`)."""
-    path = Path(run_dir) / 'config.yaml'
-    if not path.is_file(): return {}
-    cfg = yaml.safe_load(path.read_text(encoding='utf-8')) or {}
-    try: have = check_stage_params(stage, resolve_params(stage, cfg), json.loads(json.dumps(cfg, default=str)))
-    except ConfigError: have = {}
-    changed = {k: [have.get(k), v] for k, v in params.items() if _norm(have.get(k)) != _norm(v)}
-    if changed:
-        cfg[stage.short] = {**(cfg.get(stage.short) or {}), **{k: v for k, (_, v) in changed.items()}}
-        write_text(path, yaml.safe_dump(cfg, sort_keys=False))
-    return changed
+def hand_overrides(params: dict, config_params: dict) -> dict:
+    "{key: {'config', 'hand'}}: each value a stage run by hand got apart from the run's config ({} without a config)."
+    if not config_params: return {}
+    return {k: {'config': config_params.get(k), 'hand': v} for k, v in params.items() if _norm(config_params.get(k)) != _norm(v)}
+
+def hand_run_note(m: dict | None) -> str | None:
+    "What manifest `m` says of a run by hand: when, and each value passed beside the config's (None: the chain ran it)."
+    if not (m or {}).get('run_by'): return None
+    when, h = f"run by hand at {m.get('finished', '?')[:16]}", m.get('hand_overrides')
+    if h is None: return when
+    return when + (' with ' + ', '.join(f"{k}={v['hand']!r} (the config: {v['config']!r})" for k, v in h.items()) if h else " with the config's values")
 
 # %% ../nbs/02_pipeline.ipynb #6f665376
 def _live_record(path: Path, since: float) -> bool:
@@ -177,20 +237,21 @@ def _show(text: str, display_id: str, update: bool = False):
     (update_display if update else display)(Markdown(text), display_id=display_id)
 
 # %% ../nbs/02_pipeline.ipynb #5a6e70a1
-def begin_hand_run(spec: StageSpec, stage):
-    "Mark `stage` (a `core.Stage`) as run by hand: the record header is shown now and completed by `finish_hand_run`."
-    stage.extra['run_by'] = 'hand (outside the chain)'
+def begin_hand_run(spec: StageSpec, stage, config_params: dict | None = None):
+    """Mark `stage` (a `core.Stage`) as run by hand, with its values apart from `config_params` (the run config's) as
+    `hand_overrides` in its manifest: the record header is shown now and completed by `finish_hand_run`."""
+    stage.extra.update(run_by='hand (outside the chain)', hand_overrides=hand_overrides(stage.params, config_params or {}))
     did = f'dflash-nb-record-{spec.name}-{os.getpid()}'
     _show(f'**Run record** · stage `{spec.name}` run by hand into `{Path(stage.run_dir).resolve()}` · running', did)
     stage.on_finish.append(lambda st, m: finish_hand_run(spec, st, did))
 
 def finish_hand_run(spec: StageSpec, stage, display_id: str | None = None) -> list[str]:
-    "Adopt the hand run's parameters into `config.yaml`, set the record aside if stale, complete the header; returns the notes."
-    run_dir, log, notes = Path(stage.run_dir).resolve(), setup_logging(stage.dir), []
-    changed = adopt_params(run_dir, spec, stage.params)
-    if changed:
-        notes.append(f'{spec.name} ran by hand with ' + ', '.join(f'{spec.short}.{k}={v!r} (was {o!r})' for k, (o, v) in changed.items())
-                     + f': adopted into {run_dir / "config.yaml"}, so the chain keeps them (`dflash-nb stages {run_dir}`)')
+    "Say what the hand run was passed apart from the config, set the record aside if stale, complete the header; returns the notes."
+    run_dir, log, notes, h = Path(stage.run_dir).resolve(), setup_logging(stage.dir), [], stage.extra.get('hand_overrides')
+    if h:
+        notes.append(f'{spec.name} ran by hand with ' + ', '.join(f"{spec.short}.{k}={v['hand']!r} (the run's config: {v['config']!r})" for k, v in h.items())
+                     + f': recorded as hand_overrides in {spec.name}/manifest.json, {run_dir / "config.yaml"} unchanged, so the next '
+                     f'`dflash-nb run {run_dir}` reruns it with the config\'s values (set them in your config to keep them)')
     rec = stage.dir / f'{spec.name}.ipynb'
     if rec.exists() and not _live_record(rec, stage.t0):
         os.replace(rec, stage.dir / f'{spec.name}.earlier.ipynb')
@@ -201,6 +262,18 @@ def finish_hand_run(spec: StageSpec, stage, display_id: str | None = None) -> li
     if display_id: _show(head + ''.join(f'\n\n{n}' for n in notes), display_id, update=True)
     return notes
 
+# %% ../nbs/02_pipeline.ipynb #1541cc9f
+SOCKET_PATH_MAX = 107   # bytes of a Unix socket's path (Linux's sockaddr_un); zmq adds `-PORT` to ours
+
+def kernel_socket_dir(tmp: str | None = None,  # the temporary folder (default: `tempfile.gettempdir()`)
+                     ) -> Path:                 # a private folder (mode 700) for kernel sockets
+    "Where the stage kernels' sockets go: under the temporary folder, or under /tmp when that path is too long for one."
+    uid = os.getuid() if hasattr(os, 'getuid') else 0
+    d = Path(tmp or tempfile.gettempdir()) / f'dflash-nb-kernels-{uid}'
+    if len(str(d)) + 32 > SOCKET_PATH_MAX: d = Path('/tmp') / f'dflash-nb-kernels-{uid}'   # + `/k<pid>-<n>-<port>`
+    d.mkdir(mode=0o700, exist_ok=True)
+    return d
+
 # %% ../nbs/02_pipeline.ipynb #1fca23d2
 _KERNEL_SEQ = [0]
 
@@ -210,10 +283,12 @@ def ipc_kernel_manager():
     class IPCKernelManager(AsyncKernelManager):
         def __init__(self, **kw):
             super().__init__(**kw)
-            d = Path(tempfile.gettempdir()) / f'dflash-nb-kernels-{os.getuid() if hasattr(os, "getuid") else 0}'
-            d.mkdir(mode=0o700, exist_ok=True)
+            d = kernel_socket_dir()
             _KERNEL_SEQ[0] += 1
             self.transport, self.ip = 'ipc', str(d / f'k{os.getpid()}-{_KERNEL_SEQ[0]}')
+        async def _async_interrupt_kernel(self):
+            if self.shutting_down: return   # shutdown's own interrupt: nothing runs (see above), and it makes the kernel log an ERROR
+            await super()._async_interrupt_kernel()
     return IPCKernelManager
 
 # %% ../nbs/02_pipeline.ipynb #d4113132
@@ -358,6 +433,19 @@ def _alerts(run_dir, summary: dict) -> list[str]:
     "The `alerts` of the manifests of the stages in `summary` (ran or skipped): what they did less of than asked."
     return [a for s in summary['stages'] for a in (read_manifest(Path(run_dir) / s['stage']) or {}).get('alerts', [])]
 
+# %% ../nbs/02_pipeline.ipynb #073b758b
+def rehearsal_record(cfg: dict) -> dict:
+    "What `run.json` records of a rehearsal (`rehearsal`, `rehearsal_of`, `rehearsal_overrides`); {} for a real run."
+    r = cfg.get('rehearsal')
+    return {'rehearsal': True, 'rehearsal_of': r.get('of'), 'rehearsal_overrides': r.get('overrides') or {}} if r else {}
+
+def rehearsal_line(summary: dict) -> str:
+    "The last line of a rehearsal's run: it was one, with what, and the command of the real run."
+    r, over = summary['config'].get('rehearsal') or {}, summary.get('rehearsal_overrides') or {}
+    real = f"dflash-nb run {r['config']}" if r.get('config') else 'dflash-nb run'
+    return (f"rehearsal of {r.get('of')} done in {summary.get('seconds', 0):.0f}s: {len(over)} setting(s) at the demo's sizes "
+            f"(run.json: rehearsal_overrides), in {summary['run_dir']}, apart from the real run's folder; the real run: {real}")
+
 # %% ../nbs/02_pipeline.ipynb #b7d7158c
 def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None = None, only: str | None = None,
               until: str | None = None, force: bool = False, nbs=None, progress: bool = True, log_output: bool = False,
@@ -371,7 +459,8 @@ def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None =
     all_params, run_dir = check_config(cfg, stages), _run_dir(cfg, runs_dir, run_dir)
     todo, start = select_stages(stages, from_stage, only, until)
     if record: write_text(run_dir / 'config.yaml', yaml.safe_dump(cfg, sort_keys=False))
-    summary, t0, skip = {'run_dir': str(run_dir), 'config': cfg, 'stages': []}, time.time(), set(cfg['run'].get('skip') or [])
+    summary, t0 = {'run_dir': str(run_dir), 'config': cfg, **rehearsal_record(cfg), 'stages': []}, time.time()
+    skip = set(cfg['run'].get('skip') or [])
     echo(f'run {cfg["run"]["name"]} -> {run_dir} ({len(todo)} stage(s))')
     for i, st in enumerate(todo, 1):
         what, reason = _decide(st, start, [s.name for s in stages], run_dir, all_params[st.name], force or bool(only), skip)
@@ -415,12 +504,13 @@ def open_stage(name: str, ns: dict, stages=None) -> Stage:
     st = find_stage(name, stages)
     scratch, by_hand = ns.get('run_dir') is None, ns.get('run_dir') is not None and not os.environ.get(STAGE_LOG_ENV)
     if scratch: _overlay(ns, st, resolve_params(st, load_config()))   # alone: the demo's values, like its upstream
-    if by_hand: _overlay(ns, st, run_config_params(ns['run_dir'], st.name, stages))   # its run folder's config.yaml
+    base = run_config_params(ns['run_dir'], st.name, stages) if by_hand else {}
+    if by_hand: _overlay(ns, st, base)   # its run folder's config.yaml
     params = check_stage_params(st, {k: ns[k] for k in st.params if k != 'run_dir'})
     ns.update(params)
     if scratch: ns['run_dir'] = prepare_upstream(st.name)
     stage = Stage(ns['run_dir'], st.name, params=params)
-    if by_hand: begin_hand_run(st, stage)
+    if by_hand: begin_hand_run(st, stage, base)
     return stage
 
 # %% ../nbs/02_pipeline.ipynb #2937551d

@@ -1292,9 +1292,14 @@ def _disk_probe(runs_dir, cfg) -> Path:
     p = Path(runs_dir or cfg['run'].get('runs_dir') or 'runs')
     return p if p.exists() else Path('.')
 
-def _kept_probe(probe_file, cfg) -> dict | None:
-    "This machine's probe from `--probe FILE` (`cached_probe`), or None: measure it now."
-    return cached_probe(probe_file, run_device(cfg)[0] or 'cpu') if probe_file else None
+def _kept_probe(probe_file, cfg, runs_dir=None) -> dict | None:
+    """This machine's probe from `--probe FILE` (`cached_probe`), else the one the run's own folder keeps (a run that
+    goes on plans with the probe its stages decided with), or None: measure it now."""
+    dev = run_device(cfg)[0] or 'cpu'
+    if probe_file: return cached_probe(probe_file, dev)
+    kept = Path(runs_dir or cfg['run'].get('runs_dir') or 'runs') / cfg['run']['name'] / precision.PROBE_FILE
+    try: return cached_probe(kept, dev) if kept.exists() else None
+    except ConfigError: return None   # another machine's probes: measure this one
 
 # %% ../nbs/95_plan.ipynb #10ebc148
 SCALED = ('40_regenerate', '50_tokenization', '60_hidden_states')   # the stages whose minutes follow the rows
@@ -1310,7 +1315,8 @@ def fit_budget(cfg: dict,      # a complete run config
     fixed, out = minutes['total'] - data - train, {'predicted': round(minutes['total'], 1), 'budget': budget}
     if fixed >= budget: return {**out, 'factor': None, 'overrides': [], 'why': f'the stages that do not scale take {fixed:.0f} minutes'}
     f = (budget - fixed) / (data + train)
-    over = {'sources.total': max(1, int((cfg['sources'].get('total') or rows) * f)), 'train.max_minutes': round(train * f, 1)}
+    over = {'sources.total': max(1, int((cfg['sources'].get('total') or rows) * f)),
+            'train.max_minutes': max(0.1, round(train * f, 1))}   # a tiny factor still trains (0.0 is no setting)
     if cfg['regenerate'].get('synthesize'): over['regenerate.synthesize'] = max(1, int(cfg['regenerate']['synthesize'] * f))
     return {**out, 'factor': round(f, 3), 'overrides': [f'{k}={v}' for k, v in over.items()]}
 
@@ -1341,7 +1347,7 @@ def make_plan(config=None,            # a run config: path, shipped name's path,
     tok = _tokenizer(tokenizer, required=True) or _tokenizer(section.get('tokenizer')) or target_tokenizer(cfg['run'].get('target'))
     est = estimate(cfg, dims, section, free, tok)
     checks = validate(cfg, dims, tok) + mix_checks(est['per_source'], cfg['sources'])
-    here = machine_plan(cfg, dims, est['totals'], probe_result=_kept_probe(probe_file, cfg))
+    here = machine_plan(cfg, dims, est['totals'], probe_result=_kept_probe(probe_file, cfg, runs_dir))
     est['warnings'] += here.pop('warnings')
     fit = fit_budget(cfg, here['minutes'], est['rows'])
     plan = {'config': cfg['run'], 'target': dims, 'checks': checks, 'estimates': est, 'budget': fit,

@@ -18,6 +18,7 @@ def test_demo_runs_every_stage(demo_run):
         assert (run_dir / s / f'{s}.ipynb').exists() or any(x['status'] == 'skipped' for x in info['stages'] if x['stage'] == s)
     # no unencrypted-TCP kernel warning (the kernels run over IPC); long loops leave progress lines in the stage log
     assert 'without encryption' not in r.stdout + r.stderr
+    assert 'KeyboardInterrupt caught in kernel' not in r.stdout + r.stderr   # issue 46.6: no shutdown interrupt
     ran = {x['stage'] for x in info['stages'] if x['status'] == 'ran'}
     for s in {'40_regenerate', '80_train', '90_evaluate'} & ran: assert ' PROGRESS ' in (run_dir / s / 'log.txt').read_text(), s
     # the evaluation is lossless: every variant's greedy output equals plain decoding on every prompt (enforced by the stage)
@@ -104,3 +105,26 @@ def test_synthesized_prompts_through_the_chain(demo_run, tmp_path):
     assert 'a prompt the target wrote' in view or syn['kept'] == 0
     t = json.loads((copy / '50_tokenization' / 'manifest.json').read_text())['counts']
     assert t['rows_in'] == c['rows_out'], (t, c)
+
+def test_a_stage_kernel_is_shut_down_without_an_interrupt():
+    """Issue 46.6: a successful demo run printed `[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel.`: jupyter_client
+    interrupts a kernel (SIGINT) before its shutdown, and papermill shuts it down right after the reply to its last request,
+    while ipykernel may still be inside that request's handler (5 of 25 papermill runs printed it, measured). The stages'
+    kernel manager sends no interrupt at shutdown; one asked for (a cell's timeout) is still sent."""
+    import asyncio, signal
+    from dflash_nb.pipeline import ipc_kernel_manager
+    async def run():
+        km, sent = ipc_kernel_manager()(kernel_name='python3'), []
+        send = km._async_signal_kernel
+        async def spy(signum): sent.append(signum); await send(signum)
+        km._async_signal_kernel = spy
+        await km.start_kernel()
+        kc = km.client(); kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=120)
+            await km.interrupt_kernel(); asked = list(sent)
+        finally: kc.stop_channels()
+        await km.shutdown_kernel()
+        return asked, sent, await km.is_alive()
+    asked, sent, alive = asyncio.run(run())
+    assert asked == [signal.SIGINT] and sent == [signal.SIGINT] and not alive, (asked, sent, alive)

@@ -363,7 +363,8 @@ def test_control_prompts_limit_a_variant_to_the_first_prompts():
     items = [{'id': f'p{i}', 'messages': [{'role': 'user', 'content': f'Count to {i + 3}'}]} for i in range(3)]
     variants = {'trained': (dflash_session(model, block_size=4), 0), 'untrained': (dflash_session(model, block_size=4), 0)}
     res, gens = evaluate_set(model, tok, 'few', items, variants, 4, 6, Quarantine(None), temperature=0.0, seed=0,
-                             enable_thinking=False, max_prompt_tokens=4096, lossless='enforce', limits={'untrained': 1}, log=None)
+                             enable_thinking=False, max_prompt_tokens=4096, max_context_tokens=1024, lossless='enforce',
+                             limits={'untrained': 1}, log=None)
     assert [len(gens[v]) for v in ('plain', 'trained', 'untrained')] == [3, 3, 1]
     assert res['variants']['trained']['prompts'] == 3 and res['variants']['untrained']['prompts'] == 1
     assert res['variants']['untrained']['identical'] == 1.0

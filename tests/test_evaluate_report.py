@@ -319,7 +319,7 @@ def test_no_word_about_controls_that_did_not_run():
     assert 'accepts almost no drafts' in v and 'control' not in v.split('What these numbers')[0]
     v = verdict(_ev(s={'prompts': 2, 'variants': {'trained': _summary(1.02, 0.4, 0.3, 0.5, n=2),
                                                   'zeroed': _summary(1.0, 0.4, 0.3, 0.5, n=2, trained_tau_paired=1.02)}}))
-    assert 'Against `zeroed`' in v and 'so the controls say little' in v
+    assert 'Against `zeroed`' in v and 'so the controls say little' in v and 'does not use' not in v
 
 
 def test_the_verdict_says_what_the_drafter_is_and_what_to_run(tmp_path):
@@ -334,8 +334,8 @@ def test_the_verdict_says_what_the_drafter_is_and_what_to_run(tmp_path):
             f"(`{tmp_path / '80_train' / 'metrics.json'}`).") in v
     assert 'trained vs' in v and 'untrained (its random initialization), on the same 2 prompts' in v
     assert 'Tau near 1' in v and '`dflash-nb run smollm2_quality`' in v        # a random drafter: tau near 1
-    held = _ev(held_out={'prompts': 2, 'variants': {'trained': _summary(1.9, 1, 1, 1, n=2),
-                                                    'untrained': _summary(1.0, 1, 1, 1, n=2, trained_tau_paired=1.9)}})
+    held = _ev(held_out={'prompts': 3, 'variants': {'trained': _summary(1.9, 1, 1, 1, n=3),
+                                                    'untrained': _summary(1.0, 1, 1, 1, n=3, trained_tau_paired=1.9)}})
     v = verdict(held)
     assert '- **What training bought**, on held-out prompts' in v and 'tau 1.900 trained vs 1.000 untrained' in v
     assert 'Tau near 1' not in v
@@ -351,3 +351,80 @@ def test_the_command_writes_beside_the_drafter_not_in_the_working_directory(tmp_
     assert (tmp_path / 'run' / 'drafter_eval' / 'report.md').exists()
     assert f"wrote {tmp_path / 'run' / 'drafter_eval' / 'eval.json'}" in out
     assert sorted(f.name for f in d.iterdir()) == ['config.json', 'model.safetensors']   # the drafter untouched
+
+
+# --- your own conversations (issue 46.5) ------------------------------------------------------------------------------
+
+def _conversations(path, n=2, turns=5):
+    "Rows of your own: a system message, `turns` answered turns and a last question; over 2,000 prompt tokens each on tiny-qwen3."
+    rows = []
+    for i in range(n):
+        msgs = [{'role': 'system', 'content': 'You are helpful.'}]
+        for t in range(turns):
+            msgs += [{'role': 'user', 'content': f'Question {i}.{t}: ' + 'why is the sky blue? ' * 10},
+                     {'role': 'assistant', 'content': 'Because of scattering. ' * 20}]
+        rows.append({'id': f'c{i}', 'messages': msgs + [{'role': 'user', 'content': f'And at sunset, {i}?'}]})
+    write_jsonl(path, rows)
+    return rows
+
+
+def test_your_own_conversations_are_asked_with_their_context_capped(tmp_path, capsys):
+    """Issue 46.5: whole conversations of up to 3.4k tokens as prompts took 29 minutes for 3 prompts on 2 CPU cores. The
+    last user turn is asked after the system message and the latest whole turns that fit in `max_context_tokens` prompt
+    tokens (the target's chat template), and the output says how many prompts were capped and by how many tokens."""
+    from dflash_nb.evaluate import render_prompt
+    from dflash_nb.params import find_stage
+    assert find_stage('evaluate').defaults['max_context_tokens'] == 1024 == EvalSettings().max_context_tokens
+    _, tok = target()
+    rows = _conversations(tmp_path / 'mine.jsonl')
+    full = [len(render_prompt(tok, r['messages'], None)) for r in rows]
+    kept = [len(render_prompt(tok, r['messages'][:1] + r['messages'][-5:], None)) for r in rows]   # system, 2 turns, question
+    assert min(full) > 2000 and max(kept) <= 1000 < min(len(render_prompt(tok, r['messages'][:1] + r['messages'][-7:], None))
+                                                      for r in rows)
+    d = drafter_dir(tmp_path / 'drafter', {'spec': 'tiny-qwen3', 'fingerprint': target_fingerprint('tiny-qwen3')})
+    code, out, err = run_cli(capsys, d, '--prompts', tmp_path / 'mine.jsonl', '--max-new-tokens', 4, '--variants', 'trained',
+                             '--max-context-tokens', 1000, '--device', 'cpu', '--out', tmp_path / 'out')
+    assert code == 0, err
+    cut = [f - k for f, k in zip(full, kept)]
+    ev = json.loads((tmp_path / 'out' / 'eval.json').read_text())
+    assert ev['sets']['mine']['context_cap'] == {'max_context_tokens': 1000, 'prompts': 2, 'capped': 2, 'tokens_cut': sum(cut),
+                                                 'most_cut': max(cut), 'over': 0}
+    recs = [json.loads(l) for l in (tmp_path / 'out' / 'records.jsonl').read_text().splitlines()]
+    assert {r['id']: r['prompt_tokens'] for r in recs} == {'c0': kept[0], 'c1': kept[1]}        # what was asked
+    note = (f'2 of 2 prompts capped to 1,000 prompt tokens (earlier turns cut whole: {sum(cut):,} tokens in all, at most '
+            f'{max(cut):,} from one)')
+    assert '0 quarantined, plain decoding' in out and f'tokens/s; {note})' in out             # the set's line of the table
+    assert f'- Conversations asked with their context capped, so acceptance after the whole conversation can differ: `mine`: {note}.' in out
+    assert ev['sets']['mine']['prompts'] == 2 and ev['quarantined'] == 0
+
+
+def test_a_control_that_cannot_tell_is_never_evidence():
+    """Issue 46.5: the verdict said 'the controls say little' and then concluded from one of them ('the drafter is no
+    better than its random initialization'). A control run on too few prompts, or beside a drafter that accepts no
+    drafts, is no evidence: the verdict says why and what it would take, and concludes only from controls that can tell."""
+    conclusions = ('learned from its training', 'no better than its random initialization', "uses the target's features",
+                   "does not use the target's features", '**What training bought**,')
+    # the issue's case: a tau near 1, the controls on 1 prompt of 3
+    flat = _ev(mine={'prompts': 3, 'variants': {'trained': _summary(1.01, 0.4, 0.3, 0.5, n=3),
+                                                'untrained': _summary(1.0, 0.4, 0.3, 0.5, n=1, trained_tau_paired=1.0),
+                                                'zeroed': _summary(1.0, 0.4, 0.3, 0.5, n=1, trained_tau_paired=1.0)}})
+    v = verdict(flat).split('What these numbers')[0]
+    assert 'It accepts almost no drafts, so the controls say little.' in v
+    assert not [c for c in conclusions if c in v], v
+    assert ('Against `untrained` (tau 1.000; trained 1.000 on the same 1 prompt) nothing follows: 1 prompt is too few and '
+            'neither accepts drafts: it takes the controls on at least 3 prompts (`control_prompts` and the set both 3 or '
+            'more) and a drafter that accepts drafts (tau above 1.05).') in v
+    assert '- **What training bought** is not known from this evaluation: on mine prompts, tau 1.000 trained vs 1.000' in v
+    # a drafter that accepts drafts, its control on 1 prompt: too few to say it learned
+    few = _ev(mine={'prompts': 3, 'variants': {'trained': _summary(1.6, 0.9, 0.8, 1.0, n=3),
+                                               'untrained': _summary(1.0, 0.4, 0.3, 0.5, n=1, trained_tau_paired=1.7)}})
+    v = verdict(few).split('What these numbers')[0]
+    assert not [c for c in conclusions if c in v] and 'say little' not in v, v
+    assert ('Against `untrained` (tau 1.000; trained 1.700 on the same 1 prompt) nothing follows: 1 prompt is too few: it '
+            'takes the controls on at least 3 prompts') in v
+    # on 3 prompts the same control tells: the verdict concludes, as before
+    ok = _ev(mine={'prompts': 3, 'variants': {'trained': _summary(1.6, 0.9, 0.8, 1.0, n=3),
+                                              'untrained': _summary(1.0, 0.4, 0.3, 0.5, n=3, trained_tau_paired=1.6)}})
+    v = verdict(ok)
+    assert 'on the same 3 prompts) the drafter learned from its training.' in v and 'nothing follows' not in v
+    assert '- **What training bought**, on mine prompts: tau 1.600 trained vs 1.000 untrained' in v

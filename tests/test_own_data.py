@@ -1,8 +1,8 @@
 """A new user's own data, end to end (issue 30, items 1, 2 and 7): `examples/own_data.jsonl` (OpenAI `messages` with a
 tool call, a mid-conversation system message, reasoning, content parts, an image, an assistant-first greeting, an
-empty answer, one ShareGPT row) through `dflash-nb new`, `plan`, the chain's first stages and a stage run by hand
-with papermill."""
-import json, os
+empty answer, one ShareGPT row) through `dflash-nb new`, `plan` and the chain's first stages (a stage run by hand with papermill:
+test_rehearsal_profile.py)."""
+import json, re
 from pathlib import Path
 import pytest, yaml
 from conftest import dflash, ROOT
@@ -132,53 +132,75 @@ def test_plan_says_when_a_run_keeps_the_demos_settings(tmp_path):
     assert "convert.repairs ['move_system_first']): 10_sources rejects a row before 30_convert sees it" in p
     assert 'settings sized for the demo' not in _plan(None)   # the demo is the demo
 
-# --- 7. a stage run by hand with papermill and the chain agree -----------------------------------------------------
+# --- issue 46: a fully answered file of your own gets the target's answers; `plan` measures it -----------------------
 
-def _papermill(out, run, **params):
-    import papermill as pm
-    env = os.environ.pop('DFLASH_NB_STAGE_LOG', None)
-    try: pm.execute_notebook(str(ROOT / 'nbs' / '30_convert.ipynb'), str(out), parameters={'run_dir': str(run), **params},
-                             kernel_name='python3', cwd=str(ROOT / 'nbs'), progress_bar=False)
-    finally:
-        if env is not None: os.environ['DFLASH_NB_STAGE_LOG'] = env
+ZH = '深度学习模型的推理速度取决于模型大小、硬件和批处理。推测解码用一个小型草稿模型提出令牌，再由目标模型并行验证。'
+EN = 'Speculative decoding drafts tokens with a small model and verifies them with the target in one forward pass. '
 
-def _header(nb) -> str:
-    "The run record header of an executed notebook: a markdown cell (the chain) or a display (a run by hand)."
-    for c in json.loads(Path(nb).read_text())['cells']:
-        texts = [''.join(c['source'])] if c['cell_type'] == 'markdown' else \
-                [''.join(o.get('data', {}).get('text/markdown', '')) for o in c.get('outputs', [])]
-        for t in texts:
-            if t.startswith('**Run record**'): return t   # '**Run record** (by hand)' too
-    return ''
+def _chats(path, n=33):
+    "A fully answered chat file like issue 46's: Chinese and English, 8-13 messages a row, a `conversation_id` not unique."
+    rows = []
+    for i in range(n):
+        msgs = [{'role': 'system', 'content': '你是一个有帮助的助手。'}] if i % 3 == 0 else []
+        for t in range(4 + i % 3):
+            msgs += [{'role': 'user', 'content': (ZH if t % 2 else EN) + f' 问题 {i}.{t}'},
+                     {'role': 'assistant', 'content': ZH * (6 + (i + t) % 5) + EN * (1 + t % 3)}]
+        rows.append({'conversation_id': f'conv-{i % 5}', 'messages': msgs})
+    Path(path).write_text(''.join(json.dumps(r, ensure_ascii=False) + '\n' for r in rows), encoding='utf-8')
+    return rows
 
-def test_a_stage_run_by_hand_with_papermill_is_what_the_chain_sees(tmp_path):
+def test_new_has_the_target_write_every_answer_and_plan_counts_what_that_writes(tmp_path):
+    "`new` writes `regenerate.select: all` and says so; `plan` counts the tokens each select mode writes and warns for prompt_only."
     from dflash_nb.core import load_config
-    from dflash_nb.pipeline import chain_status, check_config, discover_stages
-    runs = tmp_path / 'runs'; run = runs / 'own'
-    cfg = _config(tmp_path, repairs=['prepend_user'])
-    dflash('run', cfg, '--runs-dir', runs, '--until', 'regenerate')
-    rec = run / '30_convert' / '30_convert.ipynb'
-    assert 'max_chars=5000' not in _header(rec)
-    _papermill(rec, run, max_chars=5000)   # into the run folder's record, as the README says
-    m = json.loads((run / '30_convert' / 'manifest.json').read_text())
-    assert m['params']['max_chars'] == 5000 and m['run_by']
-    assert m['params']['repairs'] == ['prepend_user']   # what was not passed comes from the run's config, not the notebook
-    h = _header(rec)
-    assert '`max_chars=5000`' in h and '30_convert/conversations.jsonl' in h and 'adopted into' in h, h
-    assert yaml.safe_load((run / 'config.yaml').read_text())['convert']['max_chars'] == 5000   # the chain adopts it, and says so
-    assert 'with convert.max_chars=5000 (was 200000): adopted into' in (run / '30_convert' / 'log.txt').read_text()
-    stages = discover_stages()
-    def status(cfg):
-        return {n: (s, why) for n, s, why in chain_status(run, stages, check_config(cfg, stages), skip=cfg['run']['skip'])}
-    assert status(load_config(run))['30_convert'][0] == 'fresh', status(load_config(run))
-    r = dflash('stages', run)
-    assert any(l.startswith('30_convert') and ' fresh ' in l for l in r.stdout.splitlines()), r.stdout
-    r = dflash('run', run, '--until', 'regenerate')   # the next chain run keeps the hand run's result
-    assert '30_convert: skipped (manifest matches' in r.stdout, r.stdout
-    # with the original config the stage is stale, and the reason names the hand run
-    st = status(load_config(cfg))['30_convert']
-    assert st[0] == 'stale' and st[1].startswith('parameters changed: max_chars (') and 'run by hand' in st[1], st
-    # papermill's notebook written elsewhere: the run folder no longer shows the earlier run's record as this one
-    _papermill(tmp_path / 'out.ipynb', run, max_chars=6000)
-    assert not rec.exists() and (run / '30_convert' / '30_convert.earlier.ipynb').exists()
-    assert '`max_chars=6000`' in _header(tmp_path / 'out.ipynb')
+    from dflash_nb.pipeline import find_stage
+    assert find_stage('regenerate').defaults['select'] == 'all' and load_config()['regenerate']['select'] == 'prompt_only'   # the demo's, explicit
+    _chats(tmp_path / 'my_chats.jsonl')
+    out = tmp_path / 'my_run.yaml'
+    r = dflash('new', tmp_path / 'my_chats.jsonl', '--target', 'smollm2', '--out', out)
+    assert 'regenerate.select: all -- the target rewrites every assistant turn (33 of your 33 records hold answers' in r.stdout, r.stdout
+    text = out.read_text()
+    assert yaml.safe_load(text)['regenerate']['select'] == 'all'
+    assert '  select: all  # the target rewrites every assistant turn (33 of your 33 records hold answers' in text
+    every, kept = _plan(out), _plan(out, 'regenerate.select=prompt_only')
+    gen = lambda p: re.search(r'([\d,]+) generated tokens \(select (\w+): ([\d,]+) of 33 rows\)', p).groups()
+    assert gen(kept) == ('0', 'prompt_only', '0'), gen(kept)
+    g = int(gen(every)[0].replace(',', ''))
+    assert gen(every)[1:] == ('all', '33') and g > 33 * 1000, gen(every)
+    assert (f'regenerate.select prompt_only: 33 of 33 rows keep answers the target did not write, and the drafter learns to '
+            f"draft those, not the target's own") in kept and f'{g:,} tokens to generate instead of 0' in kept, kept
+    assert 'regenerate.select prompt_only' not in every
+
+def test_plan_measures_your_file_with_the_targets_tokenizer(tmp_path):
+    """Issue 46.2: `plan` guessed 42,900 tokens for a file of 95,041 (Chinese through an English tokenizer); it now renders a
+    sample of the rows with the target's tokenizer and template, and warns when most rows will be cut at max_seq_len."""
+    from dflash_nb.cli import main
+    from dflash_nb.models import load_tokenizer
+    from dflash_nb.plan import make_plan
+    rows = _chats(tmp_path / 'my_chats.jsonl')
+    out = tmp_path / 'my_run.yaml'
+    assert main(['new', str(tmp_path / 'my_chats.jsonl'), '--target', 'smollm2', '--out', str(out)]) == 0
+    tok = load_tokenizer('smollm2')
+    want = sum(len(tok.apply_chat_template(r['messages'], tokenize=True, return_dict=True)['input_ids']) for r in rows)
+    said = []   # the file as it is (its answers kept, no max_seq_len): exactly the target's tokens
+    p = make_plan(out, ['regenerate.select=prompt_only', 'tokenization.max_seq_len=null'], echo=said.append)
+    got = p['estimates']['per_source']['my_chats']
+    assert got['measured']['sample'] == 33 and abs(got['tokens'] - want) <= 0.01 * want, (got['tokens'], want)
+    assert "my_chats: tokens measured with the target's tokenizer on 33 of 33 rows" in said[0]
+    said = []
+    p = make_plan(out, echo=said.append)   # the real run's: every answer rewritten (at most 2,048 tokens), cut at 3,072
+    m = p['estimates']['per_source']['my_chats']['measured']
+    assert m['truncated_rows'] > 33 / 2 and p['estimates']['tokens'] <= 33 * 3072
+    assert f"my_chats: {m['truncated_rows']} of 33 rows will be truncated at tokenization.max_seq_len 3,072 (measured with the target's" in said[0], said[0]
+
+def test_the_template_report_names_rows_as_the_run_does(tmp_path, capsys):
+    """Issue 46.6: `templates report` labelled rows by the file's `conversation_id` (not unique: five rows were `conv-0`)
+    while a run names them by record index; it now names them as the run does, the file's own id beside."""
+    from dflash_nb.cli import main
+    from dflash_nb.sources import auto_source, normalize_stream
+    _chats(tmp_path / 'my_chats.jsonl', n=7)
+    run_ids = [r['id'] for r, _ in normalize_stream(auto_source(tmp_path / 'my_chats.jsonl', 'my_chats')) if r]
+    assert run_ids == [f'my_chats/{i}' for i in range(7)]   # what 10_sources (and every later stage) calls them
+    assert main(['templates', 'report', str(tmp_path / 'my_chats.jsonl'), '--target', 'smollm2', '--out', str(tmp_path / 'r.html')]) == 0
+    text, page = capsys.readouterr().out, (tmp_path / 'r.html').read_text()
+    for i, rid in enumerate(run_ids):
+        assert f'{rid} (conv-{i % 5})' in text and f'<summary>{rid} — ' in page and f'line {i + 1}, file id conv-{i % 5}' in page, rid

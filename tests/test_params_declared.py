@@ -64,8 +64,21 @@ def test_the_docs_table_shows_every_parameter_as_declared():
 def test_global_parameters_have_one_meaning_across_stages():
     "`target`, `seed`, `device`, `dtype`: each stage that declares one gives it the same type and default."
     for k in GLOBAL_PARAMS:
-        decl = {(p.type, p.nullable, repr(p.default)) for s in STAGES for p in s.params.values() if p.name == k and k != 'dtype'}
+        decl = {(p.type, p.nullable, repr(p.default)) for s in STAGES for p in s.params.values() if p.name == k}
         assert len(decl) <= 1, (k, decl)
+
+def test_run_dtype_auto_reaches_every_computing_stage(tmp_path):
+    "`run: {dtype: auto}` is one setting of one vocabulary: valid, and each stage that computes with the target takes it."
+    from dflash_nb.core import load_config
+    from dflash_nb.pipeline import check_config, discover_stages, find_stage, resolve_params
+    for v in ('auto', 'float32', 'bfloat16'):
+        (tmp_path / 'c.yaml').write_text(f'run: {{name: mine, target: smollm2, dtype: {v}}}\n')
+        cfg = load_config(tmp_path / 'c.yaml')
+        check_config(cfg, discover_stages())
+        assert {s: resolve_params(find_stage(s), cfg)['dtype'] for s in ('40_regenerate', '60_hidden_states', '90_evaluate')} == \
+            dict.fromkeys(('40_regenerate', '60_hidden_states', '90_evaluate'), v)
+    with pytest.raises(BaseException, match="run.dtype: 'bf16' is not allowed; allowed: one of auto, float32, float16, bfloat16"):
+        check_config(load_config(None, ['run.dtype=bf16']), discover_stages())
 
 # --- one default per parameter: the sub-commands and the settings dataclasses read the declaration -------------------
 

@@ -88,13 +88,21 @@ PROMPTS = ['Say hi.', 'Name a color.', 'Write a haiku about the sea.', 'What is 
            'Explain in detail how a bicycle gear system works, step by step, for a ten-year-old.', 'Translate "cat" to French.',
            'List three prime numbers.', 'Describe the water cycle.']
 
-@pytest.fixture(scope='module')
-def bf16_backend(model_dir):
-    "The quality run's setting: SmolLM2 in bfloat16 (one thread here)."
+def _smollm2_backend(dtype: str):
     import torch
     n = torch.get_num_threads()
-    yield HFBackend('smollm2', opts=BackendOptions(device='cpu', dtype='bfloat16', batch_size=8, threads=1))
+    yield HFBackend('smollm2', opts=BackendOptions(device='cpu', dtype=dtype, batch_size=8, threads=1))
     torch.set_num_threads(n)
+
+@pytest.fixture(scope='module')
+def bf16_backend(model_dir):
+    "SmolLM2 in bfloat16 (one thread), whatever this CPU does natively: emulated bf16 is slow, so only one test uses it."
+    yield from _smollm2_backend('bfloat16')
+
+@pytest.fixture(scope='module')
+def quality_backend(model_dir):
+    "The quality run's setting: SmolLM2 with `dtype: auto` (bfloat16 where this CPU has it natively, else float32)."
+    yield from _smollm2_backend('auto')
 
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 def test_decoding_loop_matches_generate(dtype, hf_backend, request):
@@ -117,13 +125,14 @@ MULTI = [  # the quality run's shapes: multi-turn rows regenerated turn by turn,
     {'id': 'long', 'source': 's', 'messages': [_user('Summarize: ' + 'the river runs to the sea and back. ' * 60)]},
     *[{'id': f'one{i}', 'source': 's', 'messages': [_user(p)]} for i, p in enumerate(PROMPTS[:5])]]
 
-def test_multi_turn_all_mode_matches_generate(bf16_backend):
-    """`mode: all` over multi-turn rows, bfloat16, batches cut around a long prompt: every turn of every row is
-    `generate`'s, turn by turn (later turns see the earlier regenerated answers)."""
+def test_multi_turn_all_mode_matches_generate(quality_backend):
+    """`mode: all` over multi-turn rows, the quality run's dtype, batches cut around a long prompt: every turn of every
+    row is `generate`'s, turn by turn (later turns see the earlier regenerated answers)."""
     from dflash_nb.regenerate import regenerate_chunk
-    ref = HFBackend(bf16_backend.model, bf16_backend.tok, BackendOptions(batch_size=8), decoder='generate')
+    be = quality_backend
+    ref = HFBackend(be.model, be.tok, BackendOptions(batch_size=8), decoder='generate')
     g = GenConfig(max_new_tokens=12)
-    got, want = (regenerate_chunk(MULTI, be, g, RegenOptions(mode='all', select='all')) for be in (bf16_backend, ref))
+    got, want = (regenerate_chunk(MULTI, b, g, RegenOptions(mode='all', select='all')) for b in (be, ref))
     assert [r['row']['messages'] for r in got] == [r['row']['messages'] for r in want]
     assert [len(r['row']['meta']['regenerated']['turns']) for r in got] == [2, 3, 1, 1, 1, 1, 1, 1]
 
@@ -241,16 +250,16 @@ def test_workers_match_one_process(tmp_path, hf_backend):
     assert list(iter_jsonl(tmp_path / 'two.jsonl')) == list(iter_jsonl(tmp_path / 'one.jsonl'))
     assert list(iter_jsonl(tmp_path / 'two.failures.jsonl')) == list(iter_jsonl(tmp_path / 'one.failures.jsonl'))
 
-def test_samples_are_rows_of_their_own(tmp_path, bf16_backend):
-    "samples=2 on the real SmolLM2 (bf16, the quality run's setting): every prompt answered greedily as with samples=1,"
+def test_samples_are_rows_of_their_own(tmp_path, quality_backend):
+    "samples=2 on the real SmolLM2 (the quality run's dtype): every prompt answered greedily as with samples=1,"
     " then once more sampled, as a row `<id>#s1`; the counts add up; the same seed draws the same answers."
     rows = [{'id': f'r{i}', 'source': 's', 'messages': [{'role': 'user', 'content': p}]} for i, p in enumerate(PROMPTS[:4])]
     inp = write_rows(tmp_path / 'in.jsonl', rows + [{'id': 'bad', 'source': 'x', 'messages': []}])
     gen = GenConfig(max_new_tokens=16, top_p=0.95)
     opts = lambda n: RegenOptions(mode='all', select='all', chunk_size=2, samples=n, sample_temperature=0.8)
-    one = regenerate_file(inp, tmp_path / 'one.jsonl', bf16_backend, gen, opts(1), progress=False)
-    two = regenerate_file(inp, tmp_path / 'two.jsonl', bf16_backend, gen, opts(2), progress=False)
-    again = regenerate_file(inp, tmp_path / 'again.jsonl', bf16_backend, gen, opts(2), progress=False)
+    one = regenerate_file(inp, tmp_path / 'one.jsonl', quality_backend, gen, opts(1), progress=False)
+    two = regenerate_file(inp, tmp_path / 'two.jsonl', quality_backend, gen, opts(2), progress=False)
+    again = regenerate_file(inp, tmp_path / 'again.jsonl', quality_backend, gen, opts(2), progress=False)
     assert (one['rows_in'], one['sampled'], one['rows_out'], one['failed']) == (5, 0, 4, 1)
     assert (two['rows_in'], two['sampled'], two['rows_out'], two['failed']) == (5, 4, 8, 1)
     out = list(iter_jsonl(tmp_path / 'two.jsonl'))
@@ -263,13 +272,13 @@ def test_samples_are_rows_of_their_own(tmp_path, bf16_backend):
     assert list(iter_jsonl(tmp_path / 'again.jsonl')) == out                             # seeded: reproducible
 
 def test_synthesized_prompts_are_answered_rows(tmp_path):
-    "`--synthesize 6` on the real SmolLM2 (bf16, the CLI): the target writes user prompts from its template's user header,"
+    "`--synthesize 6` on the real SmolLM2 (`--dtype auto`, the CLI): the target writes user prompts from its template's user header,"
     " they become rows of source `synthesized` answered like the input's; the counts add up; a rerun draws the same prompts."
     rows = [{'id': f'r{i}', 'source': 's', 'messages': [{'role': 'user', 'content': p}]} for i, p in enumerate(PROMPTS[:2])]
     inp = write_rows(tmp_path / 'in.jsonl', rows + [{'id': 'bad', 'source': 'x', 'messages': []}])
     exe = shutil.which('dflash-nb') or str(Path(sys.executable).parent / 'dflash-nb')
     def run(out):
-        cmd = [exe, 'regenerate', '--input', inp, '--output', tmp_path / out, '--model', 'smollm2', '--dtype', 'bfloat16',
+        cmd = [exe, 'regenerate', '--input', inp, '--output', tmp_path / out, '--model', 'smollm2', '--dtype', 'auto',
                '--select', 'all', '--max-new-tokens', '8', '--synthesize', '6', '--synthesize-max-tokens', '64',
                '--batch-size', '16', '--threads', '1', '--quiet']
         r = subprocess.run(list(map(str, cmd)), capture_output=True, text=True)
@@ -291,3 +300,38 @@ def test_synthesized_prompts_are_answered_rows(tmp_path):
     again = run('again.jsonl')
     assert [r['messages'][0] for r in iter_jsonl(tmp_path / 'again.synthesized.jsonl')] == [r['messages'][0] for r in made]
     assert again['synthesis']['dropped'] == syn['dropped']
+
+
+class _Echo:
+    "A backend without a model: every turn is answered `Sure.` (the row accounting, not the answers, is under test)."
+    name = 'echo'
+    def info(self): return {'backend': self.name}
+    def generate(self, reqs, gen, progress=None):
+        from dflash_nb.regenerate import GenResult
+        return [GenResult(text='Sure.', finish_reason='stop', new_tokens=2) for _ in reqs]
+
+ANSWERED = [{'id': f'r{i}', 'source': 's', 'messages': [{'role': 'user', 'content': f'Question {i}?'},
+                                                        {'role': 'assistant', 'content': 'An answer from elsewhere.'}]}
+            for i in range(33)]
+
+def test_the_target_writes_every_answer_by_default(tmp_path):
+    """Issue 46.1: by default (`select: all`) every assistant turn of a fully answered file is the target's; keeping the
+    file's answers is the explicit `prompt_only`."""
+    inp = write_rows(tmp_path / 'in.jsonl', ANSWERED)
+    s = regenerate_file(inp, tmp_path / 'out.jsonl', _Echo(), GEN, RegenOptions(chunk_size=8), progress=False)
+    assert (s['rows_in'], s['regenerated'], s['passed']) == (33, 33, 0), s
+    assert all(r['messages'][1]['content'] == 'Sure.' for r in iter_jsonl(tmp_path / 'out.jsonl'))
+    s = regenerate_file(inp, tmp_path / 'kept.jsonl', _Echo(), GEN, RegenOptions(chunk_size=8, select='prompt_only'), progress=False)
+    assert (s['regenerated'], s['passed']) == (0, 33), s
+
+def test_limit_counts_the_rows_it_leaves_out(tmp_path):
+    """Issue 46.2: `regenerate.limit` left rows out that no count mentioned (33 converted, 6 in `rows_in`, the rest gone);
+    now rows in = rows out + failed + limited, and the stage's line says so."""
+    from dflash_nb.regenerate import regen_line
+    inp = write_rows(tmp_path / 'in.jsonl', ANSWERED)
+    s = regenerate_file(inp, tmp_path / 'out.jsonl', _Echo(), GEN, RegenOptions(chunk_size=4, limit=6), progress=False)
+    assert (s['rows_in'], s['rows_out'], s['failed'], s['limited'], s['regenerated']) == (33, 6, 0, 27, 6), s
+    assert s['rows_in'] == s['rows_out'] + s['failed'] + s['limited']
+    line = regen_line(s, RegenOptions(limit=6), GEN)
+    assert line.startswith('40_regenerate: 33 rows in = 6 out + 0 failed + 27 left out by regenerate.limit 6; out: 6 regenerated'), line
+    assert '0 passed through with answers the target did not write (select all)' in line, line

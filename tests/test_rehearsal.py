@@ -8,7 +8,10 @@ from dflash_nb.pipeline import discover_stages
 @pytest.mark.skipif(fixtures_dir() is None or not (fixtures_dir() / 'tokenizers' / 'qwen3_6').exists(),
                     reason='the rehearsal needs the Qwen3.6 tokenizer and datasets of ../shared/fixtures')
 def test_rehearsal_runs_every_stage(tmp_path):
+    """The rehearsal config as shipped, on fewer rows and steps (what it checks is the production layout: the hybrid
+    target, the real tokenizer, online features, the exported drafter, lossless evaluation, not how much it learns)."""
     r = dflash('run', ROOT / 'configs' / 'qwen3_6_27b_rehearsal.yaml', '--quiet', '--runs-dir', tmp_path,
+               '--set', 'sources.total=60', '--set', 'train.max_steps=6', '--set', 'evaluate.max_prompts=1',
                env={'DFLASH_NB_FIXTURES': str(fixtures_dir())})
     run = tmp_path / 'qwen3_6_27b_rehearsal'
     info = json.loads((run / 'run.json').read_text())

@@ -270,3 +270,31 @@ def test_cli_checks_its_input_first(tok_spec, tmp_path):
     assert code == 1 and err.count('\n') == 1 and '--chat-template' in err and 'chat_template=' not in err
     with pytest.raises(SystemExit) as ex: cli('tokenization', 'run', good, tmp_path / 'o4', '--target', spec, '--max-seq-len', '-1')
     assert ex.value.code == 2   # argparse: a value the declaration does not allow is a bad command line
+
+
+def test_the_stage_line_names_truncation_and_its_cost(tmp_path):
+    """Issue 46.2: the stage's one line said "33 in, 33 out, 0 quarantined" while 22 rows were cut at max_seq_len; it now names
+    the samples truncated, the max_seq_len, the tokens cut (the supervised ones among them), and warns when most were cut."""
+    from dflash_nb.core import Stage
+    from dflash_nb.models import load_tokenizer
+    from dflash_nb.params import stage_params
+    from dflash_nb.tokenization import tokenization_stage
+    tok = load_tokenizer('smollm2')
+    rows = [{'id': f'r{i}', 'source': 's', 'messages': [{'role': 'user', 'content': f'Question {i}: count for me.'},
+             {'role': 'assistant', 'content': ' '.join(str(k) for k in range(60 + 10 * i))}]} for i in range(3)]
+    rows.append({'id': 'short', 'source': 's', 'messages': [{'role': 'user', 'content': 'Hi?'}, {'role': 'assistant', 'content': 'Hello there.'}]})
+    (tmp_path / '30_convert').mkdir()
+    write_jsonl(tmp_path / '30_convert' / 'conversations.jsonl', rows)
+    st = Stage(tmp_path, '50_tokenization', params=stage_params('50_tokenization', {
+        'run': {'target': 'smollm2'}, 'tokenization': {'max_seq_len': 64, 'num_proc': 1, 'min_supervised_tokens': 1}}))
+    rep = tokenization_stage(st)
+    full = encode_rows(tok, rows, _opts(max_seq_len=0))[0]          # the same rows, nothing cut
+    cut = [r['seq_len'] - 64 for r in full if r['seq_len'] > 64]
+    sup = sum(sum(r['loss_mask'][64:]) for r in full)
+    assert len(cut) == 3 and (rep['truncated'], rep['tokens_cut'], rep['supervised_cut']) == (3, sum(cut), sup), rep
+    log = st.path('log.txt').read_text()
+    assert (f'50_tokenization: 4 rows in = 4 kept + 0 quarantined; 4 samples out, 3 of them truncated at max_seq_len 64 '
+            f'({sum(cut):,} tokens cut, {sup:,} of them supervised)') in log, log
+    assert 'WARNING dflash_nb: 50_tokenization: most samples were truncated: 3 of 4 at max_seq_len 64' in log, log
+    m = json.loads(st.path('manifest.json').read_text())
+    assert (m['counts']['tokens_cut'], m['counts']['supervised_cut']) == (sum(cut), sup)
