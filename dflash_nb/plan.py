@@ -384,13 +384,28 @@ def _render_len(tokenizer, row: dict, kw: dict) -> int:
                                                   **kw)['input_ids'])
     except Exception: return sum(_ntok(tokenizer, _msg_text(m)) + 4 for m in row['messages'])   # the stages say why it fails
 
+# %% ../nbs/95_plan.ipynb #c2a0f9ff
+def _turn_prompts(msgs: list,    # a row's messages
+                  turns: list,   # `planned_turns`: the message each turn replaces (None: an answer added)
+                  lens: list,    # each message's text tokens
+                  extra: float,  # the template's tokens per message
+                  cap: int,      # `regenerate.max_new_tokens`: a rewritten answer's most tokens
+                 ) -> float:     # prompt tokens of all the turns
+    "The prompt tokens the target runs over for `turns`: each turn's conversation so far, rewritten answers at their new length."
+    mine, so_far, out = {id(m) for m in turns if m is not None}, 0.0, 0.0
+    for m, n in zip(msgs, lens):
+        if id(m) in mine: out, n = out + so_far, min(n, cap)
+        so_far += n + extra
+    return out + so_far * sum(m is None for m in turns)   # an added answer: after the conversation
+
+
 # %% ../nbs/95_plan.ipynb #035aad4d
 def row_measure(row: dict,   # a canonical row (`local_rows`' rows)
                 tokenizer,   # the target's tokenizer
                 rg: dict,    # the complete `regenerate` section (select, mode, tool_turns, max_new_tokens)
                 guess: int,  # tokens of an answer the target adds (its category's assumed answer)
                 kw: dict,    # `apply_chat_template`'s chat_template and enable_thinking
-               ) -> dict:    # tokens, answer, generated (and under select all), regenerated, answers, kept_answers
+               ) -> dict:    # tokens, answer, generated (and under select all), runs_over, regenerated, answers, kept_answers
     "One row's tokens as the chain will make them: rendered with the target's template after the configured regeneration."
     from dflash_nb.regenerate import planned_turns   # the stage's own walk of a row
     size = {id(m): _ntok(tokenizer, _msg_text(m)) for m in row['messages'] if m.get('role') == 'assistant'}
@@ -399,7 +414,10 @@ def row_measure(row: dict,   # a canonical row (`local_rows`' rows)
         return (turns, sum(min(size[id(m)] if m is not None else guess, rg['max_new_tokens']) for m in turns),
                 sum(size[id(m)] for m in turns if m is not None))
     (turns, gen, old), total = regen(rg['select']), _render_len(tokenizer, row, kw)
+    lens = [size.get(id(m)) or _ntok(tokenizer, _msg_text(m)) for m in row['messages']]
+    extra = max(0, total - sum(lens)) / max(1, len(lens))
     return {'tokens': total - old + gen, 'answer': sum(size.values()) - old + gen, 'generated': gen,
+            'runs_over': round(_turn_prompts(row['messages'], turns, lens, extra, rg['max_new_tokens'])) + gen,
             'generated_if_all': regen('all')[1], 'regenerated': bool(turns), 'answers': len(size),
             'kept_answers': len(size) - sum(m is not None for m in turns)}
 
@@ -427,7 +445,7 @@ def measure_rows(rows: list,       # a local source's rows (`local_rows`)
     return {'sample': len(ms), 'rows': len(rows), 'max_seq_len': L, 'tokens': tot(kept), 'supervised': tot(sup),
             'prompt_tokens': tot(min(k, m['tokens'] - m['answer']) for k, m in zip(kept, ms)), 'answer_tokens': tot(m['answer'] for m in ms),
             'generated_tokens': tot(m['generated'] for m in ms), 'generated_if_all': tot(m['generated_if_all'] for m in ms),
-            'regen_tokens': tot(m['tokens'] for m in ms if m['regenerated']), 'regenerated_rows': tot(m['regenerated'] for m in ms),
+            'regen_tokens': tot(m['runs_over'] for m in ms if m['regenerated']), 'regenerated_rows': tot(m['regenerated'] for m in ms),
             'answers': tot(m['answers'] for m in ms), 'kept_answers': tot(m['kept_answers'] for m in ms),
             'truncated_rows': tot(bool(L) and m['tokens'] > L for m in ms), 'tokens_cut': tot(max(0, m['tokens'] - L) for m in ms if L),
             'per_row': {'p50': pct(0.5), 'p90': pct(0.9), 'max': lens[-1] if lens else 0}}
