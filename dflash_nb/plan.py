@@ -384,7 +384,7 @@ def _render_len(tokenizer, row: dict, kw: dict) -> int:
                                                   **kw)['input_ids'])
     except Exception: return sum(_ntok(tokenizer, _msg_text(m)) + 4 for m in row['messages'])   # the stages say why it fails
 
-# %% ../nbs/95_plan.ipynb #c2a0f9ff
+# %% ../nbs/95_plan.ipynb #cde4ddfd
 def _turn_prompts(msgs: list,    # a row's messages
                   turns: list,   # `planned_turns`: the message each turn replaces (None: an answer added)
                   lens: list,    # each message's text tokens

@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from .core import (atomic_dir, get_device, load_config, obj_hash, progress, read_json, seed_everything,
                             weight_map, write_json, write_jsonl, Quarantine, Stage, setup_logging)
 from .features import FeatureStore, extract_features, target_outputs
-from .params import declared, from_declared, stage_params
+from .params import check_fields, declared, from_declared, stage_params
 from .precision import amp_dtype, choose_dtype, record_precision, resolve_optimizer
 from .models import load_target, load_tokenizer, resolve_target, target_fingerprint, text_config
 from transformers import AutoConfig
@@ -85,6 +85,8 @@ class TrainConfig:
     buckets: int = 4                    # buckets per dimension (linear_buckets of the longest row and of num_anchors)
     tensorboard: bool = True            # rank 0 also writes the logged scalars to `out_dir/tensorboard` (when installed)
 
+    def __post_init__(self): check_fields(self)   # each declared field by its declaration: a ConfigError names it
+
     def backend(self, device) -> str:
         if self.attn_backend != 'auto': return self.attn_backend
         return 'flex' if str(device).startswith('cuda') and flex_available() else 'sdpa'
@@ -117,8 +119,6 @@ def target_features(model, input_ids, layer_ids, attention_mask=None):
 # %% ../nbs/80_train.ipynb #97df22e7
 def labels_needed(cfg: TrainConfig) -> int:
     "How many of the target's top labels per position training with `cfg` reads (0: the text's own tokens)."
-    if cfg.labels not in ('text', 'target'): raise ValueError(f"labels must be 'text' or 'target', got {cfg.labels!r}")
-    if cfg.loss not in ('ce', 'kl'): raise ValueError(f"loss must be 'ce' or 'kl', got {cfg.loss!r}")
     if cfg.labels == 'text':
         if cfg.loss == 'kl': raise ValueError("loss 'kl' needs the target's distribution: set labels to 'target'")
         return 0
@@ -494,8 +494,7 @@ def build_schedulers(opts: list, cfg: TrainConfig, total_steps: int, warmup_step
     """One schedule per optimizer: linear warmup over `warmup_steps` (None: `warmup_ratio` of `total_steps`), then
     transformers' cosine or linear decay to 0 at `total_steps`; from `step` on (> 0: optimizers that already ran)."""
     from transformers import get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
-    make = {'cosine': get_cosine_schedule_with_warmup, 'linear': get_linear_schedule_with_warmup}.get(cfg.lr_schedule)
-    if make is None: raise ValueError(f"lr_schedule must be 'cosine' or 'linear', got {cfg.lr_schedule!r}")
+    make = {'cosine': get_cosine_schedule_with_warmup, 'linear': get_linear_schedule_with_warmup}[cfg.lr_schedule]   # checked by TrainConfig
     warm = math.ceil(cfg.warmup_ratio * total_steps) if warmup_steps is None else warmup_steps
     return [make(o, warm, total_steps, last_epoch=step - 1) for o in opts]
 
@@ -527,7 +526,6 @@ class Trainer:
 # %% ../nbs/80_train.ipynb #9232eef8
 @patch
 def _setup_parallel(self: Trainer):
-    if self.cfg.parallel not in ('ddp', 'fsdp'): raise ValueError(f"parallel must be 'ddp' or 'fsdp', got {self.cfg.parallel!r}")
     self.ddp, self.fsdp, self.net = None, False, self.model
     if self.world > 1 and self.cfg.parallel == 'fsdp':
         shard_drafter(self.model, self.group, self.device); self.fsdp = True
@@ -760,12 +758,10 @@ def target_labels(self: Trainer, b: dict):
     "The `target_labels` argument of `dflash_loss` for batch `b` under this trainer's `labels` and `loss`."
     cfg = self.cfg
     if cfg.labels == 'text': return None
-    if cfg.labels != 'target': raise ValueError(f"labels must be 'text' or 'target', got {cfg.labels!r}")
     if 'target_ids' not in b:
         raise ValueError("labels 'target' but the batch holds no target labels: store them (hidden_states.label_topk) "
                          'or train online')
     if cfg.loss == 'ce': return b['target_ids'][..., 0]
-    if cfg.loss != 'kl': raise ValueError(f"loss must be 'ce' or 'kl', got {cfg.loss!r}")
     if b['target_ids'].shape[-1] < max(cfg.kl_topk, 2):
         raise ValueError(f"loss 'kl' with kl_topk {cfg.kl_topk}: the data holds only the top-{b['target_ids'].shape[-1]} "
                          'labels (raise hidden_states.label_topk)')
@@ -918,7 +914,6 @@ def placement_roles(cfg: TrainConfig) -> dict:
     import torch.distributed as dist
     rank, world = _dist()
     if cfg.placement == 'colocated': return {'role': 'trainer', 'group': None, 'server': None, 'clients': []}
-    if cfg.placement != 'separate': raise ValueError(f"placement must be 'colocated' or 'separate', got {cfg.placement!r}")
     F_ = int(cfg.feature_ranks)
     if not 1 <= F_ < world: raise ValueError(f'placement=separate needs 1 <= feature_ranks < world size ({world}), got {F_}')
     n_train = world - F_

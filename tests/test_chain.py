@@ -41,15 +41,14 @@ def test_changed_parameter_reruns_that_stage_and_later(demo_run, tmp_path):
     shutil.copytree(run_dir, copy)
     stages = [s.name for s in discover_stages()]
     # (the last stage, and its cheapest setting: no baseline trained inside the stage)
-    r = dflash('run', '--quiet', '--runs-dir', copy.parent, '--set', 'run.name=copy', '--set', 'evaluate.max_prompts=1',
-               '--set', 'evaluate.variants=[trained]')
+    cheap = ('--set', 'evaluate.max_prompts=1', '--set', 'evaluate.variants=[trained]', '--set', 'evaluate.prompt_sets=[mt_bench]')
+    r = dflash('run', '--quiet', '--runs-dir', copy.parent, '--set', 'run.name=copy', *cheap)
     info = json.loads((copy / 'run.json').read_text())
     status = {s['stage']: s['status'] for s in info['stages']}
     assert status['90_evaluate'] == 'ran' and all(status[s] == 'skipped' for s in stages if s != '90_evaluate'), status
-    assert 'parameters changed: max_prompts, variants' in r.stdout
+    assert 'parameters changed: max_prompts, prompt_sets, variants' in r.stdout
     # a stage whose parameter changed but whose outputs did not: the stages after it see the same input hashes
-    r = dflash('run', '--quiet', '--runs-dir', copy.parent, '--set', 'run.name=copy', '--set', 'evaluate.max_prompts=1',
-               '--set', 'evaluate.variants=[trained]', '--set', 'convert.max_chars=199999')
+    r = dflash('run', '--quiet', '--runs-dir', copy.parent, '--set', 'run.name=copy', *cheap, '--set', 'convert.max_chars=199999')
     status = {s['stage']: s['status'] for s in json.loads((copy / 'run.json').read_text())['stages']}
     assert status['30_convert'] == 'ran' and status['40_regenerate'] == 'skipped', status
 
@@ -94,7 +93,7 @@ def test_synthesized_prompts_through_the_chain(demo_run, tmp_path):
     copy = tmp_path / 'runs' / 'synth'
     shutil.copytree(run_dir, copy)
     dflash('run', '--quiet', '--runs-dir', copy.parent, '--set', 'run.name=synth', '--set', 'regenerate.synthesize=3',
-           '--set', 'regenerate.synthesize_max_tokens=48', '--until', '60_hidden_states')
+           '--set', 'regenerate.synthesize_max_tokens=48', '--until', '50_tokenization')
     m = json.loads((copy / '40_regenerate' / 'manifest.json').read_text())
     c, syn = m['counts'], m['synthesis']
     assert c['rows_in'] + c['synthesized'] == c['rows_out'] + c['failed'] and c['synthesized'] == syn['kept'] <= 3, m

@@ -11,29 +11,31 @@ from test_own_data import _chats, _config
 
 def test_a_rehearsal_runs_your_file_end_to_end_in_a_folder_of_its_own(tmp_path):
     """Issue 46's user: a chat file like theirs, `dflash-nb new`, then one flag; every stage to 90_evaluate on a CPU.
-    6 rows (30 answers) keep the test to minutes; the issue's 30 rows are timed by bench/bench_rehearsal.py."""
-    _chats(tmp_path / 'my_chats.jsonl', n=6)
+    4 rows (20 answers of 16 tokens, one prompt set) keep the test to minutes; the issue's 30 rows are timed by
+    bench/bench_rehearsal.py."""
+    _chats(tmp_path / 'my_chats.jsonl', n=4)
     cfg, runs = tmp_path / 'my_run.yaml', tmp_path / 'runs'
     dflash('new', tmp_path / 'my_chats.jsonl', '--target', 'smollm2', '--out', cfg)
     mine = cfg.read_text()
     p = dflash('plan', cfg, '--rehearsal', '--runs-dir', runs).stdout   # what the rehearsal will do
     assert p.startswith("[rehearsal] my_chats_rehearsal: my_chats at the demo's sizes") and 'train.num_hidden_layers=1' in p, p
-    assert 'sources.total' not in p.splitlines()[0]   # 6 rows: fewer than the demo's 56, all of them kept
+    assert 'sources.total' not in p.splitlines()[0]   # 4 rows: fewer than the demo's 56, all of them kept
     t = time.time()
-    mine_too = ('--set', 'train.max_steps=20', '--set', 'evaluate.max_prompts=1')   # yours on the same line win over the demo's
+    mine_too = ('--set', 'train.max_steps=20', '--set', 'evaluate.max_prompts=1', '--set', 'evaluate.prompt_sets=[mt_bench]',
+                '--set', 'regenerate.max_new_tokens=16')   # yours, on the same line: they win over the demo's sizes
     r = dflash('run', cfg, '--rehearsal', '--quiet', '--runs-dir', runs, *mine_too)
-    print(f'rehearsal of 6 rows: {time.time() - t:.0f} s wall ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})')
+    print(f'rehearsal of 4 rows: {time.time() - t:.0f} s wall ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f})')
     run = runs / 'my_chats_rehearsal'
     info = json.loads((run / 'run.json').read_text())
     assert (info['status'], info['rehearsal'], info['rehearsal_of']) == ('ok', True, 'my_chats'), info
     status = {s['stage']: s['status'] for s in info['stages']}
     assert set(status.values()) == {'ran'} and '90_evaluate' in status, status
     over = info['rehearsal_overrides']
-    assert (over['run.device'], over['train.num_hidden_layers'], over['regenerate.max_new_tokens']) == ('cpu', 1, 48), over
-    assert 'train.max_steps' not in over and 'evaluate.max_prompts' not in over, over
+    assert (over['run.device'], over['train.num_hidden_layers'], over['tokenization.max_seq_len']) == ('cpu', 1, 1024), over
+    assert not {'train.max_steps', 'evaluate.max_prompts', 'regenerate.max_new_tokens'} & set(over), over
     assert json.loads((run / '90_evaluate' / 'eval.json').read_text())['sets']
     saved = yaml.safe_load((run / 'config.yaml').read_text())   # the run's config records it; your data and target stay yours
-    assert (saved['train']['max_steps'], saved['evaluate']['max_prompts']) == (20, 1)
+    assert (saved['train']['max_steps'], saved['evaluate']['max_prompts'], saved['regenerate']['max_new_tokens']) == (20, 1, 16)
     assert saved['rehearsal'] == {'of': 'my_chats', 'config': str(cfg), 'overrides': over}
     real = yaml.safe_load(mine)
     assert (saved['sources']['extra_sources'], saved['run']['target'], saved['regenerate']['select']) == \
