@@ -93,7 +93,7 @@ def test_synthesized_prompts_through_the_chain(demo_run, tmp_path):
     copy = tmp_path / 'runs' / 'synth'
     shutil.copytree(run_dir, copy)
     dflash('run', '--quiet', '--runs-dir', copy.parent, '--set', 'run.name=synth', '--set', 'regenerate.synthesize=3',
-           '--set', 'regenerate.synthesize_max_tokens=48', '--until', '50_tokenization')
+           '--set', 'regenerate.synthesize_max_tokens=48', '--until', '60_hidden_states')   # up to it: tokenization runs
     m = json.loads((copy / '40_regenerate' / 'manifest.json').read_text())
     c, syn = m['counts'], m['synthesis']
     assert c['rows_in'] + c['synthesized'] == c['rows_out'] + c['failed'] and c['synthesized'] == syn['kept'] <= 3, m
