@@ -125,7 +125,7 @@ def test_ddp_two_gloo_processes_equal_grad_accumulation(tmp_path, optimizer):
     script = tmp_path / 'run.py'; script.write_text(RUN_SCRIPT)
     torchrun = Path(sys.executable).parent / 'torchrun'
     env = {**os.environ, 'OMP_NUM_THREADS': '1'}
-    r = subprocess.run([str(torchrun), '--nproc_per_node', '2', '--master_port', '29517', str(script),
+    r = subprocess.run([str(torchrun), '--standalone', '--nproc_per_node', '2', str(script),
                         str(tmp_path / 'ddp'), 'fast', '1', optimizer], env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     subprocess.run([sys.executable, str(script), str(tmp_path / 'single'), 'fast', '2', optimizer], check=True, env=env, capture_output=True)
@@ -301,10 +301,10 @@ if dist.is_initialized(): dist.barrier(); dist.destroy_process_group()
 '''
 
 
-def _torchrun_par(tmp_path, name, *args, port):
+def _torchrun_par(tmp_path, name, *args):
     script = tmp_path / 'par.py'; script.write_text(PAR_SCRIPT)
     torchrun = Path(sys.executable).parent / 'torchrun'
-    r = subprocess.run([str(torchrun), '--nproc_per_node', '2', '--master_port', str(port), str(script), str(tmp_path / name), *args],
+    r = subprocess.run([str(torchrun), '--standalone', '--nproc_per_node', '2', str(script), str(tmp_path / name), *args],
                        env={**os.environ, 'OMP_NUM_THREADS': '1'}, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     hist = [json.loads(l) for l in (tmp_path / name / 'metrics.jsonl').read_text().splitlines()]
@@ -314,7 +314,7 @@ def _torchrun_par(tmp_path, name, *args, port):
 @pytest.mark.parametrize('optimizer', ['adamw', 'muon'])
 def test_fsdp2_two_gloo_processes_equal_one_process(tmp_path, optimizer):
     "FSDP2 (fully_shard) over 2 gloo ranks x batch 1, interrupted and resumed = 1 process with grad_accum 2, uninterrupted."
-    a, ha = _torchrun_par(tmp_path, 'fsdp', 'fsdp', 'colocated', '1', optimizer, port=29541)
+    a, ha = _torchrun_par(tmp_path, 'fsdp', 'fsdp', 'colocated', '1', optimizer)
     t, b = par_run(tmp_path / 'single', 'ddp', 'colocated', 2, optimizer)
     assert sorted(a) == sorted(b)
     assert all((a[k] - b[k]).abs().max() < 1e-5 for k in a), max((a[k] - b[k]).abs().max().item() for k in a)
@@ -334,7 +334,7 @@ def one_thread():
 
 def test_separate_feature_rank_equals_colocated(tmp_path, one_thread):
     "1 feature rank (holds the target, serves features over torch.distributed) + 1 trainer rank = 1 colocated process."
-    a, ha = _torchrun_par(tmp_path, 'sep', 'ddp', 'separate', '1', port=29543)
+    a, ha = _torchrun_par(tmp_path, 'sep', 'ddp', 'separate', '1')
     t, b = par_run(tmp_path / 'colo', 'ddp', 'colocated', 1)
     assert all(torch.equal(a[k], b[k]) for k in a)
     strip = lambda h: [{k: v for k, v in e.items() if 'per_s' not in k} for e in h]

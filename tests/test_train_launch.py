@@ -9,10 +9,10 @@ def test_torchrun_two_processes(demo_run, tmp_path):
     run = tmp_path / 'run'
     for s in ('50_tokenization', '60_hidden_states'): shutil.copytree(run_dir / s, run / s)
     bindir = Path(sys.executable).parent
-    cmd = [str(bindir / 'torchrun'), '--nproc_per_node', '2', '--no-python', str(bindir / 'dflash-nb'), 'train', str(run),
+    cmd = [str(bindir / 'torchrun'), '--standalone', '--nproc_per_node', '2', '--no-python', str(bindir / 'dflash-nb'), 'train', str(run),
            '--set', 'train.max_steps=3', '--set', 'train.max_minutes=null', '--set', 'train.ckpt_every=2']   # no time cap: a slow CPU takes longer, never fewer steps
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900,
-                       env={**os.environ, 'OMP_NUM_THREADS': '1', 'MASTER_PORT': '29517'})
+                       env={**os.environ, 'OMP_NUM_THREADS': '1'})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     m = json.loads((run / '80_train' / 'manifest.json').read_text())
     assert m['counts']['world_size'] == 2 and m['counts']['steps'] == 3

@@ -109,7 +109,7 @@ def test_the_installed_package_runs_outside_the_checkout(installed):
     out = run.dflash('run --until train', 'run', '--quiet', *smoke_sets(), '--until', 'train')
     rd = run.cwd / 'runs' / 'demo'
     assert (rd / '60_hidden_states' / 'manifest.json').exists() and not (rd / '80_train').exists(), out
-    run('torchrun 2 x train', run.py, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '--master_port', '29531',
+    run('torchrun 2 x train', run.py, '-m', 'torch.distributed.run', '--standalone', '--nproc_per_node', '2',
         '--no-python', run.bin / 'dflash-nb', 'train', rd, rd, timeout=600)
     m = json.loads((rd / '80_train' / 'manifest.json').read_text())
     assert m['counts']['world_size'] == 2 and m['counts']['steps'] == 2
