@@ -20,6 +20,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def shown(path) -> str:
+    "A path as the results show it: relative to the checkout (or as given when relative), never a machine's folders."
+    p = Path(path)
+    if not p.is_absolute(): return p.as_posix()
+    try: return p.resolve().relative_to(ROOT).as_posix()
+    except ValueError: pass   # another checkout's runs/...: from its runs folder, else the name alone
+    parts = p.parts
+    return '/'.join(parts[max(i for i, x in enumerate(parts) if x == 'runs'):]) if 'runs' in parts else p.name
+
+
 def checkpoint_drafters(run: Path):
     "[(step, drafter)] for every checkpoint of 80_train (model weights from state.pt, config from the exported drafter)."
     from dflash_nb.drafter import DFlashDrafter, DFlashConfig
@@ -54,7 +64,7 @@ def tau_curve(run: Path, n: int, max_new_tokens: int, max_checkpoints: int | Non
     ck = checkpoint_drafters(run)
     if max_checkpoints and len(ck) > max_checkpoints:   # evenly spaced, the last one included
         ck = [ck[round(i * (len(ck) - 1) / (max_checkpoints - 1))] for i in range(max_checkpoints)] if max_checkpoints > 1 else ck[-1:]
-    if not ck: raise FileNotFoundError(f'{run}/80_train/checkpoints has no checkpoint (train with keep_checkpoints > 1)')
+    if not ck: raise FileNotFoundError(f'{shown(run)}/80_train/checkpoints has no checkpoint (train with keep_checkpoints > 1)')
     per_step = train_tokens_per_step(run)
     variants = {f'step-{s}': (DFlashDraftSession(d, emb, head), 0) for s, d in ck}
     curve = {s: {'step': s, 'train_tokens': int(s * per_step)} for s, _ in ck}
@@ -105,7 +115,7 @@ def main():
     from dflash_nb.core import read_json
     run = Path(a.run)
     old = read_json(a.out) if a.reuse_curve and Path(a.out).exists() else {}
-    if old.get('run') == str(run) and old.get('curve'): curve = old['curve']
+    if old.get('run') == shown(run) and old.get('curve'): curve = old['curve']
     else: curve = None if a.skip_curve else tau_curve(run, a.n, a.max_new_tokens, a.max_checkpoints)
     ev = read_json(run / '90_evaluate' / 'eval.json') if (run / '90_evaluate' / 'eval.json').exists() else None
     wall = {}
@@ -130,12 +140,12 @@ def main():
             print(f"| {c['step']} | {c['train_tokens']} | {c['mt_bench']['tau']:.3f} | {c['humaneval']['tau']:.3f} |")
     print('\nstage wall time (s):', json.dumps(wall), ' total', round(sum(v or 0 for v in wall.values()), 1))
     out = Path(a.out); out.parent.mkdir(parents=True, exist_ok=True)
-    res = {'run': str(run), 'eval': rows, 'curve': curve, 'curve_prompts_per_set': old.get('curve_prompts_per_set', a.n) if old.get('curve') else a.n,
+    res = {'run': shown(run), 'eval': rows, 'curve': curve, 'curve_prompts_per_set': old.get('curve_prompts_per_set', a.n) if old.get('curve') else a.n,
            'max_new_tokens': old.get('max_new_tokens', a.max_new_tokens) if old.get('curve') else a.max_new_tokens,
            'stage_seconds': wall, 'cpu_count': os.cpu_count(), 'load_avg': os.getloadavg()}
     out.write_text(json.dumps(res, indent=1) + '\n')
     plot(curve, ev, out.with_suffix('.png'))
-    print(f'wrote {out} and {out.with_suffix(".png")}')
+    print(f'wrote {shown(out)} and {shown(out.with_suffix(".png"))}')
 
 
 if __name__ == '__main__':

@@ -25,13 +25,13 @@ from nbdev.processors import FilterDefaults, add_show_docs, exec_show_docs
 from .core import PKG_DIR, build_lock, cache_dir, fixtures_dir, nbs_dir, obj_hash, repo_root, write_text
 
 # %% auto #0
-__all__ = ['PAGE_TEMPLATE', 'FRAME_CSS', 'CELLS_CSS', 'DOCS_CSS', 'SEARCH_JS', 'TOC_JS', 'DOCS_JS', 'GROUPS', 'MAX_PAGE_BYTES',
-           'site_settings', 'repo_url', 'cell_link', 'params_table', 'signature', 'DocsRenderer', 'should_run',
-           'docs_should_run', 'exec_cells', 'order_show_docs', 'docs_procs', 'nbdev_settings_dir', 'process_notebook',
-           'notebook_key', 'build_notebook', 'docs_notebook', 'docs_cache', 'merge_record', 'scrub_context',
-           'local_paths', 'scrub_paths', 'find_local_path', 'plain_cells', 'outline', 'unique_ids', 'toc_html',
-           'search_entries', 'site_css', 'DocPage', 'inline_md', 'fix_anchors', 'check_page', 'doc_files',
-           'markdown_notebook', 'md_links', 'render_docs']
+__all__ = ['ASSETS', 'GROUPS', 'MAX_PAGE_BYTES', 'site_settings', 'repo_url', 'cell_link', 'params_table', 'signature',
+           'DocsRenderer', 'should_run', 'docs_should_run', 'exec_cells', 'order_show_docs', 'docs_procs',
+           'nbdev_settings_dir', 'process_notebook', 'notebook_key', 'build_notebook', 'docs_notebook', 'docs_cache',
+           'merge_record', 'scrub_context', 'local_paths', 'scrub_paths', 'find_local_path', 'plain_cells', 'outline',
+           'unique_ids', 'toc_html', 'search_entries', 'asset', 'site_css', 'DocPage', 'inline_md', 'fix_anchors',
+           'check_page', 'is_table', 'doc_files', 'tables_named', 'relative_paths', 'markdown_notebook', 'md_links',
+           'render_docs']
 
 # %% ../nbs/04_docs.ipynb #c467790f
 def site_settings() -> dict:
@@ -101,7 +101,7 @@ def params_table(sym  # a function or class
         rows.append(f"| **Returns** | {_cell(_anno(sig.return_annotation))} |  | {doc('return')} |")
     return '\n'.join(rows)
 
-# %% ../nbs/04_docs.ipynb #1580e13e
+# %% ../nbs/04_docs.ipynb #498d68cd
 def _sig_params(sig: inspect.Signature) -> list[str]:
     "The parameters as text, with the `/` and `*` markers where the signature has them."
     ps, out = list(sig.parameters.values()), []
@@ -112,6 +112,7 @@ def _sig_params(sig: inspect.Signature) -> list[str]:
         if p.kind == p.POSITIONAL_ONLY and (i + 1 == len(ps) or ps[i + 1].kind != p.POSITIONAL_ONLY): out.append('/')
     return out
 
+# %% ../nbs/04_docs.ipynb #f2484f4a
 def signature(sym,  # a function or class
               width: int = 84  # the longest line before the parameters go one per line
              ) -> str:  # its `def` (or `class`) line as the code has it, without docments
@@ -125,6 +126,7 @@ def signature(sym,  # a function or class
     one = f'{head}{", ".join(ps)}){ret}:'
     return one if len(one) <= width else head + ''.join(f'\n    {p},' for p in ps) + f'\n){ret}:'
 
+# %% ../nbs/04_docs.ipynb #2babf13e
 def _doc_links(fn: str) -> str:
     "`source` (nbdev's link to the module line) and `notebook` (the exporting cell) for the symbol `fn`."
     code = NbdevLookup().code(fn)
@@ -133,6 +135,7 @@ def _doc_links(fn: str) -> str:
     links = ([f'[source]({code})'] if code else []) + ([f'[notebook]({nb})'] if nb else [])
     return f'<span class="dn-links">{" · ".join(links)}</span>' if links else ''
 
+# %% ../nbs/04_docs.ipynb #ac56f794
 class DocsRenderer(nbdev.showdoc.BasicMarkdownRenderer):
     "`show_doc`'s Markdown: source and notebook links, the name, the signature, the docstring, the table."
     def _repr_markdown_(self):
@@ -392,7 +395,7 @@ def local_paths() -> list[tuple[str, str]]:
 
 # %% ../nbs/04_docs.ipynb #f45ab4de
 def _prefix_re(prefix: str) -> str:
-    "The prefix as a whole folder name, or its last folders after an ellipsis (`.../shared/fixtures`)."
+    "The prefix as a whole folder name, or its last folders after an ellipsis (`.../.cache/dflash_nb`)."
     parts = prefix.strip('/').split('/')
     tails = '|'.join(re.escape('/'.join(parts[i:])) for i in range(len(parts)))
     return rf'(?:(?<![\w.$<-]){re.escape(prefix)}|(?:\.\.\.|…)/?(?:{tails}))'
@@ -444,7 +447,7 @@ def _fix_text(s: str, links: dict, quarto: bool = True) -> str:
     for a, b in links.items(): s = s.replace(a, b)
     return s
 
-# %% ../nbs/04_docs.ipynb #7cd52cc1
+# %% ../nbs/04_docs.ipynb #999bd6e5
 def _text(v) -> str: return ''.join(v) if isinstance(v, list) else v
 
 def _plain_data(k: str, v, links: dict):
@@ -454,6 +457,7 @@ def _plain_data(k: str, v, links: dict):
     if k in ('text/markdown', 'text/html'): v = _fix_text(v, links, quarto=k == 'text/markdown')
     return scrub_paths(v)
 
+# %% ../nbs/04_docs.ipynb #7344dd15
 def _plain_output(o: dict, links: dict) -> dict:
     "One output, its text without ANSI colours or local paths; widget views dropped (static pages)."
     o = dict(o)
@@ -463,6 +467,7 @@ def _plain_output(o: dict, links: dict) -> dict:
     if 'data' in o: o['data'] = {k: _plain_data(k, v, links) for k, v in o['data'].items() if 'widget' not in k}
     return o
 
+# %% ../nbs/04_docs.ipynb #ace5b20f
 def _plain_code(c: dict, src: str, links: dict) -> dict | None:
     "A code cell without directive lines (their meaning as tags), or None when it is not shown."
     dirs, src = _split_directives(src)
@@ -475,6 +480,7 @@ def _plain_code(c: dict, src: str, links: dict) -> dict | None:
     return {'id': c.get('id'), 'cell_type': 'code', 'metadata': {'tags': tags}, 'source': src,
             'outputs': [_plain_output(o, links) for o in c.get('outputs') or []], 'execution_count': None}
 
+# %% ../nbs/04_docs.ipynb #7163fa71
 def plain_cells(nb,  # a processed notebook
                 links: dict | None = None  # absolute URL prefix -> relative page
                ) -> dict:  # an nbformat dict for nbconvert
@@ -564,162 +570,22 @@ def search_entries(page: str,  # the page's file name
     return [[title, page, '', 'page', summary, title]] + [
         [h['text'], page, h['id'], kind(h), h['x'], title] for h in items if h['text']]
 
-# %% ../nbs/04_docs.ipynb #a19fe341
-PAGE_TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
-{%- block html_head -%}
-<meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1.0">
-<title>{{ resources.dn.title }} – dflash_nb</title>
-<link rel="stylesheet" href="dflash_nb.css">
-<script src="search_index.js" defer></script><script src="dflash_nb.js" defer></script>
-{%- endblock html_head -%}
-{%- block body_header -%}
-<body class="jp-Notebook dn" data-jp-theme-light="true" data-jp-theme-name="JupyterLab Light">
-<nav class="dn-side"><a class="dn-home" href="index.html">dflash_nb</a>
-<div class="dn-search"><input id="dn-q" type="search" placeholder="Search (press /)" autocomplete="off"
- aria-label="Search the docs"><ol id="dn-hits" hidden></ol></div>{{ resources.dn.sidebar }}</nav>
-<aside class="dn-toc">{{ resources.dn.toc }}</aside>
-<main class="dn-main"><header class="dn-head"><h1 class="dn-title">{{ resources.dn.title }}</h1>
-<p class="dn-summary">{{ resources.dn.summary }}</p><p class="dn-kind">{{ resources.dn.kind }}</p></header>
-{%- endblock body_header -%}
-{% block body_footer %}
-{{ resources.dn.extra }}
-<footer class="dn-pager">{{ resources.dn.pager }}</footer>
-</main>
-</body>
-{% endblock body_footer %}
-"""
+# %% ../nbs/04_docs.ipynb #4592e183
+ASSETS = PKG_DIR / 'assets'   # the docs' template, stylesheet and script
 
-# %% ../nbs/04_docs.ipynb #5b578162
-FRAME_CSS = """
-body.dn{margin:0;background:#fff}
-.dn-side{position:fixed;top:0;left:0;bottom:0;width:250px;overflow-y:auto;background:#f6f8fa;z-index:5;
- border-right:1px solid #d0d7de;padding:14px 12px;box-sizing:border-box;font:14px/1.4 system-ui,sans-serif}
-.dn-side a{display:block;color:#1f2328;text-decoration:none;padding:3px 8px;border-radius:6px}
-.dn-side a:hover{background:#eaeef2}.dn-side a.on{background:#0969da;color:#fff}
-.dn-side .dn-home{font-weight:700;font-size:17px;margin-bottom:6px}
-.dn-side h4{margin:14px 8px 4px;font-size:12px;color:#59636e;text-transform:uppercase;letter-spacing:.04em}
-.dn-side .num{display:inline-block;width:24px;color:#59636e}.dn-side a.on .num{color:#fff}
-.dn-search{position:relative;margin:4px 0 8px}
-#dn-q{width:100%;box-sizing:border-box;padding:6px 8px;border:1px solid #d0d7de;border-radius:6px;
- font:inherit}
-#dn-hits{position:fixed;left:12px;top:84px;width:560px;max-height:75vh;overflow-y:auto;margin:0;padding:4px;
- list-style:none;background:#fff;border:1px solid #d0d7de;border-radius:8px;
- box-shadow:0 8px 24px rgba(0,0,0,.15)}
-#dn-hits li a{display:block;padding:6px 8px;border-radius:6px;color:#1f2328}
-#dn-hits li a:hover,#dn-hits li a.sel{background:#ddf4ff}
-#dn-hits .k{float:right;font-size:11px;color:#59636e;margin-left:8px}
-#dn-hits small{display:block;color:#59636e;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
-.dn-main{margin-left:250px;padding:8px 32px 40px;max-width:1000px}
-.dn-head{border-bottom:1px solid #d0d7de;margin:8px 0 16px;padding-bottom:8px;
- font-family:system-ui,sans-serif}
-.dn-title{font-size:30px;margin:8px 0}.dn-summary{font-size:16px;color:#3d444d;margin:4px 0}
-.dn-kind{font-size:12.5px;color:#59636e;margin:4px 0}.dn-kind a{color:#0969da}
-.dn-links{float:right;font-size:smaller}.dn-err{color:#b35900}
-.dn-toc{font:13px/1.45 system-ui,sans-serif}
-.dn-toc ul{list-style:none;margin:4px 0;padding:0}.dn-toc li.l3{padding-left:14px}
-.dn-toc a{color:#1f2328;text-decoration:none;display:block;padding:1px 0}.dn-toc a:hover{color:#0969da}
-.dn-toc summary{font-weight:600;color:#59636e;cursor:pointer}.dn-toc code{font-size:12px}
-@media (min-width:1250px){.dn-toc{position:fixed;top:0;right:0;bottom:0;width:230px;overflow-y:auto;
- padding:16px 12px;box-sizing:border-box;border-left:1px solid #eaeef2}.dn-main{margin-right:230px}}
-@media (max-width:1249px){.dn-toc{margin-left:282px;margin-right:32px;padding:8px 0 0}
- .dn-toc:empty{display:none}}
-.dn-pager{display:flex;justify-content:space-between;border-top:1px solid #d0d7de;margin-top:32px;
- padding-top:12px;font:15px system-ui,sans-serif}
-.dn-pager a{text-decoration:none;color:#0969da}
-.dn-index td,.dn-index th{padding:4px 10px;border-bottom:1px solid #eaeef2;text-align:left;vertical-align:top}
-.dn-index{border-collapse:collapse;margin:12px 0;font:14px system-ui,sans-serif}
-@media (max-width:800px){.dn-side{position:static;width:auto}.dn-main,.dn-toc{margin-left:0;padding:8px 12px}
- #dn-hits{position:static;width:auto}}
-"""
-
-# %% ../nbs/04_docs.ipynb #b63a2233
-CELLS_CSS = """
-.jp-InputPrompt,.jp-OutputPrompt{display:none}
-a.anchor-link{visibility:hidden;text-decoration:none;margin-left:6px;color:#8c959f}
-:hover>a.anchor-link{visibility:visible}
-.jp-InputArea,.jp-InputArea-editor{overflow:visible}
-.jp-InputArea-editor .highlight pre{white-space:pre-wrap;overflow-wrap:break-word}
-.jp-OutputArea-output{overflow-x:auto}.jp-OutputArea-output pre{white-space:pre}
-.jp-RenderedHTMLCommon table{display:block;overflow-x:auto;max-width:100%}
-.jp-RenderedMarkdown pre{white-space:pre-wrap;overflow-wrap:break-word}
-.jp-Cell{padding-left:0;padding-right:0}
-"""
-DOCS_CSS = FRAME_CSS + CELLS_CSS
-
-# %% ../nbs/04_docs.ipynb #abba7e67
-SEARCH_JS = r"""(function () {
-  var index = window.DN_INDEX || [], q = document.getElementById('dn-q'), box = document.getElementById('dn-hits');
-  var hits = [], sel = 0;   // an entry: [text, page, anchor, kind, snippet, page title]
-  function esc(s) { return String(s).replace(/[&<>"]/g, function (c) { return '&#' + c.charCodeAt(0) + ';'; }); }
-  function score(e, w) {
-    var t = e[0].toLowerCase(), s = t === w ? 100 : t.indexOf(w) === 0 ? 60 : t.indexOf(w) >= 0 ? 30 :
-      (e[4] + ' ' + e[5]).toLowerCase().indexOf(w) >= 0 ? 5 : 0;
-    return s && s + (e[3] === 'api' ? 8 : e[3] === 'page' ? 6 : 0);
-  }
-  function search(v) {   // every word must match; the best 25
-    var words = v.toLowerCase().split(/\s+/).filter(Boolean), out = [];
-    index.forEach(function (e) {
-      var total = 0;
-      for (var i = 0; i < words.length; i++) { var s = score(e, words[i]); if (!s) return; total += s; }
-      if (words.length) out.push([total, e]);
-    });
-    return out.sort(function (a, b) { return b[0] - a[0]; }).slice(0, 25).map(function (x) { return x[1]; });
-  }
-  function item(e, i) {
-    var name = e[3] === 'api' ? '<code>' + esc(e[0]) + '</code>' : '<b>' + esc(e[0]) + '</b>';
-    return '<li><a href="' + e[1] + (e[2] ? '#' + e[2] : '') + '"' + (i ? '' : ' class="sel"') + '>' +
-      '<span class="k">' + esc(e[3] === 'page' ? 'page' : e[5]) + '</span>' + name + '<small>' + esc(e[4]) +
-      '</small></a></li>';
-  }
-  function show(v) {
-    hits = search(v); sel = 0; box.hidden = !v.trim();
-    if (!box.hidden) box.innerHTML = hits.length ? hits.map(item).join('') : '<li><small>no match</small></li>';
-  }
-  function move(d) {
-    sel = (sel + d + hits.length) % hits.length;
-    [].forEach.call(box.querySelectorAll('a'), function (a, i) { a.className = i === sel ? 'sel' : ''; });
-  }
-  if (q) {
-    q.addEventListener('input', function () { show(q.value); });
-    q.addEventListener('keydown', function (ev) {
-      if (ev.key === 'ArrowDown' && hits.length) { move(1); ev.preventDefault(); }
-      else if (ev.key === 'ArrowUp' && hits.length) { move(-1); ev.preventDefault(); }
-      else if (ev.key === 'Enter' && hits.length) location.href = box.querySelectorAll('a')[sel].getAttribute('href');
-      else if (ev.key === 'Escape') { q.value = ''; show(''); }
-    });
-    document.addEventListener('keydown', function (ev) {
-      if (ev.key === '/' && document.activeElement !== q) { q.focus(); ev.preventDefault(); }
-    });
-    var m = location.search.match(/[?&]q=([^&]*)/);   // index.html?q=words searches on load
-    if (m) { q.value = decodeURIComponent(m[1].replace(/\+/g, ' ')); show(q.value); }
-  }
-})();
-"""
-
-# %% ../nbs/04_docs.ipynb #0a30ff75
-TOC_JS = r"""(function () {
-  var links = [].slice.call(document.querySelectorAll('.dn-toc a'));
-  function spy() {
-    var cur = null;
-    links.forEach(function (a) {
-      var h = document.getElementById(decodeURIComponent(a.hash.slice(1)));
-      if (h && h.getBoundingClientRect().top < 120) cur = a;
-    });
-    links.forEach(function (a) { a.style.fontWeight = a === cur ? '600' : ''; });
-  }
-  if (links.length) { window.addEventListener('scroll', spy, {passive: true}); spy(); }
-})();
-"""
-DOCS_JS = SEARCH_JS + TOC_JS
+def asset(name: str  # a file of `dflash_nb/assets`, e.g. `dflash_nb.css`
+         ) -> str:  # its text
+    "The text of a file the docs ship with the package (`dflash_nb/assets/name`)."
+    return (ASSETS / name).read_text(encoding='utf-8')
 
 # %% ../nbs/04_docs.ipynb #b33a1aa2
 def site_css(ex  # the `HTMLExporter` the pages are rendered with
             ) -> str:  # the text of `dflash_nb.css`
-    "JupyterLab's styles (nbconvert's `lab` template), the syntax colours, and `DOCS_CSS`."
+    "JupyterLab's styles (nbconvert's `lab` template), the syntax colours, and `assets/dflash_nb.css`."
     env = ex.environment
     lab = [env.loader.get_source(env, f'static/{n}.css')[0] for n in ('index', 'theme-light')]
     _, res = ex.from_notebook_node(nbformat.v4.new_notebook(), resources={'dn': {}})
-    return '\n'.join(lab + list(res.get('inlining', {}).get('css', [])) + [DOCS_CSS])
+    return '\n'.join(lab + list(res.get('inlining', {}).get('css', [])) + [asset('dflash_nb.css')])
 
 # %% ../nbs/04_docs.ipynb #75ba4ea5
 GROUPS = {'index': '', 'stage': 'Stages', 'library': 'Library', 'guide': 'Guides', 'bench': 'Measurements'}
@@ -838,17 +704,32 @@ def check_page(name: str,  # the page's file name
     if (p := find_local_path(body)): raise ValueError(f'docs: {name} shows a path of this machine: {p}')
     return body
 
-# %% ../nbs/04_docs.ipynb #f1e3e736
+# %% ../nbs/04_docs.ipynb #7b06c565
+def is_table(path  # a Markdown file of `bench/results`
+            ) -> bool:  # True when it is a table a page includes, not a page
+    "Whether the Markdown file at `path` opens without a `# title` (a table a script wrote)."
+    return not re.match(r'\s*#\s', Path(path).read_text(encoding='utf-8'))
+
+# %% ../nbs/04_docs.ipynb #b4b93507
 def doc_files(root=None  # the checkout (default: this package's, if any)
              ) -> list[tuple[Path, str, str]]:  # (file, page stem, group)
-    "The README and `guides/*.md` (guides), then `bench/results/*.md` (measurements) of the checkout."
+    "The README and `guides/*.md` (guides), then the pages of `bench/results/*.md` (measurements) of the checkout."
     root = Path(root) if root else repo_root()
     if root is None: return []
     out = [(root / 'README.md', 'readme', 'guide')] if (root / 'README.md').is_file() else []
     out += [(f, f'guide_{f.stem}', 'guide') for f in sorted((root / 'guides').glob('*.md'))]
-    return out + [(f, f'bench_{f.stem}', 'bench') for f in sorted((root / 'bench' / 'results').glob('*.md'))]
+    bench = [f for f in sorted((root / 'bench' / 'results').glob('*.md')) if not is_table(f)]
+    return out + [(f, f'bench_{f.stem}', 'bench') for f in bench]
 
-# %% ../nbs/04_docs.ipynb #d36318c2
+# %% ../nbs/04_docs.ipynb #147a87b5
+def tables_named(text: str,  # the Markdown of a measurement page
+                 folder: Path  # its folder, `bench/results`
+                ) -> list[Path]:  # the tables of `folder` it names
+    "The tables (`is_table`) of `folder` that `text` names, each once."
+    names = dict.fromkeys(re.findall(r'(?<![\w/.-])(?:bench/results/)?([\w.-]+\.md)\b', text))
+    return [folder / n for n in names if (folder / n).is_file() and is_table(folder / n)]
+
+# %% ../nbs/04_docs.ipynb #deb6482f
 def _inline_images(text: str, folder: Path) -> str:
     "`![alt](x.png)` with `x.png` beside the file as a data URI."
     def f(m):
@@ -857,14 +738,32 @@ def _inline_images(text: str, folder: Path) -> str:
         return f'![{m[1]}](data:image/png;base64,{base64.b64encode(img.read_bytes()).decode()})'
     return re.sub(r'!\[([^\]]*)\]\(([^)\s]+)\)', f, text)
 
+# %% ../nbs/04_docs.ipynb #83128053
+_PROJECT_DIRS = ('runs', 'bench', 'nbs', 'dflash_nb')
+
+def relative_paths(text: str  # a result's text (Markdown or JSON)
+                  ) -> str:  # the text without any machine's absolute folders
+    "Absolute paths made relative: from a folder of the project they name, else the file's name."
+    def f(m):
+        parts = m[0].strip('/').split('/')
+        return '/'.join(parts[next((i for i, p in enumerate(parts) if p in _PROJECT_DIRS), len(parts) - 1):])
+    return re.sub(r'(?<![\w.:/~$+=-])/(?!(?:usr|bin|dev|proc|sys|etc)/)(?:[\w.+-]+/)+[\w.+<>-]*', f, text)
+
+# %% ../nbs/04_docs.ipynb #e7584fa0
+def _tables(tables: list, root: Path) -> str:
+    "The tables, each under a heading of its file's name (Markdown)."
+    if not tables: return ''
+    one = lambda f: f'\n\n### {f.name}\n\n' + relative_paths(scrub_paths(f.read_text(encoding='utf-8'))).strip()
+    return '\n\n## Tables\n\nThe tables this page names, as the benchmark wrote them.' + ''.join(map(one, tables)) + '\n'
+
+# %% ../nbs/04_docs.ipynb #f9e41ac8
 def _result_files(text: str, root: Path) -> str:
     "The JSON files of `bench/results` that `text` names, each in a closed `<details>` (Markdown)."
     found = []
     for pat in dict.fromkeys(re.findall(r'bench/results/([\w./*-]+\.jsonl?)', text)):
         found += [f for f in sorted((root / 'bench' / 'results').glob(pat)) if f.is_file() and f not in found]
     def one(f):
-        t = scrub_paths(f.read_text(encoding='utf-8', errors='replace'))
-        t = re.sub(r'(?<![\w.])/[^\s"\']*/(?=(bench|runs|nbs|dflash_nb)/)', '', t)   # another checkout's paths
+        t = relative_paths(scrub_paths(f.read_text(encoding='utf-8', errors='replace')))
         if len(t) > 20_000: t = t[:20_000] + f'\n... (the first 20,000 of {len(t):,} characters)'
         t = re.sub(r'\n\s*\n', '\n', html.escape(t))   # a blank line would end the HTML block
         rel = f.relative_to(root)
@@ -873,21 +772,24 @@ def _result_files(text: str, root: Path) -> str:
     return ('\n\n## Result files\n\nThe files the numbers above come from, as the benchmark wrote them.\n\n' +
             '\n'.join(map(one, found)) + '\n')
 
+# %% ../nbs/04_docs.ipynb #95f952f2
 def markdown_notebook(path,  # a Markdown file
                       stem: str,  # its page's name, without `.html`
                       group: str,  # `guide` or `bench`
                       root=None  # the checkout
                      ):  # a notebook for `DocPage`
-    "A Markdown file as a one-cell notebook: title and summary from its first lines, images inline, result files."
+    "A Markdown file as a one-cell notebook: title and summary from its first lines, images inline, tables, result files."
     path, root = Path(path), Path(root or repo_root())
     text = path.read_text(encoding='utf-8')
     m = re.match(r'\s*#\s+(.+)\n+((?:>.*\n)+)?', text)
     title = 'README' if stem == 'readme' else m[1].strip() if m else stem
     summary = ' '.join(l.lstrip('>').strip() for l in (m[2] or '').splitlines()) if m else ''
-    body = _inline_images(text[m.end():].lstrip('\n') if m else text, path.parent)
-    if group == 'bench': body += _result_files(text, root)
+    body = text[m.end():].lstrip('\n') if m else text
+    tables = tables_named(text, path.parent) if group == 'bench' else []
+    if group == 'bench': body = relative_paths(body) + _tables(tables, root) + _result_files(text, root)
+    body = _inline_images(body, path.parent)
     meta = {'frontmatter': {'title': title, 'description': summary}, 'group': group, 'stem': stem,
-            'source': path.relative_to(root).as_posix()}
+            'source': path.relative_to(root).as_posix(), 'tables': [t.relative_to(root).as_posix() for t in tables]}
     return dict2nb({'cells': [{'cell_type': 'markdown', 'id': stem, 'metadata': {}, 'source': body}],
                     'metadata': {'dflash_nb_docs': meta}})
 
@@ -908,16 +810,17 @@ def md_links(text: str,  # the Markdown of a page
         return f'[{label}]({page}{"#" + anchor if anchor else ""})' if page else f'[{label}]({repo_url(rel)})'
     return re.sub(r'(?<!!)\[([^\]]*)\]\(([^)\s]+)\)', f, text)
 
-# %% ../nbs/04_docs.ipynb #26fbb24c
+# %% ../nbs/04_docs.ipynb #50d3e17a
 def _exporter() -> HTMLExporter:
     "nbconvert's HTML exporter with the page template, dropping what the directives hide."
-    ex = HTMLExporter(template_name='lab', extra_loaders=[DictLoader({'dflash_page.html.j2': PAGE_TEMPLATE})],
+    ex = HTMLExporter(template_name='lab', extra_loaders=[DictLoader({'dflash_page.html.j2': asset('page.html.j2')})],
                       template_file='dflash_page.html.j2')
     tags = TagRemovePreprocessor(remove_input_tags={'remove_input'}, remove_cell_tags={'remove_cell'},
                                  remove_all_outputs_tags={'remove_output'}, enabled=True)
     ex.register_preprocessor(tags, enabled=True)
     return ex
 
+# %% ../nbs/04_docs.ipynb #c97bf80a
 def _pages(nbs: Path, cache: Path, run_dir, names, execute: bool, echo) -> list[DocPage]:
     "The pages of the site by group: each notebook processed, the run's record merged in; the Markdown pages."
     srcs = sorted(nbs.glob('*.ipynb'), key=lambda p: (p.stem != 'index', p.stem))
@@ -937,12 +840,15 @@ def _pages(nbs: Path, cache: Path, run_dir, names, execute: bool, echo) -> list[
     if root is not None: _link_markdown(pages, root)
     return pages
 
+# %% ../nbs/04_docs.ipynb #f021df81
 def _link_markdown(pages, root: Path):
-    "Fix the relative links of the Markdown pages (`md_links`) now that the site's pages are known."
+    "Fix the relative links of the Markdown pages (`md_links`): to a page, or to the table a page shows."
     site = {}
     for p in pages:
         try: site[p.src.resolve().relative_to(root.resolve()).as_posix()] = p.page
         except ValueError: pass
+    for p in pages:
+        for t in p.meta.get('tables') or []: site.setdefault(t, p.page)
     for p in pages:
         if p.group in ('guide', 'bench'): p.nb.cells[0]['source'] = md_links(p.nb.cells[0].source, p.src, root, site)
 
@@ -980,7 +886,7 @@ def render_docs(out_dir='_docs',  # the site's folder
             bodies[p.page], entries = _render(ex, pages, i, links)
             index += entries
     written = [write_text(out_dir / n, check_page(n, b)) for n, b in fix_anchors(bodies).items()]
-    write_text(out_dir / 'dflash_nb.css', site_css(ex)); write_text(out_dir / 'dflash_nb.js', DOCS_JS)
+    write_text(out_dir / 'dflash_nb.css', site_css(ex)); write_text(out_dir / 'dflash_nb.js', asset('dflash_nb.js'))
     write_text(out_dir / 'search_index.js', f'window.DN_INDEX = {json.dumps(index, ensure_ascii=False)};\n')
     for f in out_dir.iterdir(): os.chmod(f, 0o644)   # readable by a web server
     return written

@@ -21,7 +21,9 @@ CHROMIUM = next((shutil.which(n) for n in ('chromium', 'chromium-browser', 'goog
 needs_browser = pytest.mark.skipif(CHROMIUM is None, reason='chromium not installed (apt-get install chromium; .ci/run installs it)')
 SHOTS = Path(os.environ.get('DFLASH_NB_SCREENSHOTS', ROOT / 'runs' / '_screenshots'))
 PAGES = ['00_core', '04_docs', '10_sources', '20_templates', '21_explorer', '90_evaluate']   # 90: @patch methods shown once
-BENCH = sorted(f'bench_{p.stem}' for p in (ROOT / 'bench' / 'results').glob('*.md'))
+BENCH = sorted(f'bench_{p.stem}' for p in (ROOT / 'bench' / 'results').glob('*.md') if re.match(r'\s*#\s', p.read_text()))
+# a machine's folder in a page: an absolute path under a root where checkouts, homes and scratch folders live
+ABS_PATH = re.compile(r'(?<![\w.:/~$+=-])/(?:home|root|work|tmp|Users|mnt|scratch|data|srv|opt|var)/[\w.-]')
 MD_PAGES = ['readme', *sorted(f'guide_{p.stem}' for p in (ROOT / 'guides').glob('*.md')), *BENCH]
 
 def browser(url, screenshot: Path | None = None, size=(1300, 1600)) -> str:
@@ -107,7 +109,38 @@ def test_site_files(docs):
         assert styles < 30_000, (p.name, styles)   # the explorer's own few rules, never JupyterLab's 250 KB
         assert not re.search(r'<script[^>]+src="https?:', body), f'{p.name} loads a script from the network'
         for path in machine_paths(): assert path + '/' not in body, f'{p.name} shows {path}'
+        if p.name.startswith('bench_'):   # measured on other machines: none of their folders either
+            m = ABS_PATH.search(re.sub(r'data:[\w/+.-]+;base64,[\w+/=]+', 'data:', body))
+            assert not m, f'{p.name} shows {body[m.start() - 40:m.end() + 40]!r}'
+        side = re.search(r'<nav class="dn-side">(.*?)</nav>', body, re.S)[1]
+        names = re.findall(r'<a href="[^"]+"[^>]*>(?:<span class="num">[^<]*</span>)?([^<]*)</a>', side)
+        assert len(names) == len(set(names)) == len(PAGES + MD_PAGES) + 1, f'{p.name}: sidebar {names}'
     assert (out / 'dflash_nb.css').stat().st_size > 100_000   # JupyterLab's styles, once
+    assert asset_files() <= {p.name for p in out.iterdir()} | {'page.html.j2'}
+
+def asset_files() -> set[str]:
+    "The files of `dflash_nb/assets` (the page template, the stylesheet, the script): package data, not Python strings."
+    from dflash_nb.docs import ASSETS
+    return {p.name for p in ASSETS.iterdir()}
+
+def test_assets_are_files():
+    "The page template, the stylesheet and the script are files of the package, listed as package data by setup.py."
+    assert asset_files() == {'page.html.j2', 'dflash_nb.css', 'dflash_nb.js'}
+    assert "'assets/*'" in (ROOT / 'setup.py').read_text() and 'dflash_nb/assets' in (ROOT / 'MANIFEST.in').read_text()
+    src = (ROOT / 'dflash_nb' / 'docs.py').read_text()
+    assert '.dn-side{' not in src and 'getElementById' not in src and "extends 'lab" not in src
+    assert len(src.splitlines()) < 1000
+
+def test_page_names_unique():
+    "No two pages of the site have the same title (the sidebar lists them by title), notebooks and Markdown pages alike."
+    from dflash_nb.docs import markdown_notebook, doc_files
+    titles = [markdown_notebook(f, stem, group, ROOT).metadata['dflash_nb_docs']['frontmatter']['title']
+              for f, stem, group in doc_files(ROOT)]
+    for nb in sorted((ROOT / 'nbs').glob('[0-9]*.ipynb')):   # a notebook's title: its first `# heading`
+        md = [''.join(c['source']) for c in json.loads(nb.read_text())['cells'] if c['cell_type'] == 'markdown']
+        titles.append(next(m[1] for t in md for m in [re.match(r'#\s+(.+)', t)] if m))
+    dup = sorted({t for t in titles if titles.count(t) > 1})
+    assert dup == [] and len(titles) > 40, dup
 
 @needs_browser
 def test_docs_in_browser(docs):
@@ -210,12 +243,18 @@ def test_readme_starts_with_why():
     assert len(linked) >= 8 and all((ROOT / md).is_file() for md in linked), linked
 
 def test_readme_and_measurements_are_pages(docs):
-    "Every bench/results/*.md is a page of the built docs, the README too, and the README's page links to them."
+    """Every bench/results/*.md is a page of the built docs or a table a page shows, the README too, and the
+    README's page links to the page of each measurement it names."""
     out, _ = docs
-    assert {f'bench_{p.stem}.html' for p in (ROOT / 'bench' / 'results').glob('*.md')} <= {p.name for p in out.iterdir()}
+    built = {p.name for p in out.iterdir()}
+    assert {f'{n}.html' for n in BENCH} <= built
+    tables = {p.name for p in (ROOT / 'bench' / 'results').glob('*.md')} - {n[len('bench_'):] + '.md' for n in BENCH}
+    shown = {t: f.name for t in tables for f in out.glob('bench_*.html') if f'<h3 id="{t}">{t}' in f.read_text()}
+    assert tables and set(shown) == tables, tables - set(shown)   # recipes.md, the samples tables: under `## Tables`
     page = (out / 'readme.html').read_text()
     for md in set(re.findall(r'\]\((bench/results/[\w.-]+\.md)\)', (ROOT / 'README.md').read_text())):
-        assert f'href="bench_{Path(md).stem}.html"' in page, md
+        name = Path(md).name
+        assert f'href="{shown.get(name) or "bench_" + Path(md).stem + ".html"}"' in page, md
     assert 'href="bench/results/' not in page
     for f in out.glob('bench_*.html'):   # the result files as written, less the paths of the machine that ran them
         assert not re.search(r'(?<![\w.:/])/\S+/bench/results/', f.read_text()), f.name
@@ -283,7 +322,17 @@ def test_no_machine_path_in_sources():
     """No notebook, module, guide or measurement page names a folder of a particular machine (a checkout, a home, the
     shared reference beside this one)."""
     files = [*ROOT.glob('nbs/*.ipynb'), *ROOT.glob('dflash_nb/**/*.py'), ROOT / 'README.md', ROOT / 'CONTRIBUTING.md',
-             *ROOT.glob('guides/*.md'), *ROOT.glob('bench/results/*.md')]
+             *ROOT.glob('guides/*.md'), *ROOT.glob('bench/results/**/*.md')]
     bad = re.compile(r'/work/|/home/[a-z]|/Users/[A-Za-z]|shared/reference|[A-Z]:\\\\Users')
     found = [f'{f.relative_to(ROOT)}: {m[0]}' for f in files for m in [bad.search(f.read_text(errors='replace'))] if m]
+    assert found == []
+
+def test_docs_cite_what_a_reader_can_open():
+    """The guides and the measurements cite papers and public projects, never a file beside the checkout
+    (`reference/*.md`, `../shared/...`), which a reader of the site cannot open; the docs notebook's prose neither."""
+    bad = re.compile(r'reference/[\w.-]+\.md|\.\./shared|(?<![\w<])shared/(?:fixtures|reference)')
+    files = [*ROOT.glob('guides/*.md'), *ROOT.glob('bench/results/**/*.md')]
+    found = [f'{f.relative_to(ROOT)}: {m[0]}' for f in files for m in bad.finditer(f.read_text())]
+    nb = json.loads((ROOT / 'nbs' / '04_docs.ipynb').read_text())
+    found += [f'04_docs: {m[0]}' for c in nb['cells'] if c['cell_type'] == 'markdown' for m in bad.finditer(''.join(c['source']))]
     assert found == []
