@@ -24,7 +24,8 @@ import argparse, json, os, platform, shutil, signal, socket, subprocess, sys, ti
 from pathlib import Path
 
 from dflash_nb.core import versions
-from dflash_nb.regenerate import BackendOptions, GenConfig, GenRequest, HFBackend, HTTPBackend, RegenOptions
+from dflash_nb.backends import BackendOptions, GenConfig, GenRequest, HFBackend, HTTPBackend
+from dflash_nb.regenerate import RegenOptions
 from dflash_nb.models import resolve_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,7 @@ def old_buckets(lengths, batch_size, max_batch_tokens=None, max_new_tokens=0, co
 def real(a):
     "The quality run's regeneration on its own rows: old batching against new (see the module docstring)."
     import tempfile, yaml, torch
-    from dflash_nb import regenerate as R
+    from dflash_nb import backends as B, decoding as D, regenerate as R
     run = Path(a.real)
     cfg = yaml.safe_load(Path(a.config or run / 'config.yaml').read_text())
     rg, tgt = cfg.get('regenerate') or {}, (cfg.get('run') or {}).get('target', 'smollm2')
@@ -91,11 +92,11 @@ def real(a):
                                             max_batch_tokens=rg.get('max_batch_tokens')))
     ref = HFBackend(be.model, be.tok, BackendOptions(batch_size=be.batch_size, max_batch_tokens=be.max_batch_tokens), decoder='generate')
     how = dict(mode=rg.get('mode', 'all'), select=rg.get('select', 'all'), tool_turns=rg.get('tool_turns', 'keep'))
-    new_bucket, loop, prefill = R.length_buckets, R.greedy_decode, {'padded': 0, 'real': 0}
+    new_bucket, loop, prefill = B.length_buckets, D.greedy_decode, {'padded': 0, 'real': 0}
     def counted(model, prompts, *args):
         prefill['padded'] += len(prompts) * max(map(len, prompts)); prefill['real'] += sum(map(len, prompts))
         return loop(model, prompts, *args)
-    R.greedy_decode = counted
+    D.greedy_decode = counted
     settings = {'old': (be, old_buckets, 256), 'new': (be, new_bucket, rg.get('chunk_size', 256))}
     if a.with_generate: settings['generate (old batches)'] = (ref, old_buckets, 256)
     if a.only: settings = {a.only: settings[a.only]}   # one setting: run two such processes side by side
@@ -104,7 +105,7 @@ def real(a):
     with tempfile.TemporaryDirectory() as d:
         for rep in range(a.repeats):
             for name, (backend, buckets, chunk) in settings.items():
-                R.length_buckets, prefill['padded'], prefill['real'] = buckets, 0, 0
+                B.length_buckets, prefill['padded'], prefill['real'] = buckets, 0, 0
                 t, c = time.perf_counter(), time.process_time()
                 s = R.regenerate_file(src, Path(d) / f'{rep}-{name}.jsonl', backend, gen,
                                       RegenOptions(chunk_size=chunk, limit=a.rows, **how), progress=False)
@@ -117,7 +118,7 @@ def real(a):
                      'prefill_positions_real': prefill['real'] if backend is be else None,
                      'load_avg': os.getloadavg()}
                 results.append(r); print(r, flush=True)
-    R.length_buckets, R.greedy_decode = new_bucket, loop
+    B.length_buckets, D.greedy_decode = new_bucket, loop
     per = lambda n: sum(r['tokens_per_cpu_s'] for r in results if r['setting'] == n) / a.repeats
     ratio = {n: round(per(n) / per('old'), 3) for n in settings} if 'old' in settings else {}
     same = {n: round(sum(x == y for x, y in zip(texts[n], texts['old'])) / max(len(texts['old']), 1), 3)

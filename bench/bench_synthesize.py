@@ -16,11 +16,11 @@ sys.path.insert(0, str(ROOT))
 
 def one_batch(be, header, a, seed, drop):
     "Decode one batch of draws; what it made and what it cost."
-    from dflash_nb.regenerate import greedy_decode
+    from dflash_nb.decoding import Sampler, greedy_decode
     stops = set(be.stop_ids)
     c0, t0 = time.process_time(), time.time()
-    out = greedy_decode(be.model, [header] * a.batch, be.tok.pad_token_id, be.stop_ids, a.max_tokens, a.temperature,
-                        1.0, seed, drop_finished=drop)
+    out = greedy_decode(be.model, [header] * a.batch, be.tok.pad_token_id, be.stop_ids, a.max_tokens,
+                        Sampler(a.temperature, seed), drop_finished=drop)
     wall, cpu = time.time() - t0, time.process_time() - c0
     ends = [next((k + 1 for k, t in enumerate(o) if t in stops), None) for o in out]
     done = [e for e in ends if e]

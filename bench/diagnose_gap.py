@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / 'bench'))
 from search_heldout import heldout_tau, block_leads
 from dflash_nb.core import read_json
 from dflash_nb.drafter import anchor_candidates, load_drafter
-from dflash_nb.evaluate import PromptLookupDrafter, first_difference, load_prompt_set, load_prompt_file, render_prompt
+from dflash_nb.decoding import PromptLookupDrafter, first_difference; from dflash_nb.promptsets import load_prompt_set, load_prompt_file, render_prompt
 from dflash_nb.features import FeatureStore, extract_features
 from dflash_nb.models import load_target, load_tokenizer
 from dflash_nb.train import load_target_head

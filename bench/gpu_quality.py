@@ -181,7 +181,7 @@ def decoder_used(spec: str, params: dict) -> str:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     from dflash_nb.models import resolve_target
-    from dflash_nb.regenerate import decoder_supported
+    from dflash_nb.decoding import decoder_supported
     with torch.device('meta'): m = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(resolve_target(spec)))
     why = decoder_supported(m)
     return 'greedy_decode (the stage\'s batched decoding loop)' if why is None else f'model.generate ({why})'

@@ -183,7 +183,7 @@ def useful_flops(dims, prompt_len: int, new_tokens: int) -> dict:
 
 def check_count(model, dims):
     "The analytic count against the census on one unpadded prefill + one decode step (must agree within 2%)."
-    from dflash_nb.regenerate import greedy_decode
+    from dflash_nb.decoding import greedy_decode
     p = list(range(100, 164))
     with Census() as one: greedy_decode(model, [p], 0, [], 1)
     with Census() as two: greedy_decode(model, [p], 0, [], 2)
@@ -194,7 +194,7 @@ def check_count(model, dims):
 
 
 def regen(model, tok, dims, reqs, gen, setting) -> dict:
-    from dflash_nb.regenerate import BackendOptions, HFBackend, greedy_decode
+    from dflash_nb.backends import BackendOptions, HFBackend; from dflash_nb.decoding import greedy_decode
     be = HFBackend(model, tok, BackendOptions(batch_size=setting['batch']), decoder=setting['decoder'])
     c0, t0 = cpu_seconds(), time.perf_counter()
     res = be.generate(reqs, gen)

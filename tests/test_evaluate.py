@@ -2,8 +2,10 @@
 import pytest
 import torch
 
-from dflash_nb.evaluate import (DFlashDraftSession, Generation, Sampler, ScriptedDrafter, TargetSession, build_tree,
-                                held_out_prompts, load_prompt_set, plain_generate, speculative_generate, summarize)
+from dflash_nb.decoding import (DFlashDraftSession, Generation, Sampler, ScriptedDrafter, TargetSession, build_tree,
+                                plain_generate, speculative_generate)
+from dflash_nb.promptsets import held_out_prompts, load_prompt_set
+from dflash_nb.evaluate import summarize
 from dflash_nb.core import fixtures_dir
 from dflash_nb.drafter import DFlashDrafter, build_config
 from dflash_nb.models import load_target
@@ -184,7 +186,8 @@ import json
 from dflash_nb.cli import main as cli_main
 from dflash_nb.core import read_prompt_file, write_jsonl
 from dflash_nb.drafter import export_drafter
-from dflash_nb.evaluate import LosslessError, PromptLookupDrafter, evaluate_prompts
+from dflash_nb.decoding import LosslessError, PromptLookupDrafter
+from dflash_nb.evaluate import evaluate_prompts
 
 REPETITIVE = 'Repeat after me: red green blue, red green blue, red green blue, red green blue, red green'
 

@@ -9,7 +9,8 @@ from dflash_nb.cli import main as cli_main
 from dflash_nb.core import write_jsonl
 from dflash_nb.drafter import DFlashDrafter, build_config, export_drafter
 from dflash_nb import evaluate as E
-from dflash_nb.evaluate import (COLUMNS, VARIANTS, Generation, LateFeatures, ScriptedDrafter, ZeroedFeatures,
+from dflash_nb.decoding import ScriptedDrafter
+from dflash_nb.evaluate import (COLUMNS, VARIANTS, Generation, LateFeatures, ZeroedFeatures,
                                 EvalSettings, evaluate_drafter, plain_generate, report_md, speculative_generate, summarize,
                                 timing_verdict, verdict)
 from dflash_nb.models import load_target, target_fingerprint

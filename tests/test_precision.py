@@ -71,7 +71,7 @@ def test_target_paths_never_compute_in_bf16(no_bf16):
     from dflash_nb.drafter import DFlashDrafter, build_config
     from dflash_nb.features import extract_features
     from dflash_nb.models import load_target
-    from dflash_nb.regenerate import greedy_decode
+    from dflash_nb.decoding import greedy_decode
     model, tok = load_target('tiny-qwen3', dtype='auto')
     assert model.dtype == torch.float32
     cfg = build_config(model.config, mask_token_id=model.config.vocab_size - 1, num_hidden_layers=1, block_size=4,

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from dflash_nb.core import iter_jsonl
-from dflash_nb.regenerate import BackendOptions, GenConfig, GenRequest, HFBackend, HTTPBackend, RegenOptions, regenerate_file
+from dflash_nb.backends import BackendOptions, GenConfig, GenRequest, HFBackend, HTTPBackend
+from dflash_nb.regenerate import RegenOptions, regenerate_file
 
 GEN = GenConfig(max_new_tokens=6)
 TOOLS = [{'type': 'function', 'function': {'name': 'get_weather', 'description': 'current weather',
@@ -139,7 +140,7 @@ def test_multi_turn_all_mode_matches_generate(quality_backend):
 def test_a_long_prompt_gets_its_own_batch():
     """The quality run's chunk: one 744-token prompt among 127 of about 50 tokens, batch 128. Padding all of them
     to 744 made the prefill 7x the real positions; the outlier goes alone."""
-    from dflash_nb.regenerate import length_buckets
+    from dflash_nb.backends import length_buckets
     lengths = [50 + i % 20 for i in range(127)] + [744]
     batches = length_buckets(lengths, 128, max_batch_tokens=None, max_new_tokens=128)
     assert [len(b) for b in batches] == [1, 127] and batches[0] == [127]
@@ -307,7 +308,7 @@ class _Echo:
     name = 'echo'
     def info(self): return {'backend': self.name}
     def generate(self, reqs, gen, progress=None):
-        from dflash_nb.regenerate import GenResult
+        from dflash_nb.backends import GenResult
         return [GenResult(text='Sure.', finish_reason='stop', new_tokens=2) for _ in reqs]
 
 ANSWERED = [{'id': f'r{i}', 'source': 's', 'messages': [{'role': 'user', 'content': f'Question {i}?'},

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from dflash_nb.core import iter_jsonl
-from dflash_nb.regenerate import BackendOptions, GenConfig, HTTPBackend, RegenOptions, make_backend, regenerate_file
+from dflash_nb.backends import BackendOptions, GenConfig, HTTPBackend, make_backend
+from dflash_nb.regenerate import RegenOptions, regenerate_file
 
 
 class Stub:
