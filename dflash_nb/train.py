@@ -136,7 +136,9 @@ class FinalNormed:
     "Rows of `data` with `target_last`: the target's final `norm` applied to their stored raw `last_hidden`."
     def __init__(self, data, norm): self.data, self.norm = data, norm
     def __len__(self): return len(self.data)
-    def __getattr__(self, name): return getattr(self.data, name)
+    def __getattr__(self, name):     # the store's own attributes (`meta`, `ids`, ...); never `data` itself (copy, pickle)
+        if name == 'data': raise AttributeError(name)
+        return getattr(self.data, name)
     def __getitem__(self, i):
         r = dict(self.data[i])
         with torch.no_grad(): r['target_last'] = self.norm(r.pop('last_hidden').float())
