@@ -13,7 +13,7 @@ the vocabulary measures the bytes each logit costs at the peak (the plan assumes
 CPU autocast) differ from the GPU's in their temporaries, so this checks the model's terms, not a GPU's allocator.
 Prints a table; writes bench/results/plan_memory_cpu.json.
 """
-import inspect, json, sys, time, weakref
+import json, sys, time, weakref
 from pathlib import Path
 
 import torch
@@ -22,7 +22,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dflash_nb.drafter import DFlashConfig, DFlashDrafter, dflash_loss, pad_anchors, sample_anchors
+from dflash_nb.drafter import DFlashConfig, DFlashDrafter, pad_anchors, sample_anchors
+from bench_train import call_loss, loss_has_ce
 from dflash_nb.plan import train_memory
 
 
@@ -50,7 +51,7 @@ SHAPES = [dict(H=256, I=768, nh=4, nkv=2, hd=64, V=8192, layers=2, feats=3, T=51
           dict(H=256, I=768, nh=4, nkv=2, hd=64, V=65536, layers=1, feats=3, T=512, A=64, b=2, only='chunked')]
 
 
-CE_MODES = ['full'] + (['chunked'] if 'ce' in inspect.signature(dflash_loss).parameters else [])
+CE_MODES = ['full'] + (['chunked'] if loss_has_ce() else [])
 
 
 def measure(s: dict, ce: str = 'full') -> int:
@@ -70,8 +71,8 @@ def measure(s: dict, ce: str = 'full') -> int:
         anchors, valid = pad_anchors([sample_anchors(lm[i], A, 16, seed=i) for i in range(b)])
         def step():
             with torch.autocast('cpu', dtype=torch.bfloat16):
-                kw = {'ce': ce} if 'ce' in inspect.signature(dflash_loss).parameters else {}
-                out = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, backend='sdpa', **kw)
+                kw = {'ce': ce} if loss_has_ce() else {}
+                out = call_loss(m, emb, head, ids, lm, feats, anchors, valid, backend='sdpa', **kw)
             out['loss'].backward(); opt.step(); opt.zero_grad(set_to_none=True)
         step()
         tr.peak = tr.cur          # steady state: the second step's peak

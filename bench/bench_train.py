@@ -14,7 +14,21 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from dflash_nb.drafter import DFlashConfig, DFlashDrafter, dflash_loss, pad_anchors, sample_anchors
+from dflash_nb import drafter as D
+from dflash_nb.drafter import DFlashConfig, DFlashDrafter, pad_anchors, sample_anchors
+
+
+def call_loss(m, emb, head, ids, lm, feats, anchors, valid, **kw):
+    "`drafter.dflash_loss` of these tensors in either signature: `(batch, LossOptions)`, or the positional one of older checkouts."
+    if hasattr(D, 'LossOptions'):
+        return D.dflash_loss(m, emb, head, dict(input_ids=ids, loss_mask=lm, features=feats, anchors=anchors, valid=valid), D.LossOptions(**kw))
+    return D.dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, **kw)
+
+
+def loss_has_ce() -> bool:
+    "Whether the installed loss offers `ce` (the chunked loss)."
+    import inspect
+    return hasattr(D, 'LossOptions') or 'ce' in inspect.signature(D.dflash_loss).parameters
 
 SHAPES = {   # name: drafter config + data shape
     'demo-smollm2': dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
@@ -80,7 +94,7 @@ def main():
 
     def step(ce):
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == 'cuda'):
-            out = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, backend=backend, ce=ce)
+            out = call_loss(m, emb, head, ids, lm, feats, anchors, valid, backend=backend, ce=ce)
         out['loss'].backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step(); opt.zero_grad(set_to_none=True)

@@ -119,8 +119,8 @@ def sec_matmul(a, dev):
 
 def train_step_once(a, dev, layers: int) -> dict:
     import torch.nn as nn
-    from dflash_nb.drafter import DFlashConfig, DFlashDrafter, dflash_loss, pad_anchors, sample_anchors
-    from bench_train import flops_per_step
+    from dflash_nb.drafter import DFlashConfig, DFlashDrafter, pad_anchors, sample_anchors
+    from bench_train import flops_per_step, call_loss, loss_has_ce
     shape = dict(TINY_DRAFTER if a.tiny else QWEN36_DRAFTER)
     T, A, b = (128, 8, 1) if a.tiny else (a.seq_len, a.num_anchors, a.batch)
     cfg = DFlashConfig(**shape, num_hidden_layers=layers)
@@ -148,10 +148,10 @@ def train_step_once(a, dev, layers: int) -> dict:
     c = dict(shape, num_hidden_layers=layers)
     flops = flops_per_step(c, T * b, n_blocks, B, visible)
 
-    ce = 'chunked' if 'ce' in inspect.signature(dflash_loss).parameters else 'full'
+    ce = 'chunked' if loss_has_ce() else 'full'
     def step():
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-            out = dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, backend=backend, **({'ce': ce} if ce == 'chunked' else {}))
+            out = call_loss(m, emb, head, ids, lm, feats, anchors, valid, backend=backend, **({'ce': ce} if ce == 'chunked' else {}))
         out['loss'].backward()
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step(); opt.zero_grad(set_to_none=True)

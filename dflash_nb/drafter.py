@@ -14,6 +14,8 @@ import torch.nn.functional as F
 
 from .core import default_target_layer_ids, check_target_layer_ids, write_json, read_json, atomic_dir, weight_map
 from .models import text_config
+from .kinds import (KIND_MODULES, add_kind_heads, check_kind, dspark_block_loss, dspark_labels, kind_config,
+                             kind_json, kind_weight_names, layer_convs, reset_kind, selector_loss, through)
 from fastcore.basics import patch
 
 # %% auto #0
@@ -25,8 +27,8 @@ __all__ = ['LAYER_TYPES', 'DEFAULT_GAMMA', 'MASK_TOKEN', 'FLEX_COMPILE', 'FLEX_C
            'sample_anchors', 'pad_anchors', 'repeat_weights', 'linear_buckets', 'bucket_size', 'slot_weights',
            'block_labels', 'per_slot_stats', 'acceptance_length', 'dpace_weights', 'position_loss', 'ce_chunks',
            'soft_targets', 'ChunkedLinearCE', 'linear_cross_entropy_stats', 'full_soft_loss', 'slot_targets',
-           'slot_cross_entropy', 'block_noise', 'slot_stats', 'dflash_loss', 'inference_masks', 'draft_block',
-           'draft_weight_names', 'export_drafter', 'drafter_config_dict', 'load_drafter']
+           'slot_cross_entropy', 'block_noise', 'slot_stats', 'LossOptions', 'dflash_loss', 'inference_masks',
+           'block_hidden', 'draft_block', 'draft_weight_names', 'export_drafter', 'drafter_config_dict', 'load_drafter']
 
 # %% ../nbs/70_drafter.ipynb #def03c71
 def hub_like(name) -> bool:
@@ -99,6 +101,12 @@ class DFlashConfig:
     target_fingerprint: str | None = None  # with a spec: the fingerprint of its resolved folder (see `target_key`)
     bos_token_id: int | None = None        # the target's, written to config.json for hub users
     eos_token_id: int | list | None = None
+    kind: str = 'dflash'                   # dflash | dflash2 | dspark: what the backbone carries (module `kinds`)
+    conv_kernel_size: int = 2              # dflash2: taps of each dynamic causal convolution
+    conv_group_size: int = 16              # dflash2: channels sharing one dynamic kernel value
+    selector_rank: int = 256               # dflash2: rank of the candidate selector's codebooks
+    selector_top_k: int = 16               # dflash2: unary candidates the selector scores per slot
+    markov_rank: int = 256                 # dspark: rank of the Markov head
 
     def __post_init__(self):
         if self.layer_types is None: self.layer_types = ['full_attention'] * self.num_hidden_layers
@@ -116,6 +124,7 @@ class DFlashConfig:
             raise ValueError(f'mask_token_id {self.mask_token_id} outside the vocabulary [0, {self.vocab_size})')
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError('num_attention_heads must be a multiple of num_key_value_heads')
+        check_kind(self)
 
     @property
     def n_features(self) -> int: return len(self.target_layer_ids)
@@ -125,7 +134,7 @@ class DFlashConfig:
 def to_json_dict(self: DFlashConfig, dtype: str = 'bfloat16') -> dict:
     "The `config.json` content in the DFlash (z-lab, transformers 4.57) layout: top-level rope_theta, block_size, num_target_layers."
     uses_swa = 'sliding_attention' in self.layer_types
-    return {
+    return kind_json(self, {
         'architectures': ['DFlashDraftModel'], 'model_type': 'qwen3',
         'hidden_size': self.hidden_size, 'intermediate_size': self.intermediate_size,
         'num_hidden_layers': self.num_hidden_layers, 'num_attention_heads': self.num_attention_heads,
@@ -143,7 +152,7 @@ def to_json_dict(self: DFlashConfig, dtype: str = 'bfloat16') -> dict:
         'bos_token_id': self.bos_token_id, 'eos_token_id': self.eos_token_id,
         'dtype': dtype, 'torch_dtype': dtype,
         **target_key(self.target, self.target_fingerprint),
-    }
+    })
 
 # %% ../nbs/70_drafter.ipynb #ada23511
 @patch(cls_method=True)
@@ -166,7 +175,7 @@ def from_json_dict(cls: DFlashConfig, d: dict) -> DFlashConfig:
                max_position_embeddings=d.get('max_position_embeddings', 40960), layer_types=d.get('layer_types'),
                sliding_window=d.get('sliding_window'), sliding_window_causal=dc.get('sliding_window_causal', True),
                tie_word_embeddings=d.get('tie_word_embeddings', False), **_target_fields(d.get('dflash_nb_target')),
-               bos_token_id=d.get('bos_token_id'), eos_token_id=d.get('eos_token_id'))
+               bos_token_id=d.get('bos_token_id'), eos_token_id=d.get('eos_token_id'), **kind_config(d))
 
 # %% ../nbs/70_drafter.ipynb #1174af32
 def _get(cfg, key, default=None):
@@ -343,13 +352,14 @@ class DFlashDecoderLayer(nn.Module):
         self.mlp = DFlashMLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.attention_conv, self.mlp_conv = layer_convs(cfg)     # DFlash2's convolutions around each sublayer (else None)
     def forward(self, h, ctx_kv, cos, sin, mask=None, ctx=None, cache=None):
         "`ctx_kv`: the context's `(k, v)`; or `ctx = (fused context, cos, sin)` to project them here (appended to `cache`)."
         if ctx is not None:     # inside the layer's forward, so FSDP/checkpointing treat the K/V projection as part of it
             ctx_kv = self.self_attn.kv(*ctx)
             if cache is not None: ctx_kv = cache.update(self.self_attn.layer_idx, *ctx_kv)
-        h = h + self.self_attn(self.input_layernorm(h), ctx_kv, cos, sin, mask)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        h = h + through(self.attention_conv, lambda x: self.self_attn(x, ctx_kv, cos, sin, mask), self.input_layernorm(h))
+        return h + through(self.mlp_conv, self.mlp, self.post_attention_layernorm(h))
 
 # %% ../nbs/70_drafter.ipynb #9d79e52c
 class DraftCache:
@@ -377,18 +387,21 @@ class DFlashDrafter(nn.Module):
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.layers = nn.ModuleList([DFlashDecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        add_kind_heads(self, cfg)             # the kind's heads: DFlash2's selector, DSpark's Markov and confidence heads
         self.gradient_checkpointing = False   # True: recompute each layer (context K/V included) in the backward
 
 # %% ../nbs/70_drafter.ipynb #d7903bc5
 @patch
 def init_weights(self: DFlashDrafter, seed: int | None = 0, std: float = 0.02):
-    "Linear weights ~ N(0, std) from a seeded generator, norms = 1 (the Qwen3 initialization)."
+    """Linear weights ~ N(0, std) from a seeded generator, norms = 1 (the Qwen3 initialization); then the kind's modules
+    (`kinds.reset_kind`), so the backbone draws the same weights for every kind."""
     g = torch.Generator().manual_seed(seed) if seed is not None else None
     with torch.no_grad():
         for name, p in self.named_parameters():
+            if any(f'{m}.' in name for m in KIND_MODULES): continue
             if name.endswith('norm.weight'): p.fill_(1.0)
             else: p.copy_(torch.randn(p.shape, generator=g) * std)
-    return self
+    return reset_kind(self, g, std)
 
 # %% ../nbs/70_drafter.ipynb #143fe18b
 @patch
@@ -789,34 +802,58 @@ def slot_stats(pred, y, slot, B: int) -> dict:
     return {'correct': torch.zeros(B - 1, dtype=torch.float64, device=pred.device).index_add_(0, slot, hit),
             'count': torch.bincount(slot, minlength=B - 1).double()}
 
+# %% ../nbs/70_drafter.ipynb #4c07b6a7
+@dataclass
+class LossOptions:
+    "How `dflash_loss` computes a micro-batch's loss (see each field)."
+    gamma: float | None = None            # slot decay exp(-(k-1)/gamma); None: `default_gamma(B)`
+    backend: str = 'sdpa'                 # the training mask: 'sdpa' (dense) | 'flex' (see `build_masks`)
+    ce: str = 'chunked'                   # the unary loss's logits: 'chunked' | 'full' (see `slot_cross_entropy`)
+    loss_slots: int | None = None         # supervise only the first K drafted slots (later slots cost no logits)
+    crop: bool = False                    # feed only the context before the last anchor (no block sees the rest): the same result
+    position_weights: str = 'decay'       # 'decay' | 'dpace' (see `position_loss`; D-PACE needs a CE)
+    dpace_alpha: float = 0.5              # D-PACE's confidence smoothing
+    loss_norm: str = 'weights'            # divide by the weights' sum, or by the supervised 'count'
+    selector_alpha: float = 1.0           # dflash2: weight of the selector's K-way CE
+    dspark_weights: tuple = (0.1, 0.9, 1.0)   # dspark: weights of CE, TV and the confidence BCE
+    dspark_gamma: float = 4.0             # dspark: slot weights exp(-k / dspark_gamma), k from 0
+
 # %% ../nbs/70_drafter.ipynb #2eae92cc
-def dflash_loss(drafter: DFlashDrafter, embed, lm_head, input_ids, loss_mask, features, anchors, valid,
-                gamma: float | None = None, lengths=None, document_ids=None, backend: str = 'sdpa', ce: str = 'chunked',
-                loss_slots: int | None = None, target_labels=None, crop: bool = False, position_weights: str = 'decay',
-                dpace_alpha: float = 0.5, loss_norm: str = 'weights') -> dict:
-    """Loss and per-slot statistics of one micro-batch (see the normalization note above); `ce`: 'chunked' | 'full' logits.
-    `loss_slots = K` supervises slots `1..K` only (the block keeps all B positions; later slots cost no logits).
-    `target_labels`: None (the text's tokens), the target's argmax `[b, T]`, or its `(top-k ids, log-probs)` (KL).
-    `crop`: feed only the context positions before the last anchor (no block sees the others): the same result.
-    `position_weights`, `dpace_alpha`, `loss_norm`: see `position_loss` (D-PACE needs a CE: not with a KL's labels)."""
-    cfg = drafter.config
-    if position_weights == 'dpace' and isinstance(target_labels, tuple):
-        raise ValueError("position_weights 'dpace' reads the drafter's probability of its label: it needs loss 'ce', not 'kl'")
-    B, (b, T) = cfg.block_size, input_ids.shape
-    Tc = max(int(anchors.max()), 1) if crop else T       # context positions at or after the last anchor are never seen
-    gamma = default_gamma(B) if gamma is None else gamma
-    pos, labels, sup = block_labels(input_ids, loss_mask, anchors, valid, B, lengths)
-    if loss_slots is not None: sup = sup & (torch.arange(B, device=sup.device) <= int(loss_slots))
-    masks = build_masks(cfg, anchors, Tc, None if document_ids is None else document_ids[:, :Tc + 1], backend)
-    ctx_pos = torch.arange(Tc, device=input_ids.device).expand(b, Tc)
-    h = drafter(block_noise(cfg, embed, input_ids, anchors), features[:, :Tc], ctx_pos, pos.view(b, -1), masks)
+def dflash_loss(drafter: DFlashDrafter, embed, lm_head, batch: dict, opts: LossOptions | None = None) -> dict:
+    """Loss and per-slot statistics of one micro-batch `batch` (the trainer's: `input_ids, loss_mask, features, anchors,
+    valid`, optional `lengths, document_ids, target_labels`; dspark: `target_last`), computed as `opts` says, by kind."""
+    o, cfg, bt = opts or LossOptions(), drafter.config, batch
+    ids, anchors, tl = bt['input_ids'], bt['anchors'], bt.get('target_labels')
+    if o.position_weights == 'dpace' and (isinstance(tl, tuple) or cfg.kind == 'dspark'):
+        raise ValueError("position_weights 'dpace' reads the drafter's probability of its label: it needs loss 'ce' (not 'kl'), kind dflash or dflash2")
+    B, (b, T), dspark = cfg.block_size, ids.shape, cfg.kind == 'dspark'
+    Tc = max(int(anchors.max()), 1) if o.crop else T       # context positions at or after the last anchor are never seen
+    pos, labels, sup = (dspark_labels if dspark else block_labels)(ids, bt['loss_mask'], anchors, bt['valid'], B, bt.get('lengths'))
+    if o.loss_slots is not None: sup = sup & (torch.arange(B, device=sup.device) < int(o.loss_slots) + (not dspark))
+    doc = bt.get('document_ids')
+    masks = build_masks(cfg, anchors, Tc, None if doc is None else doc[:, :Tc + 1], o.backend)
+    ctx_pos = torch.arange(Tc, device=ids.device).expand(b, Tc)
+    h = drafter(block_noise(cfg, embed, ids, anchors), bt['features'][:, :Tc], ctx_pos, pos.view(b, -1), masks)
+    h = h.view(*sup.shape, -1)
+    if dspark: return dspark_block_loss(drafter, lm_head, bt, h, (pos, labels, sup), o.dspark_weights, o.dspark_gamma)
     s = sup[:, :, 1:]                                                    # slot 0 is the anchor: never a label
-    h = h.view(*s.shape[:2], B, -1)[:, :, 1:][s]                         # logits only for supervised slots
-    y = labels[:, :, 1:][s] if target_labels is None else slot_targets(pos, s, target_labels)
-    xent, pred = slot_cross_entropy(h, lm_head, y, ce)
-    loss, wsum = position_loss(xent, s, gamma, position_weights, dpace_alpha, loss_norm)
+    h = h[:, :, 1:][s]                                                   # logits only for supervised slots
+    y = labels[:, :, 1:][s] if tl is None else slot_targets(pos, s, tl)
+    xent, pred = slot_cross_entropy(h, lm_head, y, o.ce)
+    gamma = default_gamma(B) if o.gamma is None else o.gamma
+    loss, wsum = position_loss(xent, s, gamma, o.position_weights, o.dpace_alpha, o.loss_norm)
+    if cfg.kind == 'dflash2': loss, pred = _with_selector(drafter, lm_head, loss, h, s, ids, pos, y, gamma, o)
     slot = torch.arange(B - 1, device=h.device).expand_as(s)[s]
     return {'loss': loss, 'weight_sum': wsum, 'ce_sum': xent.detach().sum(), **slot_stats(pred, y, slot, B)}
+
+def _with_selector(drafter, lm_head, loss, h, s, ids, pos, y, gamma: float, o):
+    "DFlash2: `loss` + alpha x the selector's K-way CE (teacher-forced predecessors, targets outside the top-K left out), and its picks."
+    top = y if isinstance(y, torch.Tensor) else y[0][:, 0]
+    prev = ids.gather(1, (pos[:, :, 1:] - 1).reshape(ids.shape[0], -1)).view(s.shape)[s]   # the true token before each slot
+    sel = selector_loss(drafter.candidate_selector, h, lm_head.weight, prev, top)
+    keep = s.clone(); keep[s] = sel['keep']
+    sl, _ = position_loss(sel['loss'][sel['keep']], keep, gamma, 'decay', loss_norm=o.loss_norm)
+    return loss + o.selector_alpha * sl, sel['pred']
 
 # %% ../nbs/70_drafter.ipynb #6ecf28f1
 def inference_masks(cfg: DFlashConfig, ctx_positions, start):
@@ -834,10 +871,9 @@ def inference_masks(cfg: DFlashConfig, ctx_positions, start):
     return {'full_attention': None, 'sliding_attention': swa}
 
 @torch.no_grad()
-def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features, new_positions, cache: DraftCache,
-                start=None):
-    """Logits `[b, B-1, V]` for slots 1..B-1 of the block `[anchor, MASK...]` at `start` (default: one past the last
-    context position). `new_features [b, S_new, n, H]` (or `[b, S_new, n*H]`) at `new_positions [b, S_new]` are appended to `cache`."""
+def block_hidden(drafter: DFlashDrafter, embed, anchor_ids, new_features, new_positions, cache: DraftCache, start=None):
+    """The drafter's states `[b, B, H]` of the block `[anchor, MASK...]` at `start` (default: one past the last context
+    position). `new_features [b, S_new, n, H]` (or `[b, S_new, n*H]`) at `new_positions [b, S_new]` are appended to `cache`."""
     cfg = drafter.config
     B = cfg.block_size
     anchor_ids = torch.as_tensor(anchor_ids).view(-1)
@@ -853,16 +889,22 @@ def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features
     all_pos = new_positions if cache.positions is None else torch.cat([cache.positions, new_positions], 1)
     masks = inference_masks(cfg, all_pos.to(dev), start)
     blk_pos = start[:, None] + torch.arange(B, device=dev)
-    h = drafter(noise, new_features.to(dev), new_positions.to(dev), blk_pos, masks, cache=cache)
+    return drafter(noise, new_features.to(dev), new_positions.to(dev), blk_pos, masks, cache=cache)
+
+@torch.no_grad()
+def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features, new_positions, cache: DraftCache,
+                start=None):
+    "The unary logits `[b, B-1, V]` of slots 1..B-1 (DFlash's drafts) of `block_hidden`'s block."
+    h = block_hidden(drafter, embed, anchor_ids, new_features, new_positions, cache, start)
     return lm_head(h[:, 1:].to(lm_head.weight.dtype)).float()
 
 # %% ../nbs/70_drafter.ipynb #ace1e701
 def draft_weight_names(cfg: DFlashConfig) -> list[str]:
-    "The exact tensor names of a DFlash checkpoint for `cfg` (11 per layer + fc, hidden_norm, norm)."
+    "The exact tensor names of a DFlash checkpoint for `cfg` (11 per layer + fc, hidden_norm, norm), and its kind's (`kinds.kind_weight_names`)."
     per = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
            'self_attn.k_norm', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm', 'post_attention_layernorm']
     return sorted([f'layers.{i}.{p}.weight' for i in range(cfg.num_hidden_layers) for p in per]
-                  + ['fc.weight', 'hidden_norm.weight', 'norm.weight'])
+                  + ['fc.weight', 'hidden_norm.weight', 'norm.weight'] + kind_weight_names(cfg))
 
 _DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16, 'float32': torch.float32}
 

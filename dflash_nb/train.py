@@ -15,24 +15,25 @@ from fastcore.basics import patch
 
 from .core import (atomic_dir, get_device, load_config, obj_hash, progress, read_json, seed_everything,
                             weight_map, write_json, write_jsonl, Quarantine, Stage, setup_logging)
-from .features import FeatureStore, extract_features, target_outputs
+from .features import FeatureStore, extract_features, final_norm_and_head, target_outputs
 from .params import check_fields, declared, from_declared, stage_params
 from .precision import amp_dtype, choose_dtype, record_precision, resolve_optimizer
 from .models import load_target, load_tokenizer, resolve_target, target_fingerprint, text_config
-from transformers import AutoConfig
-from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_config, default_gamma,
+from transformers import AutoConfig, AutoModelForCausalLM
+from .kinds import drafted_slots
+from .drafter import (LossOptions, DFlashConfig, DFlashDrafter, anchor_candidates, build_config, default_gamma,
                                dflash_loss, export_drafter, flex_available, acceptance_length, pad_anchors,
                                resolve_mask_token_id, sample_anchors, repeat_weights, load_drafter, linear_buckets,
                                bucket_size, flex_compiles, ensure_recompile_limit, compile_count)
 
 # %% auto #0
-__all__ = ['CKPT_RE', 'TrainConfig', 'load_target_head', 'target_features', 'labels_needed', 'online_features', 'TokenRows',
-           'eligible_rows', 'collate', 'pad_batch', 'max_row_length', 'ScalarWriters', 'Metrics', 'plot_curves',
-           'latest_checkpoint', 'Checkpointer', 'shard_drafter', 'muon_split', 'newton_schulz', 'muon_lr_scale', 'Muon',
-           'build_optimizers', 'build_schedulers', 'Trainer', 'init_drafter_from_target', 'placement_roles',
-           'RemoteFeatures', 'serve_features', 'benchmark_step', 'stage_inputs', 'target_side', 'check_label_source',
-           'quarantine_rows', 'train_summary', 'finish_train_stage', 'serve_feature_rank', 'train_stage',
-           'register_cli']
+__all__ = ['CKPT_RE', 'TrainConfig', 'load_target_head', 'target_features', 'load_target_norm', 'FinalNormed', 'labels_needed',
+           'online_features', 'TokenRows', 'eligible_rows', 'collate', 'pad_batch', 'max_row_length', 'ScalarWriters',
+           'Metrics', 'plot_curves', 'latest_checkpoint', 'Checkpointer', 'shard_drafter', 'muon_split',
+           'newton_schulz', 'muon_lr_scale', 'Muon', 'build_optimizers', 'build_schedulers', 'Trainer',
+           'init_drafter_from_target', 'placement_roles', 'RemoteFeatures', 'serve_features', 'benchmark_step',
+           'stage_inputs', 'target_side', 'check_label_source', 'quarantine_rows', 'train_summary',
+           'finish_train_stage', 'serve_feature_rank', 'train_stage', 'register_cli']
 
 # %% ../nbs/80_train.ipynb #163d863f
 _S = '80_train'
@@ -65,6 +66,7 @@ class TrainConfig:
     feature_ranks: int = declared(_S, 'feature_ranks')
     labels: str = declared(_S, 'labels')
     loss: str = declared(_S, 'loss')
+    kind: str = declared(_S, 'kind')
     kl_topk: int = declared(_S, 'kl_topk')
     wandb_project: str | None = declared(_S, 'wandb_project')
     optimizer: str = declared(_S, 'optimizer')
@@ -116,6 +118,32 @@ def target_features(model, input_ids, layer_ids, attention_mask=None):
     "Target features `[b, T, n, D]` at DFlash `layer_ids` (the output of decoder layer L = HF `hidden_states[L+1]`)."
     return extract_features(model, input_ids, layer_ids, attention_mask=attention_mask)
 
+# %% ../nbs/80_train.ipynb #63545f37
+def load_target_norm(path, device='cpu'):
+    "The target's frozen final norm: its own module class (built on the meta device, the rest never loaded) with its weights."
+    from safetensors import safe_open
+    p = Path(path) if Path(str(path)).is_dir() else Path(resolve_target(str(path)))
+    with torch.device('meta'): model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(p)))
+    norm = final_norm_and_head(model)[0]
+    name, wmap = next(k for k, m in model.named_modules() if m is norm), weight_map(p)
+    key = next((k for k in sorted(wmap, key=len) if k == f'{name}.weight' or k.endswith(f".{name.split('.')[-1]}.weight") and '.layers.' not in k), None)
+    if key is None: raise KeyError(f'{p}: no weight for the final norm {name!r}')
+    norm = norm.to_empty(device=device)
+    with safe_open(str(p / wmap[key]), 'pt') as f: norm.weight.data.copy_(f.get_tensor(key))
+    return norm.float().requires_grad_(False)
+
+class FinalNormed:
+    "Rows of `data` with `target_last`: the target's final `norm` applied to their stored raw `last_hidden`."
+    def __init__(self, data, norm): self.data, self.norm = data, norm
+    def __len__(self): return len(self.data)
+    def __getattr__(self, name):     # the store's own attributes (`meta`, `ids`, ...); never `data` itself (copy, pickle)
+        if name == 'data': raise AttributeError(name)
+        return getattr(self.data, name)
+    def __getitem__(self, i):
+        r = dict(self.data[i])
+        with torch.no_grad(): r['target_last'] = self.norm(r.pop('last_hidden').float())
+        return r
+
 # %% ../nbs/80_train.ipynb #97df22e7
 def labels_needed(cfg: TrainConfig) -> int:
     "How many of the target's top labels per position training with `cfg` reads (0: the text's own tokens)."
@@ -124,8 +152,16 @@ def labels_needed(cfg: TrainConfig) -> int:
         return 0
     return 1 if cfg.loss == 'ce' else max(int(cfg.kl_topk), 2)
 
-def online_features(model, layer_ids, label_topk: int = 0):
-    "A `feature_fn(input_ids, attention_mask)` for online training: the features, and the target's labels when `label_topk`."
+def online_features(model, layer_ids, label_topk: int = 0, final_normed: bool = False):
+    """A `feature_fn(input_ids, attention_mask)` for online training: the features, the target's labels when `label_topk`,
+    and its final-normed last hidden state `target_last` when `final_normed` (DSpark)."""
+    if final_normed:
+        norm = final_norm_and_head(model)[0]
+        def fn(ids, am):
+            out = target_outputs(model, ids, layer_ids, am, include_last=True, label_topk=label_topk)
+            with torch.no_grad(): out['target_last'] = norm(out.pop('last_hidden')).float()
+            return out
+        return fn
     if not label_topk: return lambda ids, am: target_features(model, ids, layer_ids, am)
     return lambda ids, am: target_outputs(model, ids, layer_ids, am, label_topk=label_topk)
 
@@ -154,7 +190,8 @@ def eligible_rows(data, block_size: int, full_block: bool = True, max_len: int |
     return keep, rej
 
 # %% ../nbs/80_train.ipynb #7355273e
-_PER_POSITION = {'hidden_states': 'features', 'target_ids': 'target_ids', 'target_logp': 'target_logp'}   # row -> batch key
+_PER_POSITION = {'hidden_states': 'features', 'target_ids': 'target_ids', 'target_logp': 'target_logp',   # row -> batch key
+                 'target_last': 'target_last'}
 
 def collate(rows, max_len=None):
     """Pad rows to `input_ids, loss_mask, lengths` (and `features [b, T, n, D]` when the rows carry `hidden_states`,
@@ -418,9 +455,12 @@ class _DDPView(nn.Module):
     @property
     def fc(self): return self.ddp.module.fc
     def forward(self, *a, **kw): return self.ddp(*a, **kw)
+    def __getattr__(self, name):          # the kind's heads (`candidate_selector`, `markov_head`, ...) of the wrapped drafter
+        try: return super().__getattr__(name)
+        except AttributeError: return getattr(self.ddp.module, name)
 
 # %% ../nbs/80_train.ipynb #8754803e
-_NOT_MUON = ('embed_tokens', 'lm_head')     # 2-D but one row per token: AdamW, as in Muon's own convention
+_NOT_MUON = ('embed_tokens', 'lm_head', 'codebook', 'markov_w1', 'markov_w2')     # 2-D but one row per token: AdamW, as in Muon's own convention
 
 def muon_split(model: nn.Module) -> tuple[list, list]:
     "`(muon, adamw)`: the trainable `(name, parameter)`s for Muon (2-D, both sides > 1, no embedding / LM head) and the rest."
@@ -518,7 +558,7 @@ class Trainer:
         self.seconds, self._tick = 0.0, None   # training seconds, summed over the fits its checkpoints continued
         self._setup_parallel(); self._setup_optimizers(); self._setup_head(embed, lm_head); self._setup_shapes()
         writers = ScalarWriters(self.out_dir, cfg, self.log) if self.rank == 0 and self.out_dir else None
-        self.metrics = Metrics(B - 1, self.total_steps, out_dir=self.out_dir, writers=writers, log=self.log,
+        self.metrics = Metrics(drafted_slots(drafter.config), self.total_steps, out_dir=self.out_dir, writers=writers, log=self.log,
                                rank=self.rank, world=self.world, all_sum=self._all_sum)
         self.ckpt = Checkpointer(self.out_dir and self.out_dir / 'checkpoints', cfg.ckpt_every, cfg.keep_checkpoints,
                                  self.rank, self._barrier)
@@ -586,6 +626,8 @@ def _setup_shapes(self: Trainer):
         self.anchor_buckets = linear_buckets(cfg.num_anchors, cfg.buckets, 8)
         ensure_recompile_limit(4 * len(self.seq_buckets) * len(self.anchor_buckets) + 8)
     self.compiles0 = compile_count()
+    self.loss_options = LossOptions(gamma=self.gamma, backend=self.backend, loss_slots=cfg.loss_slots, crop=not self.bucketing,
+                                    position_weights=cfg.position_weights, dpace_alpha=cfg.dpace_alpha, loss_norm=cfg.loss_norm)
 
 @patch(as_prop=True)
 def history(self: Trainer) -> list[dict]:
@@ -745,12 +787,8 @@ def grad_sync(self: Trainer, last: bool):
 
 @patch
 def batch_loss(self: Trainer, b: dict) -> dict:
-    "`dflash_loss` of batch `b` under this trainer's settings."
-    c = self.cfg
-    return dflash_loss(self.net, self.embed, self.lm_head, b['input_ids'], b['loss_mask'], b['features'], b['anchors'],
-                       b['valid'], self.gamma, b['lengths'], backend=self.backend, loss_slots=c.loss_slots,
-                       target_labels=self.target_labels(b), crop=not self.bucketing, position_weights=c.position_weights,
-                       dpace_alpha=c.dpace_alpha, loss_norm=c.loss_norm)
+    "`dflash_loss` of batch `b` (with its `target_labels`) under this trainer's `loss_options`; the drafter's kind picks the loss."
+    return dflash_loss(self.net, self.embed, self.lm_head, {**b, 'target_labels': self.target_labels(b)}, self.loss_options)
 
 # %% ../nbs/80_train.ipynb #4a824bb2
 @patch
@@ -1018,8 +1056,7 @@ def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_
     b = tr._batch(list(range(batch_size)), 0)
     def one():
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=tr.amp):
-            out = dflash_loss(net, tr.embed, tr.lm_head, b['input_ids'], b['loss_mask'], b['features'], b['anchors'],
-                              b['valid'], tr.gamma, b['lengths'], backend=tr.backend)
+            out = dflash_loss(net, tr.embed, tr.lm_head, b, tr.loss_options)
         out['loss'].backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0); [(o.step(), o.zero_grad(set_to_none=True)) for o in tr.opts]
         sync(); return out['loss'].item()
@@ -1058,10 +1095,11 @@ def target_side(P: dict,              # the checked stage parameters
     mask_id = resolve_mask_token_id(load_tokenizer(P['target']), text_config(tcfg).vocab_size, P['mask_token'])
     roles = placement_roles(tconf)     # a collective with placement='separate' (creates the trainers' group)
     dcfg = build_config(tcfg, mask_id, num_hidden_layers=P['num_hidden_layers'], block_size=P['block_size'],
-                        target_layer_ids=layer_ids, num_feature_layers=P['num_feature_layers'])
+                        target_layer_ids=layer_ids, num_feature_layers=P['num_feature_layers'], kind=P['kind'])
     fdt, feature_fn = (torch.bfloat16 if str(dev).startswith('cuda') else torch.float32), None   # what load_target gives
     if P['source'] == 'online' and (roles['role'] == 'features' or tconf.placement == 'colocated'):
-        feature_fn = online_features(load_target(P['target'], device=dev, dtype=fdt)[0], dcfg.target_layer_ids, label_topk)
+        feature_fn = online_features(load_target(P['target'], device=dev, dtype=fdt)[0], dcfg.target_layer_ids, label_topk,
+                                     final_normed=P['kind'] == 'dspark')
     if roles['server'] is not None:
         feature_fn = RemoteFeatures(roles['server'], dcfg.n_features, dcfg.hidden_size, fdt, dev, label_topk)
     dcfg.target, dcfg.target_fingerprint = str(P['target']), target_fingerprint(resolve_target(P['target']))
@@ -1077,6 +1115,9 @@ def check_label_source(P: dict, tconf: TrainConfig, data) -> int:
                          f"hold {data.label_topk}: set hidden_states.label_topk to {label_topk} or more")
     if tconf.placement == 'separate' and P['source'] != 'online':
         raise ValueError("placement 'separate' serves online features: it needs source='online'")
+    if P['kind'] == 'dspark' and (tconf.placement == 'separate' or P['source'] == 'offline' and not data.include_last):
+        raise ValueError("kind 'dspark' needs the target's last hidden state: set hidden_states.include_last to true "
+                         "(offline), or train online with placement 'colocated'")
     return label_topk
 
 # %% ../nbs/80_train.ipynb #021954e6
@@ -1145,6 +1186,7 @@ def train_stage(stage: Stage) -> dict:   # the summary (`80_train/metrics.json`)
     data, layer_ids = stage_inputs(stage, P)
     label_topk = check_label_source(P, tconf, data)
     T = target_side(P, tconf, layer_ids, dev, label_topk)
+    if P['kind'] == 'dspark' and P['source'] == 'offline': data = FinalNormed(data, load_target_norm(P['target']))
     keep, q = quarantine_rows(stage, data, P, tconf, rank, world)
     if T['roles']['role'] == 'features': return serve_feature_rank(T, dev, label_topk, log)
     drafter = DFlashDrafter(T['dcfg']).init_weights(P['seed'])

@@ -6,8 +6,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from dflash_nb.drafter import (DFlashConfig, DFlashDrafter, DraftCache, block_labels, build_config, build_masks,
-                               dense_mask, dflash_loss, dflash_mask_mod, draft_block, draft_weight_names,
+                               dense_mask, dflash_mask_mod, draft_block, draft_weight_names,
                                export_drafter, flex_available, load_drafter, pad_anchors, sample_anchors, slot_weights)
+from dflash_nb.drafter import LossOptions, dflash_loss as batch_loss
+
+
+def dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, **kw):
+    "The positional form these tests were written in, through `dflash_loss(drafter, embed, head, batch, LossOptions)`."
+    b = {'input_ids': ids, 'loss_mask': lm, 'features': feats, 'anchors': anchors, 'valid': valid,
+         **{k: kw.pop(k) for k in ('lengths', 'document_ids', 'target_labels') if k in kw}}
+    return batch_loss(m, emb, head, b, LossOptions(**kw))
 
 
 def tiny_cfg(**kw):

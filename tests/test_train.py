@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dflash_nb.drafter import DFlashConfig, DFlashDrafter, build_config, dflash_loss, load_drafter
+from dflash_nb.drafter import DFlashConfig, DFlashDrafter, LossOptions, build_config, dflash_loss, load_drafter
 from dflash_nb.train import Trainer, TrainConfig, latest_checkpoint, load_target_head, target_features, plot_curves
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,7 +195,6 @@ def _varied_rows(n=30, seed=3, dim=16):
 
 def test_bucket_padding_changes_nothing():
     "Padding a batch to its buckets (length, anchors, rows) leaves the loss, the per-slot stats and the gradients unchanged."
-    from dflash_nb.drafter import dflash_loss
     rows = _varied_rows(4)
     emb, head = tiny_head()
     res = {}
@@ -203,8 +202,7 @@ def test_bucket_padding_changes_nothing():
         tc = TrainConfig(num_anchors=12, buckets=2, batch_size=3, bucketing=mode)
         tr = Trainer(tiny_drafter(), emb, head, rows, tc, log=lambda m: None)
         b = tr._batch([0, 1], 0)
-        out = dflash_loss(tr.model, tr.embed, tr.lm_head, b['input_ids'], b['loss_mask'], b['features'], b['anchors'],
-                          b['valid'], tr.gamma, b['lengths'])
+        out = dflash_loss(tr.model, tr.embed, tr.lm_head, b, LossOptions(gamma=tr.gamma))
         out['loss'].backward()
         res[mode] = b, out, [p.grad for p in tr.model.parameters()]
     (b0, o0, g0), (b1, o1, g1) = res['off'], res['on']
@@ -219,7 +217,7 @@ def test_compiles_at_most_once_per_bucket(monkeypatch):
     """30 batches of varying length and anchor count through compiled flex attention + compiled block masks: at most
     one compilation of each per bucket (dynamo's counters; CPU, the 'eager' backend: same guards, no code generation)."""
     import dflash_nb.drafter as D
-    from dflash_nb.drafter import dflash_loss, flex_available, compile_count
+    from dflash_nb.drafter import flex_available, compile_count
     if not flex_available(): pytest.skip('flex attention not available')
     monkeypatch.setattr(D, 'FLEX_COMPILE', True); monkeypatch.setattr(D, 'FLEX_COMPILE_BACKEND', 'eager')
     monkeypatch.setattr(D, '_COMPILED', {})
@@ -234,8 +232,7 @@ def test_compiles_at_most_once_per_bucket(monkeypatch):
             for i in range(len(rows)):
                 b = tr._batch([i], epoch)
                 raw.add((len(rows[i]['input_ids']), int(b['valid'].sum()))); seen.add(tuple(b['anchors'].shape) + (b['input_ids'].shape[1],))
-                dflash_loss(tr.model, tr.embed, tr.lm_head, b['input_ids'], b['loss_mask'], b['features'], b['anchors'],
-                            b['valid'], tr.gamma, b['lengths'], backend='flex')
+                dflash_loss(tr.model, tr.embed, tr.lm_head, b, LossOptions(gamma=tr.gamma, backend='flex'))
     n = compile_count() - c0
     print(f'{len(raw)} raw shapes -> {len(seen)} buckets, {n} compiled graphs')
     assert len(raw) > 20 and 2 <= len(seen) <= 4
@@ -383,8 +380,8 @@ def test_target_labels_train_on_what_the_target_predicts(tmp_path):
         assert min(tr.history[-1]['acc']) > 0.95, (loss, tr.history[-1]['acc'])     # agreement with the target's argmax
         an = torch.arange(4, 28, 3).expand(4, -1); val = torch.ones_like(an, dtype=torch.bool)
         with torch.no_grad():
-            on = lambda t: dflash_loss(tr.model, embed, head, ids[:4], torch.ones(4, 32, dtype=torch.long), feats[:4], an, val,
-                                       target_labels=t)
+            on = lambda t: dflash_loss(tr.model, embed, head, {'input_ids': ids[:4], 'loss_mask': torch.ones(4, 32, dtype=torch.long),
+                                       'features': feats[:4], 'anchors': an, 'valid': val, 'target_labels': t})
             st_target, st_text = on(lab[:4, :, 0]), on(None)
         assert st_target['correct'].sum() / st_target['count'].sum() > 0.95       # it drafts what the target predicts ...
         assert st_text['correct'].sum() / st_text['count'].sum() < 0.05           # ... not the text's next tokens
@@ -418,3 +415,57 @@ def test_budget_plan_resumes_exactly(tmp_path):
     b, rb = run(tmp_path / 'b', plan=False)                # resumed: the horizon comes from the checkpoint alone
     assert (rb['steps'], rb['total_steps'], b.plan) == (30, 30, {'fits': 30, 'moves': 1})
     assert _weights_equal(a.model, b.model)
+
+
+def _kind_drafter(kind, seed=0):
+    cfg = DFlashConfig(hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                       vocab_size=30, num_target_layers=4, target_layer_ids=[0, 2], mask_token_id=29, num_hidden_layers=1,
+                       block_size=4, rope_theta=10000.0, kind=kind, selector_rank=8, selector_top_k=4, markov_rank=8)
+    return DFlashDrafter(cfg).init_weights(seed)
+
+
+@pytest.mark.parametrize('kind', ['dflash2', 'dspark'])
+def test_each_kind_trains_and_resumes_exactly(tmp_path, kind):
+    """Each kind on the tiny setup: its loss on a fixed batch falls after a few steps, and a run stopped after step 11
+    (last checkpoint: 10) and resumed by a fresh trainer ends with the weights and curves of an uninterrupted run."""
+    import copy
+    from dflash_nb.train import muon_split
+    g = torch.Generator().manual_seed(0)
+    data = [{'input_ids': (torch.randint(0, 28, (1,), generator=g) + torch.arange(12)) % 28, 'loss_mask': torch.tensor([0] * 3 + [1] * 9),
+             'hidden_states': torch.randn(12, 2, 16, generator=g), 'target_last': torch.randn(12, 16, generator=g)} for _ in range(6)]
+    emb, head = tiny_head()
+    tc = TrainConfig(epochs=4, num_anchors=4, lr=3e-3, log_every=3, ckpt_every=5, warmup_ratio=0.1, optimizer='adamw', amp='none',
+                     gamma=None, loss_slots=None, max_steps=None, max_minutes=None)
+    full = Trainer(_kind_drafter(kind), emb, head, data, tc, out_dir=tmp_path / 'a', log=lambda m: None); full.fit()
+    b = full._batch(list(range(6)), 0)
+    with torch.no_grad():
+        before = dflash_loss(_kind_drafter(kind), full.embed, full.lm_head, b, full.loss_options)['loss'].item()
+        after = dflash_loss(full.model, full.embed, full.lm_head, b, full.loss_options)['loss'].item()
+    assert after < before, (kind, before, after)
+    stopped = Trainer(_kind_drafter(kind), emb, head, data, tc, out_dir=tmp_path / 'b', log=lambda m: None)
+    stopped.fit(stop_after=11)
+    resumed = Trainer(_kind_drafter(kind), emb, head, data, tc, out_dir=tmp_path / 'b', log=lambda m: None); resumed.fit()
+    assert resumed.step == full.step == 24
+    assert all(torch.equal(x, y) for x, y in zip(full.model.state_dict().values(), resumed.model.state_dict().values()))
+    strip = lambda h: [{k: v for k, v in e.items() if 'per_s' not in k} for e in h]
+    assert strip(resumed.history) == strip(full.history)
+    assert len(full.history[-1]['acc']) == (4 if kind == 'dspark' else 3)
+    names = [n for n, _ in muon_split(copy.deepcopy(full.model))[0]]
+    assert not any('codebook' in n or 'markov_w' in n for n in names)     # token tables stay with AdamW under Muon
+
+
+def test_target_norm_is_the_targets_own_final_norm():
+    "`load_target_norm` (meta-built class + its one weight) equals the loaded target's final norm, for a plain and a hybrid target."
+    from dflash_nb.models import ensure_tiny
+    from dflash_nb.features import final_norm_and_head
+    from dflash_nb.train import load_target_norm, FinalNormed
+    from transformers import AutoModelForCausalLM
+    for name in ('tiny-qwen3', 'tiny-qwen3_5'):
+        path = ensure_tiny(name)
+        target = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        ref = final_norm_and_head(target)[0]
+        norm = load_target_norm(path)
+        x = torch.randn(3, 5, target.config.get_text_config().hidden_size)
+        with torch.no_grad(): torch.testing.assert_close(norm(x), ref(x), rtol=0, atol=0)
+        rows = FinalNormed([{'input_ids': torch.arange(5), 'last_hidden': x[0]}], norm)
+        assert 'last_hidden' not in rows[0] and torch.equal(rows[0]['target_last'], norm(x[0]))
