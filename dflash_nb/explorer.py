@@ -13,10 +13,11 @@ from .core import atomic_write, write_json, write_text
 from .params import add_declared_options
 from .formats import GROUP_BY, NORMALIZERS, _row, detect_format, group_records, normalize_record, read_file
 from .schema import FORMAT_ONLY, MEANING_CHANGING, REPAIRS, fix_row, repair_kind, repair_names, validate_row
+from .models import load_tokenizer
 from .masks import (LOSS_REASONS, SPLIT_REASON, MaskError, Renderer, as_renderer, assistant_mask, assistant_masks,
-                             locate_turns, supervised_pieces, turn_samples)
-from .templates import (explain_error, format_probe_report, load_tokenizer_spec, probe_template, run_probe,
-                                 schema_repair, show_tail, _count, _fmt_table, _special_ids, _split_failure, _split_why)
+                             locate_turns, special_ids, split_failure, split_why, supervised_pieces, turn_samples)
+from .probes import (explain_error, fmt_table, format_probe_report, probe_template, run_probe, schema_repair,
+                              show_tail)
 
 # %% auto #0
 __all__ = ['ID_KEYS', 'EXPLORER_CSS', 'row_id', 'read_numbered', 'load_rows', 'thinking_mode', 'supervises_empty_think',
@@ -235,7 +236,7 @@ def row_split(
     "Whether `tokenization.rows: auto` splits a row into one sample per assistant turn, why, and each sample's mask."
     if whole is None: whole = _try_mask(r, msgs, tools, enable_thinking, method)
     failed = whole.reason if isinstance(whole, MaskError) else None
-    if not (why := _split_why(r, msgs, tools, failed, enable_thinking, method)): return None
+    if not (why := split_why(r, msgs, tools, failed, enable_thinking, method)): return None
     return {'split': why, 'samples': [(s['turn'], _try_mask(r, s['messages'], tools, enable_thinking, method, 'last'))
                                       for s in turn_samples(msgs, tools)]}
 
@@ -257,12 +258,12 @@ def _repaired_on_reading(v: dict, r: Renderer, row: dict, raw: dict, made: list,
 def _split_parts(sp: dict) -> tuple[dict, dict | None]:
     "(the view's split keys, the sample that quarantines the row or None) of a `row_split` result."
     samples = [{'turn': j, **({'error': str(m), 'reason': m.reason} if isinstance(m, MaskError) else m)} for j, m in sp['samples']]
-    k = _split_failure([x.get('reason') for x in samples])
+    k = split_failure([x.get('reason') for x in samples])
     return ({'split': sp['split'], 'samples': samples, 'split_samples': sum('error' not in x for x in samples)},
             None if k is None else samples[k])
 
 def _split_view(v: dict, sp: dict) -> dict:
-    "A row `tokenization.rows: auto` splits: trained as one sample per assistant turn, or quarantined (`_split_failure`)."
+    "A row `tokenization.rows: auto` splits: trained as one sample per assistant turn, or quarantined (`split_failure`)."
     parts, bad = _split_parts(sp)
     if bad: return {**v, **parts, 'status': 'failed', 'reason': bad['reason'], 'repair': None, 'default': 'quarantined',
                     'error': f"{sp['split']}; its sample of message {bad['turn']}: {bad['error']}"}
@@ -304,6 +305,8 @@ def explore_row(
     return {**v, 'default': _default(v), **({'read': read['reason']} if not read['ok'] else {})}   # the reading stage's own words
 
 # %% ../nbs/21_explorer.ipynb #f4e88faf
+def _count(d: dict, k): d[k] = d.get(k, 0) + 1   # a tally of the explorer's counts
+
 def _explore_summary(views) -> dict:
     "Rows by what a run does with them by default: rows = ok + split + prompt_only + repaired_by_default + quarantined, and the quarantined ones are need_opt_in (a meaning-changing repair saves them) + failed (no repair found)."
     st, dflt = [v['status'] for v in views], [v.get('default') or '' for v in views]
@@ -378,7 +381,7 @@ def tokens_html(
     max_tokens: int | None = 1500,  # show at most this many tokens
 ) -> str:  # compact HTML (classes from `EXPLORER_CSS`)
     "Tokens coloured by mask (green: supervised; bold: special tokens; `↵`: newline)."
-    special, n = _special_ids(tokenizer), len(ids) if max_tokens is None else min(len(ids), max_tokens)
+    special, n = special_ids(tokenizer), len(ids) if max_tokens is None else min(len(ids), max_tokens)
     out = []
     for i in range(n):
         t = html.escape(tokenizer.decode([ids[i]])).replace('\n', '↵<br>').replace(' ', '&nbsp;')
@@ -747,9 +750,9 @@ def format_report(
     data = f"data {Path(d['path']).name} ({d['format']}{', detected' if d.get('detected') else ''}), " if d else ''
     out = [f"{data}template {ex['template']}, tokenizer {ex['tokenizer']}, masks by {ex['method']}",
            th['note'] if th['switchable'] else 'thinking: the template has no switch', *_headline(s), '',
-           _fmt_table(_reason_rows(ex), width, full=('by default',))]
+           fmt_table(_reason_rows(ex), width, full=('by default',))]
     if max_rows and ex['rows']:
-        out += ['', _fmt_table([_row_line(v) for v in ex['rows'][:max_rows]], width, full=('by default',))]
+        out += ['', fmt_table([_row_line(v) for v in ex['rows'][:max_rows]], width, full=('by default',))]
         if len(ex['rows']) > max_rows: out.append(f'… {len(ex["rows"]) - max_rows} more rows (the HTML report has them all)')
     return '\n'.join(out)
 
@@ -838,8 +841,8 @@ def _bool_arg(s: str) -> bool:
 def _target_or_template(a) -> tuple:
     "(what to render with, template) from `--model/--target`, or `--template` with an optional `--tokenizer`."
     spec = getattr(a, 'model', None) or getattr(a, 'target', None)
-    if spec: return load_tokenizer_spec(spec), None
-    return (load_tokenizer_spec(a.tokenizer), a.template) if a.tokenizer else (a.template, None)
+    if spec: return load_tokenizer(str(spec)), None
+    return (load_tokenizer(str(a.tokenizer)), a.template) if a.tokenizer else (a.template, None)
 
 # %% ../nbs/21_explorer.ipynb #0fcb986f
 def _probe_cmd(a) -> int:
@@ -861,7 +864,7 @@ def _add_probe(ts):
     pr.set_defaults(func=_probe_cmd)
 
 def _masks_cmd(a) -> int:
-    tok = load_tokenizer_spec(a.tokenizer)
+    tok = load_tokenizer(str(a.tokenizer))
     c = masks_file(tok, a.input, a.output, a.template, a.enable_thinking, a.mask_method)
     if a.show: print(show_rows(tok, a.input, a.show, a.template, a.enable_thinking, a.mask_method))
     print(f"{c['rows']} rows: {c['ok']} with a mask, {c['errors']} with an error -> {a.output}")

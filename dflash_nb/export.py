@@ -18,7 +18,7 @@ from .drafter import engine_problems, hub_like, load_drafter
 from .features import FeatureStore
 from .schema import to_speculators
 from .models import load_tokenizer
-from .tokenization import build_vocab_mapping, count_tokens, freq_dict, save_token_freq
+from .vocab import build_vocab_mapping, count_tokens, freq_dict, save_token_freq
 
 # %% auto #0
 __all__ = ['STAGE_DIRS', 'SPECULATORS_VERSIONS', 'SPECFORGE_TEMPLATES', 'KNOWN_BASE_MODELS', 'stage_dir', 'mapping_names',

@@ -561,8 +561,8 @@ def plot_layer_norms(stats: dict, path=None):
     return fig
 
 # %% ../nbs/60_hidden_states.ipynb #f717b776
-DECLARED_OPTIONS = ('num_features', 'include_last', 'storage_dtype', 'device', 'dtype', 'max_batch_tokens', 'max_batch_size',
-                    'shard_mb', 'max_samples', 'label_topk')
+DECLARED_OPTIONS = ('target_layer_ids', 'num_features', 'include_last', 'storage_dtype', 'device', 'dtype', 'max_batch_tokens',
+                    'max_batch_size', 'shard_mb', 'max_samples', 'label_topk')
 
 def register_cli(sub):
     "Add `dflash-nb hidden-states extract|info`."
@@ -571,12 +571,11 @@ def register_cli(sub):
     e = hs.add_parser('extract', help='extract features of a tokenized dataset (torchrun-able)')
     e.add_argument('--dataset', required=True, help='a datasets.save_to_disk folder (id, input_ids, loss_mask, seq_len)')
     e.add_argument('--target', required=True); e.add_argument('--out', required=True)
-    e.add_argument('--layer-ids', default=None, help='comma-separated DFlash ids (default: the DFlash rule)')
     e.add_argument('--aux-layer-ids', default=None, help='comma-separated vLLM/speculators aux ids (= DFlash id + 1)')
-    add_declared_options(e, '60_hidden_states', DECLARED_OPTIONS)
+    add_declared_options(e, '60_hidden_states', DECLARED_OPTIONS, flags={'target_layer_ids': ('--layer-ids',)})
     def run(a):
         from dflash_nb.core import from_aux_layer_ids
-        ids = [int(x) for x in a.layer_ids.split(',')] if a.layer_ids else None
+        ids = [int(x) for x in a.target_layer_ids] if a.target_layer_ids else None   # the option's items are text
         if a.aux_layer_ids:
             if ids: raise SystemExit('give --layer-ids or --aux-layer-ids, not both')
             ids = from_aux_layer_ids([int(x) for x in a.aux_layer_ids.split(',')])

@@ -12,26 +12,29 @@ from .core import (ConfigError, check_target_layer_ids, default_target_layer_ids
                             Quarantine, find_config, get_device, load_config, read_json, write_json)
 from .pipeline import add_config_args, check_config, demo_values, discover_stages
 from .schema import DEFAULT_REPAIRS
-from .params import from_declared
-from .sources import NORMALIZERS, MixOptions, allocate, build_mix, get_source
+from .params import from_declared, parse_declarations
+from .formats import NORMALIZERS
+from .probes import probe_template
+from .sources import MixOptions, allocate, build_mix, get_source
 from .models import resolve_target, text_config
 from .precision import amp_dtype, choose_dtype, probe, resolve_optimizer
 
 # %% auto #0
-__all__ = ['PLAN_DEFAULTS', 'PLAN_FILES', 'GPU_KINDS', 'MEM_DEFAULTS', 'GATED_HOWTO', 'INTERLEAVED', 'MEASURED', 'PRECISION_KEYS',
-           'EFFICIENCY', 'OVERHEAD_S', 'TOKENIZE_PER_S', 'EVAL_COST', 'EVAL_CONTROLS', 'GPU_UTIL', 'BUSY', 'SCALED',
-           'complete_config', 'hub_offline', 'load_target_config', 'target_dims', 'check_row', 'source_checks',
-           'feature_layer_ids', 'layer_checks', 'mask_checks', 'shape_checks', 'regen_checks', 'template_checks',
-           'validate', 'plan_assumptions', 'row_tokens', 'source_rows', 'mix_warnings', 'local_rows', 'row_measure',
-           'measure_rows', 'assumed_tokens', 'truncation_warnings', 'mix_estimate', 'mix_checks', 'drafter_params',
-           'regen_tokens', 'stage_costs', 'feasibility_warnings', 'fmt_bytes', 'demo_settings', 'repair_warnings',
-           'select_warnings', 'estimate', 'usable_bytes', 'target_token_bytes', 'regen_memory', 'extract_memory',
-           'drafter_token_bytes', 'train_memory', 'separate_split', 'train_settings', 'train_fit', 'recommend_train',
-           'recommend_regen', 'train_setting', 'seq_len', 'format_recommendation', 'memory_plan', 'format_memory',
-           'computing_stages', 'run_device', 'machine_probe', 'stage_precision', 'precision_warnings', 'stage_rate',
-           'train_steps', 'drafter_matrices', 'newton_schulz_flops', 'train_step_flops', 'eval_tokens',
-           'predict_minutes', 'busy', 'machine_plan', 'machine_line', 'cached_probe', 'target_tokenizer', 'fit_budget',
-           'budget_line', 'make_plan', 'format_plan', 'register_cli']
+__all__ = ['PLAN_PARAMS', 'PLAN_FILES', 'PLAN_DEFAULTS', 'GPU_KINDS', 'MEM_PARAMS', 'MEM_DEFAULTS', 'GATED_HOWTO', 'PLAN_KEYS',
+           'INTERLEAVED', 'MEASURED', 'PRECISION_KEYS', 'EFFICIENCY', 'OVERHEAD_S', 'TOKENIZE_PER_S', 'EVAL_COST',
+           'EVAL_CONTROLS', 'GPU_UTIL', 'BUSY', 'SCALED', 'complete_config', 'hub_offline', 'load_target_config',
+           'target_dims', 'check_row', 'source_checks', 'feature_layer_ids', 'layer_checks', 'mask_checks',
+           'shape_checks', 'regen_checks', 'template_checks', 'validate', 'plan_assumptions', 'row_tokens',
+           'source_rows', 'mix_warnings', 'local_rows', 'row_measure', 'measure_rows', 'assumed_tokens',
+           'truncation_warnings', 'mix_estimate', 'mix_checks', 'drafter_params', 'regen_tokens', 'stage_costs',
+           'feasibility_warnings', 'fmt_bytes', 'demo_settings', 'repair_warnings', 'select_warnings', 'estimate',
+           'usable_bytes', 'target_token_bytes', 'regen_memory', 'extract_memory', 'drafter_token_bytes',
+           'train_memory', 'separate_split', 'train_settings', 'train_fit', 'recommend_train', 'recommend_regen',
+           'train_setting', 'seq_len', 'format_recommendation', 'memory_plan', 'format_memory', 'computing_stages',
+           'run_device', 'machine_probe', 'stage_precision', 'precision_warnings', 'stage_rate', 'train_steps',
+           'drafter_matrices', 'newton_schulz_flops', 'train_step_flops', 'eval_tokens', 'predict_minutes', 'busy',
+           'machine_plan', 'machine_line', 'cached_probe', 'target_tokenizer', 'fit_budget', 'budget_line', 'make_plan',
+           'format_plan', 'register_cli']
 
 # %% ../nbs/95_plan.ipynb #a742cd59
 def complete_config(cfg: dict,  # a run config (`core.load_config`), sections partial or complete
@@ -43,35 +46,40 @@ def complete_config(cfg: dict,  # a run config (`core.load_config`), sections pa
     return {**cfg, **{st.short: params[st.name] for st in stages}}
 
 # %% ../nbs/95_plan.ipynb #81c411cc
-PLAN_DEFAULTS = {
-    # (prompt tokens, answer tokens) per row, by category: assumptions, set in the config's `plan` section
-    'tokens_per_row': {'general': [180, 420], 'code': [160, 480], 'multi-turn': [600, 700],
-                       'tool-calling': [520, 160], 'agentic': [6000, 1500]},
-    'gpu': 'H200', 'gpu_bf16_tflops': 989.0, 'num_gpus': 8,
-    'util_generation': 0.15,  # decoding is memory-bound: a serving engine's effective MFU, high concurrency
-    'util_prefill': 0.45,     # feature extraction / teacher-forced target forwards
-    'util_training': 0.35,    # drafter training step
-    'bytes_per_char_jsonl': 1.1, 'chars_per_token': 3.8,
-    'sample_rows': 256,       # rows of a local file tokenized with the target's tokenizer for its token estimates
-    'allow_gated': True,      # false: a gated source (hub terms + login) is an error, not a warning
-}
-PLAN_FILES = ('target_config', 'tokenizer')   # `plan` keys naming files (or --target-config, --tokenizer)
+PLAN_PARAMS = parse_declarations("""
+tokens_per_row: dict = {'general': [180, 420], 'code': [160, 480], 'multi-turn': [600, 700], 'tool-calling': [520, 160], 'agentic': [6000, 1500]}  # per row, by category: [prompt tokens, answer tokens] (a category given replaces its pair)
+gpu: str = 'H200'  # the GPU kind of the cluster estimates (a key of GPU_KINDS)
+gpu_bf16_tflops: float = 989.0  # (0, inf) the dense bf16 TFLOP/s of one such GPU
+num_gpus: int = 8  # [1, inf) GPUs of the cluster
+util_generation: float = 0.15  # (0, 1] decoding is memory-bound: a serving engine's effective MFU, high concurrency
+util_prefill: float = 0.45  # (0, 1] feature extraction / teacher-forced target forwards
+util_training: float = 0.35  # (0, 1] the drafter's training step
+bytes_per_char_jsonl: float = 1.1  # (0, inf) bytes of JSONL per character of text
+chars_per_token: float = 3.8  # (0, inf) characters per token where no tokenizer measures them
+sample_rows: int = 256  # [1, inf) rows of a local file tokenized with the target's tokenizer for its token estimates
+allow_gated: bool = True  # false: a gated source (hub terms + login) is an error, not a warning
+target_config: 'Optional[str]' = None  # the target's config.json when the hub is out of reach (or --target-config)
+tokenizer: 'Optional[str]' = None  # a local tokenizer folder to probe the template and resolve the mask token (or --tokenizer)
+""", 'the plan section')
+PLAN_FILES = ('target_config', 'tokenizer')   # the keys naming files: `make_plan` reads them, they are no assumption
+PLAN_DEFAULTS = {k: p.default for k, p in PLAN_PARAMS.items() if k not in PLAN_FILES}
 
 # %% ../nbs/95_plan.ipynb #f5262472
 GPU_KINDS = {'H100': {'label': 'H100 80 GB', 'memory_gb': 80.0, 'bf16_tflops': 989.0},
              'H200': {'label': 'H200 141 GB', 'memory_gb': 141.0, 'bf16_tflops': 989.0},
              'B200': {'label': 'B200 180 GB', 'memory_gb': 180.0, 'bf16_tflops': 2250.0}}
 
-MEM_DEFAULTS = {
-    'gpu_kinds': ['H100', 'H200', 'B200'],
-    'mem_headroom': 0.08,        # fraction of the card kept free (allocator fragmentation)
-    'mem_reserved_gb': 2.0,      # CUDA context, cuBLAS workspaces, NCCL buffers
-    'head_bytes': 4,             # per element of the frozen embedding + LM head (fp32, as train loads them)
-    'logit_bytes': 14,           # per logit: bf16 logits 2 + fp32 copy 4 + saved log-softmax 4 + gradient 4
-    'ce_chunk_elems': 2 ** 26,   # the chunked loss: logits per chunk (drafter.CE_CHUNK_ELEMS)
-    'regen_tp': 1,               # tensor-parallel GPUs per regeneration server
-    'prefill_chunk': 8192,       # tokens per prefill step of a serving engine (chunked prefill)
-}
+MEM_PARAMS = parse_declarations("""
+gpu_kinds: list = ['H100', 'H200', 'B200']  # the GPU kinds of the memory table (keys of GPU_KINDS; others are left out)
+mem_headroom: float = 0.08  # [0, 1) fraction of the card kept free (allocator fragmentation)
+mem_reserved_gb: float = 2.0  # [0, inf) GB for the CUDA context, cuBLAS workspaces, NCCL buffers
+head_bytes: int = 4  # [1, inf) per element of the frozen embedding + LM head (fp32, as train loads them)
+logit_bytes: int = 14  # [1, inf) per logit: bf16 logits 2 + fp32 copy 4 + saved log-softmax 4 + gradient 4
+ce_chunk_elems: int = 67108864  # [1, inf) the chunked loss: logits per chunk (2**26, drafter.CE_CHUNK_ELEMS)
+regen_tp: int = 1  # [1, inf) tensor-parallel GPUs per regeneration server
+prefill_chunk: int = 8192  # [1, inf) tokens per prefill step of a serving engine (chunked prefill)
+""", 'the plan section')
+MEM_DEFAULTS = {k: p.default for k, p in MEM_PARAMS.items()}
 
 # %% ../nbs/95_plan.ipynb #4eeba568
 def hub_offline(host: str = 'huggingface.co',  # the hub's host
@@ -262,7 +270,6 @@ def template_checks(tokenizer,         # the target's tokenizer (None: nothing t
                    ) -> list[dict]:    # check rows (warnings)
     "Probe the chat template: rules that reject rows, and the repairs that fix them."
     if tokenizer is None or not getattr(tokenizer, 'chat_template', None): return []
-    from dflash_nb.templates import probe_template   # only with a tokenizer at hand
     try: rep = probe_template(tokenizer, enable_thinking=enable_thinking)
     except Exception as e: return [check_row('chat template probe', False, f'probe failed: {e}', 'warning')]
     diag = rep.get('diagnosis') or []
@@ -289,15 +296,17 @@ def validate(cfg: dict,        # a complete run config
             + template_checks(tokenizer, cfg['templates']['enable_thinking']))
 
 # %% ../nbs/95_plan.ipynb #79dad241
+PLAN_KEYS = {**PLAN_PARAMS, **MEM_PARAMS}   # every key of the `plan` section, declared
+
 def plan_assumptions(plan: dict | None = None,  # the config's `plan` section
-                    ) -> dict:                  # every assumption, the section's values over the defaults
-    "The plan's assumptions: `PLAN_DEFAULTS` and `MEM_DEFAULTS` under the `plan` section's values."
+                    ) -> dict:                  # every assumption, the section's values (checked) over the defaults
+    "The plan's assumptions: `PLAN_DEFAULTS` and `MEM_DEFAULTS` under the `plan` section's values, each checked as declared."
     plan = dict(plan or {})
-    odd = sorted(set(plan) - set(PLAN_DEFAULTS) - set(MEM_DEFAULTS) - set(PLAN_FILES))
-    if odd: raise ConfigError(f'unknown key plan.{odd[0]} (known: '
-                              f'{", ".join(sorted({*PLAN_DEFAULTS, *MEM_DEFAULTS, *PLAN_FILES}))})')
-    P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **{k: v for k, v in plan.items() if k not in PLAN_FILES}}
-    P['tokens_per_row'] = {**PLAN_DEFAULTS['tokens_per_row'], **(plan.get('tokens_per_row') or {})}
+    odd = sorted(set(plan) - set(PLAN_KEYS))
+    if odd: raise ConfigError(f'unknown key plan.{odd[0]} (known: {", ".join(sorted(PLAN_KEYS))})')
+    vals = {k: PLAN_KEYS[k].check(v, f'plan.{k}') for k, v in plan.items()}
+    P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **{k: v for k, v in vals.items() if k not in PLAN_FILES}}
+    P['tokens_per_row'] = {**PLAN_DEFAULTS['tokens_per_row'], **(vals.get('tokens_per_row') or {})}
     return P
 
 # %% ../nbs/95_plan.ipynb #c4652ed9

@@ -15,12 +15,13 @@ from .schema import validate_row
 from .params import add_declared_options, check_fields, declared, from_declared
 from .models import load_tokenizer
 from .masks import LOSS_REASONS, as_renderer, assistant_masks, split_reason, turn_samples
+from .vocab import build_vocab_mapping, count_tokens, freq_dict, save_token_freq
 
 # %% auto #0
-__all__ = ['DECLARED_OPTIONS', 'TokenizeOptions', 'TokenizeJob', 'encode_rows', 'count_tokens', 'freq_dict', 'save_token_freq',
-           'load_token_freq', 'build_vocab_mapping', 'tokenizer_key', 'encode_file', 'EmptyDatasetError', 'assemble',
-           'target_vocab_size', 'tokenize_conversations', 'plot_lengths', 'show_rows', 'stage_input',
-           'tokenization_line', 'truncation_warning', 'tokenization_stage', 'InputError', 'check_input', 'register_cli']
+__all__ = ['DECLARED_OPTIONS', 'TokenizeOptions', 'TokenizeJob', 'encode_rows', 'tokenizer_key', 'encode_file',
+           'EmptyDatasetError', 'assemble', 'target_vocab_size', 'tokenize_conversations', 'plot_lengths', 'show_rows',
+           'stage_input', 'tokenization_line', 'truncation_warning', 'tokenization_stage', 'InputError', 'check_input',
+           'register_cli']
 
 # %% ../nbs/50_tokenization.ipynb #1d0ae573
 _T = '50_tokenization'
@@ -180,65 +181,6 @@ def encode_rows(
     c['rows_out'] = len(out)
     c['conversations_dropped'] = sum(e['unit'] == 'conversation' for e in rej)
     return out, sorted(rej, key=lambda e: (e['index'], e.get('turn', -1))), c
-
-# %% ../nbs/50_tokenization.ipynb #a372f974
-def count_tokens(
-    input_ids,  # flat token ids
-    loss_mask,  # the flat mask
-    counts=None,  # numpy counts to add to (None: new)
-):  # the numpy counts (grown as needed)
-    "Add the supervised tokens of flat arrays `input_ids`/`loss_mask` to numpy counts."
-    import numpy as np   # heavy: the CLI imports this module and must start fast
-    ids = np.asarray(input_ids)[np.asarray(loss_mask).astype(bool)]
-    c = np.bincount(ids, minlength=0) if ids.size else np.zeros(0, dtype=np.int64)
-    if counts is None: return c.astype(np.int64)
-    if len(c) > len(counts): counts = np.pad(counts, (0, len(c) - len(counts)))
-    counts[:len(c)] += c
-    return counts
-
-def freq_dict(
-    counts,  # numpy counts
-) -> dict[int, int]:  # the nonzero entries as `{token_id: count}`
-    "numpy counts -> the plain dict of `token_freq.pt`."
-    import numpy as np   # heavy: see count_tokens
-    return {int(i): int(counts[i]) for i in np.nonzero(counts)[0]}
-
-# %% ../nbs/50_tokenization.ipynb #78738629
-def save_token_freq(
-    freq: dict,  # `{token_id: count}`
-    path,  # the `.pt` file
-) -> Path:  # the path written
-    "Save `{token_id: count}` atomically with `torch.save`."
-    import torch   # heavy: see count_tokens
-    with atomic_write(path, 'wb') as f: torch.save({int(k): int(v) for k, v in freq.items()}, f)
-    return Path(path)
-
-def load_token_freq(
-    path,  # a `token_freq.pt`
-) -> dict[int, int]:  # `{token_id: count}`
-    "Read a `token_freq.pt` safely (`weights_only=True`)."
-    import torch   # heavy: see count_tokens
-    return torch.load(path, weights_only=True)
-
-# %% ../nbs/50_tokenization.ipynb #7488fe58
-def build_vocab_mapping(
-    freq: dict,  # `{token_id: count}` of supervised tokens
-    draft_vocab_size: int,  # K (0: the full target vocabulary)
-    target_vocab_size: int,  # V
-):  # (d2t int64 offsets of length K, t2d bool mask of length V)
-    "The reduced draft vocabulary: top-K by (-count, id), padded with the lowest unused ids, sorted."
-    import numpy as np   # heavy: see count_tokens
-    V = int(target_vocab_size); K = min(int(draft_vocab_size) or V, V)
-    if V <= 0: raise ValueError('target_vocab_size must be positive')
-    if bad := [t for t in freq if not 0 <= int(t) < V]: raise ValueError(f'token ids {sorted(bad)[:5]} are outside the target vocabulary of {V}')
-    ranked = sorted(((int(t), int(n)) for t, n in freq.items() if n > 0), key=lambda x: (-x[1], x[0]))
-    chosen = [t for t, _ in ranked[:K]]
-    if len(chosen) < K:
-        have = set(chosen)
-        chosen += list(itertools.islice((i for i in range(V) if i not in have), K - len(chosen)))
-    sel = np.array(sorted(chosen), dtype=np.int64)
-    t2d = np.zeros(V, dtype=bool); t2d[sel] = True
-    return sel - np.arange(K, dtype=np.int64), t2d
 
 # %% ../nbs/50_tokenization.ipynb #6106ba65
 _W: dict = {}     # per-process worker state: tokenizer, options, work folder
