@@ -45,12 +45,16 @@ def read_numbered(
 ) -> Iterable[tuple[int, dict]]:  # (n, record): n is the line in a JSONL file, the record number (from 1) otherwise
     "The records of a data file, numbered; an unreadable one is a record with `_error`."
     p = Path(path)
-    if not p.name.lower().endswith('.jsonl'): yield from enumerate(read_file(p), 1); return
+    if not p.name.lower().endswith('.jsonl'):
+        yield from enumerate(read_file(p), 1)
+        return
     with open(p, encoding='utf-8', errors='replace') as f:
         for n, line in enumerate(f, 1):
             if not line.strip(): continue
             try: obj = json.loads(line)
-            except ValueError as e: yield n, {'_error': f'invalid JSON: {e}'}; continue
+            except ValueError as e:
+                yield n, {'_error': f'invalid JSON: {e}'}
+                continue
             yield n, (obj if isinstance(obj, dict) else {'_error': f'expected a JSON object, got {type(obj).__name__}'})
 
 # %% ../nbs/21_explorer.ipynb #287ce603
@@ -99,7 +103,9 @@ def _numbered(p: Path, fmt: str, limit) -> list[tuple[int, dict]]:
     recs = list(itertools.islice(read_numbered(p), limit))
     if fmt not in GROUP_BY: return recs
     out, j = [], 0
-    for g in group_records((r for _, r in recs), GROUP_BY[fmt]): out.append((recs[j][0], g)); j += len(g['rows'])
+    for g in group_records((r for _, r in recs), GROUP_BY[fmt]):
+        out.append((recs[j][0], g))
+        j += len(g['rows'])
     return out
 
 def load_rows(
@@ -347,7 +353,8 @@ def explore(
     views = [explore_row(r, row, enable_thinking, method) for row in rows]
     counts, sources, repairs = {}, {}, {}
     for v in views:
-        _count(counts, v['reason']); _count(sources, v['source'])
+        _count(counts, v['reason'])
+        _count(sources, v['source'])
         if v.get('repair'): _count(repairs, v['repair'])
     th = {**thinking_mode(r, enable_thinking),
           'rows_supervising_empty_think': sum(supervises_empty_think(v.get('pieces') or [p for x in v.get('samples', []) for p in x.get('pieces', [])])
@@ -374,6 +381,7 @@ EXPLORER_CSS = """
 .dx details.row{border-top:1px solid #d0d7de;padding:4px 0}.dx summary{cursor:pointer}
 """
 
+# %% ../nbs/21_explorer.ipynb #21d3325f
 def tokens_html(
     tokenizer,  # the tokenizer
     ids,  # token ids
@@ -397,7 +405,8 @@ def spans_html(
     "The rendered text with the supervised character spans in green (no tokenizer)."
     out, pos = [], 0
     for s, e in spans:
-        out += [f'<i>{html.escape(text[pos:s])}</i>', f'<i class="s">{html.escape(text[s:e])}</i>']; pos = e
+        out += [f'<i>{html.escape(text[pos:s])}</i>', f'<i class="s">{html.escape(text[s:e])}</i>']
+        pos = e
     out.append(f'<i>{html.escape(text[pos:])}</i>')
     return '<div class="tok">' + ''.join(out).replace('\n', '↵<br>') + '</div>'
 
@@ -422,7 +431,8 @@ def _context_html(v: dict) -> str:
     lines, prev, e = [], None, html.escape
     for n, t, mark in v['context']:
         if prev is not None and n > prev + 1: lines.append('<span>   …</span>')
-        lines.append(f'<span class="{mark}">{n:>4} {e(t)}</span>'); prev = n
+        lines.append(f'<span class="{mark}">{n:>4} {e(t)}</span>')
+        prev = n
     return f"<div>template rule (line {v['rule_line']}, red; enclosing condition yellow):</div><pre class=\"ctx\">{''.join(lines)}</pre>"
 
 _KIND_NOTE = {FORMAT_ONLY: 'format-only: what the model sees is unchanged; applied by default',
@@ -452,6 +462,7 @@ def _samples_html(v: dict, tokenizer, max_tokens) -> str:
         out.append(f"<details><summary>sample {k}: message {x['turn']} last</summary>{body}</details>")
     return ''.join(out)
 
+# %% ../nbs/21_explorer.ipynb #b912d31c
 def row_html(
     v: dict,  # a row view (`explore_row`)
     tokenizer=None,  # the tokenizer (None: character spans)
@@ -548,6 +559,7 @@ def _mode_html(x: dict, tokenizer, max_rows: int, max_tokens) -> str:
             + (f'<div><small>{capped} rows not included (at most {max_rows} per reason)</small></div>' if capped else '')
             + ''.join(shown) + '</div>')
 
+# %% ../nbs/21_explorer.ipynb #6851cf29
 def explorer_html(
     explorations,  # one exploration, or a list (one per thinking mode)
     tokenizer=None,  # the tokenizer (None: character spans)
@@ -617,7 +629,8 @@ def _wire(self: ExplorerWidget):
     "Connect the switch, the filters and the buttons."
     self.thinking.observe(lambda _: self._load(), 'value')
     for w in (self.reason, self.source): w.observe(lambda _: self.go(0), 'value')
-    self.prev.on_click(lambda _: self.go(self.page - 1)); self.next.on_click(lambda _: self.go(self.page + 1))
+    self.prev.on_click(lambda _: self.go(self.page - 1))
+    self.next.on_click(lambda _: self.go(self.page + 1))
 
 @patch
 def exploration(self: ExplorerWidget,
@@ -779,7 +792,8 @@ def masks_file(
         res = iter(assistant_masks(tokenizer, good, chat_template, enable_thinking, method, batch_size))
         for n, r in buf:
             o = _mask_line(n, r, None if '_error' in r else next(res))
-            counts['rows'] += 1; counts['ok' if 'error' not in o else 'errors'] += 1
+            counts['rows'] += 1
+            counts['ok' if 'error' not in o else 'errors'] += 1
             f.write(json.dumps(o, ensure_ascii=False) + '\n')
         buf.clear()
     with atomic_write(out) as f:
@@ -813,6 +827,7 @@ def format_row_debug(
     out += [f"  repair: {v['repair']} ({v['repair_kind']}) {got}", f"  by default: {v['default']}"]
     return '\n'.join(out + (_pieces(v['repaired']) if v.get('repaired') else []))
 
+# %% ../nbs/21_explorer.ipynb #9032b5fe
 def show_rows(
     target,  # a tokenizer, spec or Renderer
     inp,  # a JSONL file
@@ -879,7 +894,8 @@ def _add_masks(ts):
     add_declared_options(mk, '20_templates', ['mask_method'], {'mask_method': ['--method']})
     mk.add_argument('--show', type=int, default=0, metavar='N',
                     help="print the first N rows' supervised pieces, decoded, and the repair a failed row needs")
-    mk.add_argument('input', help='canonical rows (JSONL)'); mk.add_argument('output', help='one JSON line per input line')
+    mk.add_argument('input', help='canonical rows (JSONL)')
+    mk.add_argument('output', help='one JSON line per input line')
     mk.set_defaults(func=_masks_cmd)
 
 def _report_cmd(a) -> int:
@@ -887,7 +903,8 @@ def _report_cmd(a) -> int:
     exs, _ = template_report(a.data, obj, tpl, a.enable_thinking, a.format, a.limit, a.mask_method, a.out,
                              a.max_rows)
     for x in exs: print(format_report(x), end='\n\n')
-    print(f'wrote {a.out}'); return 0
+    print(f'wrote {a.out}')
+    return 0
 
 # %% ../nbs/21_explorer.ipynb #724a5c9a
 def _add_report(ts):
@@ -916,4 +933,6 @@ def register_cli(
     "Add `dflash-nb templates probe|masks|report`."
     p = sub.add_parser('templates', help='probe chat templates and compute exact assistant masks')
     ts = p.add_subparsers(dest='templates_cmd', required=True)
-    _add_probe(ts); _add_masks(ts); _add_report(ts)
+    _add_probe(ts)
+    _add_masks(ts)
+    _add_report(ts)

@@ -156,7 +156,8 @@ PROBE_MESSAGES = {   # each message's marker words show whether a render kept it
 
 # %% ../nbs/09_masks.ipynb #8e42510b
 def _common_prefix_len(a: str, b: str) -> int:
-    n = min(len(a), len(b)); i = 0
+    n = min(len(a), len(b))
+    i = 0
     while i < n and a[i] == b[i]: i += 1
     return i
 
@@ -326,7 +327,9 @@ _EMPTY_THINK = re.compile(r'^\s*(<think>)?\s*</think>')
 def _leaves(x) -> Iterable:
     "The keys and scalar values of nested arguments."
     if isinstance(x, dict):
-        for k, v in x.items(): yield k; yield from _leaves(v)
+        for k, v in x.items():
+            yield k
+            yield from _leaves(v)
     elif isinstance(x, list):
         for v in x: yield from _leaves(v)
     else: yield x
@@ -479,8 +482,11 @@ def _masks_batch(r: Renderer, rows, enable_thinking, method, eot_id, supervise='
     enc = r.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True) if texts else {'input_ids': [], 'offset_mapping': []}
     out, k = [], 0
     for x in located:
-        if isinstance(x, MaskError): out.append({'error': str(x), 'reason': x.reason, 'turn': x.turn}); continue
-        ids, offs = enc['input_ids'][k], enc['offset_mapping'][k]; k += 1
+        if isinstance(x, MaskError):
+            out.append({'error': str(x), 'reason': x.reason, 'turn': x.turn})
+            continue
+        ids, offs = enc['input_ids'][k], enc['offset_mapping'][k]
+        k += 1
         try: out.append({'input_ids': ids, 'loss_mask': _spans_to_mask(offs, x[1], len(ids), ids, eot_id)})
         except MaskError as e: out.append({'error': str(e), 'reason': e.reason})
     return out
@@ -510,7 +516,9 @@ def supervised_pieces(
     runs, cur = [], []
     for i, m in zip(ids, mask):
         if m: cur.append(i)
-        elif cur: runs.append(cur); cur = []
+        elif cur:
+            runs.append(cur)
+            cur = []
     return [tokenizer.decode(r) for r in runs + ([cur] if cur else [])]
 
 # %% ../nbs/09_masks.ipynb #ff30a17a

@@ -131,7 +131,8 @@ def target_dims(cfg: dict,  # a target's config.json as a dict (multimodal or no
     t = text_config(cfg)
     H, N, V = int(t['hidden_size']), int(t['num_hidden_layers']), int(t['vocab_size'])
     I = int(t.get('intermediate_size') or 4 * H)
-    nh = int(t.get('num_attention_heads') or H // 128); nkv = int(t.get('num_key_value_heads') or nh)
+    nh = int(t.get('num_attention_heads') or H // 128)
+    nkv = int(t.get('num_key_value_heads') or nh)
     hd = int(t.get('head_dim') or H // nh)
     full = sum(1 for x in (t.get('layer_types') or ['full_attention'] * N) if x != 'linear_attention')
     attn_full, attn_lin = _attention_params(t, H, nh, nkv, hd)
@@ -168,7 +169,9 @@ def source_checks(src: dict,                 # the complete `sources` section
     out = []
     for name in src['sources']:
         try: s = get_source(name, src['extra_sources'])
-        except (KeyError, ValueError) as e: out.append(check_row(f'source {name}', False, str(e))); continue
+        except (KeyError, ValueError) as e:
+            out.append(check_row(f'source {name}', False, str(e)))
+            continue
         out.append(check_row(f'source {name}', s.normalizer in NORMALIZERS,
                              f'{s.hf_id or s.path} normalizer={s.normalizer} licence={s.license}'))
         if s.gated:
@@ -321,7 +324,8 @@ def row_tokens(category: str,    # the source's category
     if category not in P['tokens_per_row']:
         raise ConfigError(f'plan.tokens_per_row has no [prompt, answer] entry for category {category!r}')
     p, a = P['tokens_per_row'][category]
-    a = min(a, max_new); t = min(p + a, L) if L else p + a
+    a = min(a, max_new)
+    t = min(p + a, L) if L else p + a
     return p, a, t, (t * a / (p + a) if category in INTERLEAVED else max(0, t - p))
 
 # %% ../nbs/95_plan.ipynb #008a931a
@@ -501,7 +505,8 @@ def mix_estimate(cfg: dict,  # a complete run config
     for s in sources:
         got = local_rows(s, alloc[s.name], src)
         rows = got.pop('_rows') if got else None
-        n = got['rows'] if got else source_rows(s, alloc[s.name]); p = row_tokens(s.category, P, L, max_new)[0]
+        n = got['rows'] if got else source_rows(s, alloc[s.name])
+        p = row_tokens(s.category, P, L, max_new)[0]
         if got and (got['rows'] < alloc[s.name] or got['quarantined']): warn.append(_counted_line(s.name, alloc[s.name], got))
         m = measure_rows(rows, tokenizer, cfg, P, s.category) if rows and tokenizer is not None else None
         per[s.name] = {'category': s.category, 'quota': alloc[s.name], 'quota_in_config': quotas.get(s.name), 'rows': n,
@@ -689,7 +694,8 @@ def regen_memory(dims: dict,             # `target_dims` of the target
                  P: dict | None = None,  # assumptions (`prefill_chunk`)
                 ) -> dict:               # bytes per GPU by component
     "Bytes per GPU of serving the target for regeneration."
-    P = {**MEM_DEFAULTS, **(P or {})}; c = target_token_bytes(dims)
+    P = {**MEM_DEFAULTS, **(P or {})}
+    c = target_token_bytes(dims)
     return {'target weights': 2 * dims['params_estimate'] / tp,
             'KV cache (full-attention layers)': batch * ctx * c['kv_per_token'] / tp,
             'recurrent state (linear-attention layers)': batch * c['state_per_seq'] / tp,
@@ -803,7 +809,8 @@ def train_fit(dims: dict,      # `target_dims` of the target
               P: dict | None = None,  # assumptions
              ) -> dict:        # the setting with its batch (0: nothing fits), grad_accum, GPU split and bytes
     "The largest per-GPU batch (up to the configured one) that fits `setting` on `num_gpus` GPUs of `kind`."
-    P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **(P or {})}; usable = usable_bytes(kind, P)
+    P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **(P or {})}
+    usable = usable_bytes(kind, P)
     sep = setting['placement'] == 'separate'
     if sep and num_gpus < 2: return {**setting, 'batch': 0}
     tg = separate_split(dims, train, seq, num_gpus, P) if sep else 0
@@ -824,7 +831,8 @@ def recommend_train(dims: dict,            # `target_dims` of the target
                     P: dict | None = None,  # assumptions
                    ) -> dict | None:       # a `train_fit` result, or None
     "The first setting that fits the configured batch on `kind`, else the largest batch's; None: none fits."
-    P = {**MEM_DEFAULTS, **(P or {})}; best = None
+    P = {**MEM_DEFAULTS, **(P or {})}
+    best = None
     for s in train_settings():
         f = train_fit(dims, train, seq, kind, num_gpus, s, P)
         if f['batch'] == train['batch_size']: return f
@@ -887,7 +895,8 @@ def _stage_memory(cfg: dict, dims: dict, P: dict, kinds: list) -> dict:
     Pr = P if rs['backend'] == 'http' else {**P, 'prefill_chunk': 1 << 50}   # HF generate: the whole batch
     n_feat = tr['num_feature_layers'] + (1 if hs['include_last'] else 0)
     efn = lambda t: extract_memory(dims, t, max(1, min(hs['max_batch_size'], t // seq + 1)), n_feat)
-    ts = train_setting(tr); tg = separate_split(dims, tr, seq, G, P) if ts['placement'] == 'separate' else 0
+    ts = train_setting(tr)
+    tg = separate_split(dims, tr, seq, G, P) if ts['placement'] == 'separate' else 0
     m = train_memory(dims, tr, seq, tr['batch_size'], world=G - tg, P=P, **ts)
     regen = regen_memory(dims, rs['batch'], rs['ctx'], rs['prompt'], rs['tp'], Pr)
     return {'40_regenerate': {'setting': rs, 'components': regen,

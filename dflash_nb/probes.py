@@ -76,10 +76,12 @@ def _error_info(e: BaseException, template: str) -> dict:
     lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == '<template>']
     src = template.splitlines()
     if not lines or not 0 < lines[-1] <= len(src): return {**info, 'line': lines[-1]} if lines else info
-    n = lines[-1]; info.update(line=n, source=src[n - 1].strip())
+    n = lines[-1]
+    info.update(line=n, source=src[n - 1].strip())
     for k in range(n - 1, 0, -1):   # the nearest enclosing condition
         if re.match(r'\s*\{%-?\s*(if|elif|for)\b', src[k - 1]):
-            info.update(condition=src[k - 1].strip(), condition_line=k); break
+            info.update(condition=src[k - 1].strip(), condition_line=k)
+            break
     return info
 
 def run_probe(
@@ -169,7 +171,8 @@ def diagnose_probe(
 # %% ../nbs/09a_probes.ipynb #7d25a76b
 def _probe_rows(r: Renderer, name, desc, messages, kw, include_renders) -> tuple[dict, dict | None]:
     "One probe's table row and, when it fails or drops something, its diagnosis."
-    kw = dict(kw); tools = kw.pop('tools', None)
+    kw = dict(kw)
+    tools = kw.pop('tools', None)
     d = diagnose_probe(r, messages, tools, **kw)
     row = {'probe': name, 'description': desc, 'ok': d['ok'], 'error_type': d.get('error_type'),
            'error': d.get('error'),
@@ -213,7 +216,8 @@ def probe_template(
     for name, desc, messages, kw in PROBES + (THINKING_PROBES if feats.get('uses_enable_thinking') else []):
         if 'enable_thinking' not in kw and enable_thinking is not None: kw = {**kw, 'enable_thinking': enable_thinking}
         row, d = _probe_rows(r, name, desc, messages, kw, include_renders)
-        probes.append(row); diagnosis += [d] if d else []
+        probes.append(row)
+        diagnosis += [d] if d else []
     summary = {'probes': len(probes), 'failed': sum(not p['ok'] for p in probes),
                'silently_dropping': sum(bool(p['missing']) for p in probes),
                'repaired': sum(bool(d['repair']) for d in diagnosis if d['error']),

@@ -61,7 +61,8 @@ def compare_with_generation_mask(
     offs = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)['offset_mapping']
     diff, examples = {'newline_after_eot': 0, 'generation_prompt': 0, 'other': 0}, []
     for k in (k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b):
-        cls = _diff_class(k, ours, theirs, offs, text, turns); diff[cls] += 1
+        cls = _diff_class(k, ours, theirs, offs, text, turns)
+        diff[cls] += 1
         if len(examples) < 8: examples.append({'token': k, 'text': text[slice(*offs[k])], 'ours': ours[k],
                                                'theirs': theirs[k], 'class': cls})
     return {'comparable': True, 'agree': diff['other'] == 0, 'exact': ours == theirs, 'diff': diff,
@@ -99,7 +100,8 @@ def show_mask(
     "Display a conversation's tokens coloured by its exact assistant mask (in a notebook)."
     from IPython.display import HTML, display   # notebooks only
     ids, mask = assistant_mask(tokenizer, messages, tools, chat_template, enable_thinking)
-    h = HTML(mask_html(tokenizer, ids, mask, title=title)); display(h)
+    h = HTML(mask_html(tokenizer, ids, mask, title=title))
+    display(h)
     return h
 
 # %% ../nbs/20_templates.ipynb #aeaf3235
@@ -128,7 +130,9 @@ def _row_repair_ok(r: Renderer, row: dict, enable_thinking, method) -> tuple[str
     "(repair, class) of a row when the repaired row gets a mask, else (None, None)."
     name, kind, fixed = schema_repair(row)
     if not fixed: return None, None
-    try: locate_turns(r, fixed['messages'], fixed.get('tools'), enable_thinking, method); return name, kind
+    try:
+        locate_turns(r, fixed['messages'], fixed.get('tools'), enable_thinking, method)
+        return name, kind
     except MaskError as e: return (name, kind) if e.reason == 'prompt-only' else (None, None)   # a prompt is kept
 
 def _check_summary(n: int) -> dict:
@@ -151,17 +155,22 @@ def _decode_ok(r: Renderer, out, text, turns, s) -> bool:
 def _check_failed(r: Renderer, row, out, s, enable_thinking, method) -> dict:
     "Count one failed row; its failure record with the repair that would save it."
     msgs, tools = row_messages(row)
-    s['failed'] += 1; _count(s['reasons'], out['reason']); s['content_lost'] += out['reason'] in LOSS_REASONS
+    s['failed'] += 1
+    _count(s['reasons'], out['reason'])
+    s['content_lost'] += out['reason'] in LOSS_REASONS
     rep, kind = _row_repair_ok(r, {'messages': msgs, **({'tools': tools} if tools else {})},
                                enable_thinking, method)
-    if rep: _count(s['repairs'], rep); _count(s['repair_kinds'], kind)
+    if rep:
+        _count(s['repairs'], rep)
+        _count(s['repair_kinds'], kind)
     return {'id': row.get('id') if isinstance(row, dict) else None, 'reason': out['reason'],
             'error': out['error'],
             'repair': rep, 'repair_kind': kind}
 
 def _check_ok(r: Renderer, msgs, tools, out, s, enable_thinking, method, decode_check, supervise='all'):
     "Count one mask (a row's, or a split row's sample): tokens, turn methods, the decode check."
-    s['tokens'] += len(out['input_ids']); s['supervised_tokens'] += sum(out['loss_mask'])
+    s['tokens'] += len(out['input_ids'])
+    s['supervised_tokens'] += sum(out['loss_mask'])
     text, turns = locate_turns(r, msgs, tools, enable_thinking, method, supervise)
     for t in turns: _count(s['turn_methods'], t.method)
     if decode_check and not _decode_ok(r, out, text, turns, s): s['decode_mismatches'] += 1
@@ -173,14 +182,16 @@ def _check_split(r: Renderer, row, why, s, enable_thinking, method, decode_check
     msgs, tools = row_messages(row)
     smp = list(turn_samples(msgs, tools))
     outs = assistant_masks(r, smp, None, enable_thinking, method, supervise='last')
-    s['split'] += 1; s['split_ids'] += [row.get('id')] if len(s['split_ids']) < 50 else []
+    s['split'] += 1
+    s['split_ids'] += [row.get('id')] if len(s['split_ids']) < 50 else []
     if (k := split_failure([o.get('reason') for o in outs])) is not None:
         s['split_quarantined'] += 1
         return [{**_check_failed(r, row, outs[k], s, enable_thinking, method), 'split': why, 'turn': smp[k]['turn']}]
     s['ok'] += 1
     for x, o in zip(smp, outs):
         if 'error' not in o:
-            s['split_samples'] += 1; _check_ok(r, x['messages'], tools, o, s, enable_thinking, method, decode_check, 'last')
+            s['split_samples'] += 1
+            _check_ok(r, x['messages'], tools, o, s, enable_thinking, method, decode_check, 'last')
     return []
 
 
@@ -197,12 +208,18 @@ def mask_check(
     r, rows = as_renderer(tokenizer, chat_template), list(rows)
     s, failures = _check_summary(len(rows)), []
     for row, out in zip(rows, assistant_masks(tokenizer, rows, chat_template, enable_thinking, method)):
-        if out.get('reason') == 'prompt-only': s['prompt_only'] += 1; continue
+        if out.get('reason') == 'prompt-only':
+            s['prompt_only'] += 1
+            continue
         msgs, tools = row_messages(row)
         if why := split_why(r, msgs, tools, out.get('reason'), enable_thinking, method):
-            failures += _check_split(r, row, why, s, enable_thinking, method, decode_check); continue
-        if 'error' in out: failures.append(_check_failed(r, row, out, s, enable_thinking, method)); continue
-        s['ok'] += 1; _check_ok(r, msgs, tools, out, s, enable_thinking, method, decode_check)
+            failures += _check_split(r, row, why, s, enable_thinking, method, decode_check)
+            continue
+        if 'error' in out:
+            failures.append(_check_failed(r, row, out, s, enable_thinking, method))
+            continue
+        s['ok'] += 1
+        _check_ok(r, msgs, tools, out, s, enable_thinking, method, decode_check)
     return s, failures
 
 # %% ../nbs/20_templates.ipynb #8f9ebe3b
@@ -251,7 +268,9 @@ def quarantine_failures(
     for f in failures: q.add(by_id.get(f['id']), f['error'], id=f['id'], repair=f['repair'], repair_kind=f['repair_kind'])
     for b in bad:
         q.add(b, f"invalid input: {b.get('_error', 'no messages list')}", id=b.get('id'), repair=None, repair_kind=None)
-        summary['failed'] += 1; summary['rows'] += 1; _count(summary['reasons'], 'invalid input')
+        summary['failed'] += 1
+        summary['rows'] += 1
+        _count(summary['reasons'], 'invalid input')
     return q.save()
 
 # %% ../nbs/20_templates.ipynb #e6c07034
@@ -277,7 +296,9 @@ def _stage_inputs(stage: Stage) -> tuple:
     p = stage.params
     prompts = stage.input(stage.run_dir / '10_sources' / 'prompts.jsonl')
     if p['chat_template']: stage.input(p['chat_template'])
-    with stage.timer('load_tokenizer'): tok = load_tokenizer_spec(p['target']); r = as_renderer(tok, p['chat_template'])
+    with stage.timer('load_tokenizer'):
+        tok = load_tokenizer_spec(p['target'])
+        r = as_renderer(tok, p['chat_template'])
     return prompts, tok, r
 
 def _check_rows(stage: Stage, tok, prompts) -> tuple[dict, list, list]:
@@ -317,7 +338,8 @@ def templates_stage(
     with stage.timer('placeholder'):
         po = prompt_only_report(tok, rows, p['chat_template'], p['enable_thinking'], bool(probe['features'].get('uses_enable_thinking')))
     report = _report(p, probe, msum, po, failures)
-    write_json(stage.path('template_report.json'), report); stage.output(stage.path('template_report.json'))
+    write_json(stage.path('template_report.json'), report)
+    stage.output(stage.path('template_report.json'))
     stage.count(**_counts(msum, probe))
     stage.finish()
     log.info('templates: %d rows, %d masked, %d prompt-only, %d failed (%d lose assistant content); %d/%d probes failed',

@@ -59,7 +59,8 @@ def build_vocab_mapping(
 ):  # (d2t int64 offsets of length K, t2d bool mask of length V)
     "The reduced draft vocabulary: top-K by (-count, id), padded with the lowest unused ids, sorted."
     import numpy as np   # heavy: see count_tokens
-    V = int(target_vocab_size); K = min(int(draft_vocab_size) or V, V)
+    V = int(target_vocab_size)
+    K = min(int(draft_vocab_size) or V, V)
     if V <= 0: raise ValueError('target_vocab_size must be positive')
     if bad := [t for t in freq if not 0 <= int(t) < V]: raise ValueError(f'token ids {sorted(bad)[:5]} are outside the target vocabulary of {V}')
     ranked = sorted(((int(t), int(n)) for t, n in freq.items() if n > 0), key=lambda x: (-x[1], x[0]))
@@ -68,5 +69,6 @@ def build_vocab_mapping(
         have = set(chosen)
         chosen += list(itertools.islice((i for i in range(V) if i not in have), K - len(chosen)))
     sel = np.array(sorted(chosen), dtype=np.int64)
-    t2d = np.zeros(V, dtype=bool); t2d[sel] = True
+    t2d = np.zeros(V, dtype=bool)
+    t2d[sel] = True
     return sel - np.arange(K, dtype=np.int64), t2d
