@@ -218,7 +218,8 @@ def add_builtin_commands(sub,  # the `dflash-nb` sub-parsers action
     s.add_argument('--params', action='store_true', help="also print each stage's resolved parameters")
     s.set_defaults(func=cmd_stages)
     c = sub.add_parser('config', help='print the checked, resolved run config')
-    add_config_args(c); c.set_defaults(func=cmd_config)
+    add_config_args(c)
+    c.set_defaults(func=cmd_config)
     d = sub.add_parser('docs', help='render the notebooks (processed by nbdev) to styled HTML pages')
     d.add_argument('--out', default='_docs', help='output folder')
     d.add_argument('--run', help='a run folder whose executed notebooks to show')
@@ -334,7 +335,8 @@ def main(argv: list[str] | None = None,  # the arguments (default: `sys.argv[1:]
     p = build_parser(load=[command] if command else [])
     a = p.parse_args((['--debug'] if debug else []) + rest)
     if getattr(a, 'func', None) is None:
-        p.print_help(); return 0 if not argv else 2
+        p.print_help()
+        return 0 if not argv else 2
     try:
         if getattr(a, 'config', None) is not None: a.config = find_config(a.config)
         if getattr(a, 'rehearsal', False):
@@ -344,7 +346,8 @@ def main(argv: list[str] | None = None,  # the arguments (default: `sys.argv[1:]
     except Exception as e:
         code = _expected(e)
         if code is None or a.debug: raise
-        print(_one_line(e), file=sys.stderr); return code
+        print(_one_line(e), file=sys.stderr)
+        return code
 
 if __name__ == '__main__' and '__file__' in globals(): sys.exit(main())   # `python -m dflash_nb.cli` (a notebook has no __file__)
 

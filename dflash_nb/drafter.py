@@ -802,7 +802,7 @@ def slot_stats(pred, y, slot, B: int) -> dict:
     return {'correct': torch.zeros(B - 1, dtype=torch.float64, device=pred.device).index_add_(0, slot, hit),
             'count': torch.bincount(slot, minlength=B - 1).double()}
 
-# %% ../nbs/70_drafter.ipynb #4c07b6a7
+# %% ../nbs/70_drafter.ipynb #53f05043
 @dataclass
 class LossOptions:
     "How `dflash_loss` computes a micro-batch's loss (see each field)."

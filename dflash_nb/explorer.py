@@ -13,10 +13,11 @@ from .core import atomic_write, write_json, write_text
 from .params import add_declared_options
 from .formats import GROUP_BY, NORMALIZERS, _row, detect_format, group_records, normalize_record, read_file
 from .schema import FORMAT_ONLY, MEANING_CHANGING, REPAIRS, fix_row, repair_kind, repair_names, validate_row
+from .models import load_tokenizer
 from .masks import (LOSS_REASONS, SPLIT_REASON, MaskError, Renderer, as_renderer, assistant_mask, assistant_masks,
-                             locate_turns, supervised_pieces, turn_samples)
-from .templates import (explain_error, format_probe_report, load_tokenizer_spec, probe_template, run_probe,
-                                 schema_repair, show_tail, _count, _fmt_table, _special_ids, _split_failure, _split_why)
+                             locate_turns, special_ids, split_failure, split_why, supervised_pieces, turn_samples)
+from .probes import (explain_error, fmt_table, format_probe_report, probe_template, run_probe, schema_repair,
+                              show_tail)
 
 # %% auto #0
 __all__ = ['ID_KEYS', 'EXPLORER_CSS', 'row_id', 'read_numbered', 'load_rows', 'thinking_mode', 'supervises_empty_think',
@@ -44,12 +45,16 @@ def read_numbered(
 ) -> Iterable[tuple[int, dict]]:  # (n, record): n is the line in a JSONL file, the record number (from 1) otherwise
     "The records of a data file, numbered; an unreadable one is a record with `_error`."
     p = Path(path)
-    if not p.name.lower().endswith('.jsonl'): yield from enumerate(read_file(p), 1); return
+    if not p.name.lower().endswith('.jsonl'):
+        yield from enumerate(read_file(p), 1)
+        return
     with open(p, encoding='utf-8', errors='replace') as f:
         for n, line in enumerate(f, 1):
             if not line.strip(): continue
             try: obj = json.loads(line)
-            except ValueError as e: yield n, {'_error': f'invalid JSON: {e}'}; continue
+            except ValueError as e:
+                yield n, {'_error': f'invalid JSON: {e}'}
+                continue
             yield n, (obj if isinstance(obj, dict) else {'_error': f'expected a JSON object, got {type(obj).__name__}'})
 
 # %% ../nbs/21_explorer.ipynb #287ce603
@@ -98,7 +103,9 @@ def _numbered(p: Path, fmt: str, limit) -> list[tuple[int, dict]]:
     recs = list(itertools.islice(read_numbered(p), limit))
     if fmt not in GROUP_BY: return recs
     out, j = [], 0
-    for g in group_records((r for _, r in recs), GROUP_BY[fmt]): out.append((recs[j][0], g)); j += len(g['rows'])
+    for g in group_records((r for _, r in recs), GROUP_BY[fmt]):
+        out.append((recs[j][0], g))
+        j += len(g['rows'])
     return out
 
 def load_rows(
@@ -235,7 +242,7 @@ def row_split(
     "Whether `tokenization.rows: auto` splits a row into one sample per assistant turn, why, and each sample's mask."
     if whole is None: whole = _try_mask(r, msgs, tools, enable_thinking, method)
     failed = whole.reason if isinstance(whole, MaskError) else None
-    if not (why := _split_why(r, msgs, tools, failed, enable_thinking, method)): return None
+    if not (why := split_why(r, msgs, tools, failed, enable_thinking, method)): return None
     return {'split': why, 'samples': [(s['turn'], _try_mask(r, s['messages'], tools, enable_thinking, method, 'last'))
                                       for s in turn_samples(msgs, tools)]}
 
@@ -257,12 +264,12 @@ def _repaired_on_reading(v: dict, r: Renderer, row: dict, raw: dict, made: list,
 def _split_parts(sp: dict) -> tuple[dict, dict | None]:
     "(the view's split keys, the sample that quarantines the row or None) of a `row_split` result."
     samples = [{'turn': j, **({'error': str(m), 'reason': m.reason} if isinstance(m, MaskError) else m)} for j, m in sp['samples']]
-    k = _split_failure([x.get('reason') for x in samples])
+    k = split_failure([x.get('reason') for x in samples])
     return ({'split': sp['split'], 'samples': samples, 'split_samples': sum('error' not in x for x in samples)},
             None if k is None else samples[k])
 
 def _split_view(v: dict, sp: dict) -> dict:
-    "A row `tokenization.rows: auto` splits: trained as one sample per assistant turn, or quarantined (`_split_failure`)."
+    "A row `tokenization.rows: auto` splits: trained as one sample per assistant turn, or quarantined (`split_failure`)."
     parts, bad = _split_parts(sp)
     if bad: return {**v, **parts, 'status': 'failed', 'reason': bad['reason'], 'repair': None, 'default': 'quarantined',
                     'error': f"{sp['split']}; its sample of message {bad['turn']}: {bad['error']}"}
@@ -304,6 +311,8 @@ def explore_row(
     return {**v, 'default': _default(v), **({'read': read['reason']} if not read['ok'] else {})}   # the reading stage's own words
 
 # %% ../nbs/21_explorer.ipynb #f4e88faf
+def _count(d: dict, k): d[k] = d.get(k, 0) + 1   # a tally of the explorer's counts
+
 def _explore_summary(views) -> dict:
     "Rows by what a run does with them by default: rows = ok + split + prompt_only + repaired_by_default + quarantined, and the quarantined ones are need_opt_in (a meaning-changing repair saves them) + failed (no repair found)."
     st, dflt = [v['status'] for v in views], [v.get('default') or '' for v in views]
@@ -344,7 +353,8 @@ def explore(
     views = [explore_row(r, row, enable_thinking, method) for row in rows]
     counts, sources, repairs = {}, {}, {}
     for v in views:
-        _count(counts, v['reason']); _count(sources, v['source'])
+        _count(counts, v['reason'])
+        _count(sources, v['source'])
         if v.get('repair'): _count(repairs, v['repair'])
     th = {**thinking_mode(r, enable_thinking),
           'rows_supervising_empty_think': sum(supervises_empty_think(v.get('pieces') or [p for x in v.get('samples', []) for p in x.get('pieces', [])])
@@ -371,6 +381,7 @@ EXPLORER_CSS = """
 .dx details.row{border-top:1px solid #d0d7de;padding:4px 0}.dx summary{cursor:pointer}
 """
 
+# %% ../nbs/21_explorer.ipynb #21d3325f
 def tokens_html(
     tokenizer,  # the tokenizer
     ids,  # token ids
@@ -378,7 +389,7 @@ def tokens_html(
     max_tokens: int | None = 1500,  # show at most this many tokens
 ) -> str:  # compact HTML (classes from `EXPLORER_CSS`)
     "Tokens coloured by mask (green: supervised; bold: special tokens; `↵`: newline)."
-    special, n = _special_ids(tokenizer), len(ids) if max_tokens is None else min(len(ids), max_tokens)
+    special, n = special_ids(tokenizer), len(ids) if max_tokens is None else min(len(ids), max_tokens)
     out = []
     for i in range(n):
         t = html.escape(tokenizer.decode([ids[i]])).replace('\n', '↵<br>').replace(' ', '&nbsp;')
@@ -394,7 +405,8 @@ def spans_html(
     "The rendered text with the supervised character spans in green (no tokenizer)."
     out, pos = [], 0
     for s, e in spans:
-        out += [f'<i>{html.escape(text[pos:s])}</i>', f'<i class="s">{html.escape(text[s:e])}</i>']; pos = e
+        out += [f'<i>{html.escape(text[pos:s])}</i>', f'<i class="s">{html.escape(text[s:e])}</i>']
+        pos = e
     out.append(f'<i>{html.escape(text[pos:])}</i>')
     return '<div class="tok">' + ''.join(out).replace('\n', '↵<br>') + '</div>'
 
@@ -419,7 +431,8 @@ def _context_html(v: dict) -> str:
     lines, prev, e = [], None, html.escape
     for n, t, mark in v['context']:
         if prev is not None and n > prev + 1: lines.append('<span>   …</span>')
-        lines.append(f'<span class="{mark}">{n:>4} {e(t)}</span>'); prev = n
+        lines.append(f'<span class="{mark}">{n:>4} {e(t)}</span>')
+        prev = n
     return f"<div>template rule (line {v['rule_line']}, red; enclosing condition yellow):</div><pre class=\"ctx\">{''.join(lines)}</pre>"
 
 _KIND_NOTE = {FORMAT_ONLY: 'format-only: what the model sees is unchanged; applied by default',
@@ -449,6 +462,7 @@ def _samples_html(v: dict, tokenizer, max_tokens) -> str:
         out.append(f"<details><summary>sample {k}: message {x['turn']} last</summary>{body}</details>")
     return ''.join(out)
 
+# %% ../nbs/21_explorer.ipynb #b912d31c
 def row_html(
     v: dict,  # a row view (`explore_row`)
     tokenizer=None,  # the tokenizer (None: character spans)
@@ -545,6 +559,7 @@ def _mode_html(x: dict, tokenizer, max_rows: int, max_tokens) -> str:
             + (f'<div><small>{capped} rows not included (at most {max_rows} per reason)</small></div>' if capped else '')
             + ''.join(shown) + '</div>')
 
+# %% ../nbs/21_explorer.ipynb #6851cf29
 def explorer_html(
     explorations,  # one exploration, or a list (one per thinking mode)
     tokenizer=None,  # the tokenizer (None: character spans)
@@ -614,7 +629,8 @@ def _wire(self: ExplorerWidget):
     "Connect the switch, the filters and the buttons."
     self.thinking.observe(lambda _: self._load(), 'value')
     for w in (self.reason, self.source): w.observe(lambda _: self.go(0), 'value')
-    self.prev.on_click(lambda _: self.go(self.page - 1)); self.next.on_click(lambda _: self.go(self.page + 1))
+    self.prev.on_click(lambda _: self.go(self.page - 1))
+    self.next.on_click(lambda _: self.go(self.page + 1))
 
 @patch
 def exploration(self: ExplorerWidget,
@@ -747,9 +763,9 @@ def format_report(
     data = f"data {Path(d['path']).name} ({d['format']}{', detected' if d.get('detected') else ''}), " if d else ''
     out = [f"{data}template {ex['template']}, tokenizer {ex['tokenizer']}, masks by {ex['method']}",
            th['note'] if th['switchable'] else 'thinking: the template has no switch', *_headline(s), '',
-           _fmt_table(_reason_rows(ex), width, full=('by default',))]
+           fmt_table(_reason_rows(ex), width, full=('by default',))]
     if max_rows and ex['rows']:
-        out += ['', _fmt_table([_row_line(v) for v in ex['rows'][:max_rows]], width, full=('by default',))]
+        out += ['', fmt_table([_row_line(v) for v in ex['rows'][:max_rows]], width, full=('by default',))]
         if len(ex['rows']) > max_rows: out.append(f'… {len(ex["rows"]) - max_rows} more rows (the HTML report has them all)')
     return '\n'.join(out)
 
@@ -776,7 +792,8 @@ def masks_file(
         res = iter(assistant_masks(tokenizer, good, chat_template, enable_thinking, method, batch_size))
         for n, r in buf:
             o = _mask_line(n, r, None if '_error' in r else next(res))
-            counts['rows'] += 1; counts['ok' if 'error' not in o else 'errors'] += 1
+            counts['rows'] += 1
+            counts['ok' if 'error' not in o else 'errors'] += 1
             f.write(json.dumps(o, ensure_ascii=False) + '\n')
         buf.clear()
     with atomic_write(out) as f:
@@ -810,6 +827,7 @@ def format_row_debug(
     out += [f"  repair: {v['repair']} ({v['repair_kind']}) {got}", f"  by default: {v['default']}"]
     return '\n'.join(out + (_pieces(v['repaired']) if v.get('repaired') else []))
 
+# %% ../nbs/21_explorer.ipynb #9032b5fe
 def show_rows(
     target,  # a tokenizer, spec or Renderer
     inp,  # a JSONL file
@@ -838,8 +856,8 @@ def _bool_arg(s: str) -> bool:
 def _target_or_template(a) -> tuple:
     "(what to render with, template) from `--model/--target`, or `--template` with an optional `--tokenizer`."
     spec = getattr(a, 'model', None) or getattr(a, 'target', None)
-    if spec: return load_tokenizer_spec(spec), None
-    return (load_tokenizer_spec(a.tokenizer), a.template) if a.tokenizer else (a.template, None)
+    if spec: return load_tokenizer(str(spec)), None
+    return (load_tokenizer(str(a.tokenizer)), a.template) if a.tokenizer else (a.template, None)
 
 # %% ../nbs/21_explorer.ipynb #0fcb986f
 def _probe_cmd(a) -> int:
@@ -861,7 +879,7 @@ def _add_probe(ts):
     pr.set_defaults(func=_probe_cmd)
 
 def _masks_cmd(a) -> int:
-    tok = load_tokenizer_spec(a.tokenizer)
+    tok = load_tokenizer(str(a.tokenizer))
     c = masks_file(tok, a.input, a.output, a.template, a.enable_thinking, a.mask_method)
     if a.show: print(show_rows(tok, a.input, a.show, a.template, a.enable_thinking, a.mask_method))
     print(f"{c['rows']} rows: {c['ok']} with a mask, {c['errors']} with an error -> {a.output}")
@@ -876,7 +894,8 @@ def _add_masks(ts):
     add_declared_options(mk, '20_templates', ['mask_method'], {'mask_method': ['--method']})
     mk.add_argument('--show', type=int, default=0, metavar='N',
                     help="print the first N rows' supervised pieces, decoded, and the repair a failed row needs")
-    mk.add_argument('input', help='canonical rows (JSONL)'); mk.add_argument('output', help='one JSON line per input line')
+    mk.add_argument('input', help='canonical rows (JSONL)')
+    mk.add_argument('output', help='one JSON line per input line')
     mk.set_defaults(func=_masks_cmd)
 
 def _report_cmd(a) -> int:
@@ -884,7 +903,8 @@ def _report_cmd(a) -> int:
     exs, _ = template_report(a.data, obj, tpl, a.enable_thinking, a.format, a.limit, a.mask_method, a.out,
                              a.max_rows)
     for x in exs: print(format_report(x), end='\n\n')
-    print(f'wrote {a.out}'); return 0
+    print(f'wrote {a.out}')
+    return 0
 
 # %% ../nbs/21_explorer.ipynb #724a5c9a
 def _add_report(ts):
@@ -913,4 +933,6 @@ def register_cli(
     "Add `dflash-nb templates probe|masks|report`."
     p = sub.add_parser('templates', help='probe chat templates and compute exact assistant masks')
     ts = p.add_subparsers(dest='templates_cmd', required=True)
-    _add_probe(ts); _add_masks(ts); _add_report(ts)
+    _add_probe(ts)
+    _add_masks(ts)
+    _add_report(ts)

@@ -18,7 +18,7 @@ from .drafter import engine_problems, hub_like, load_drafter
 from .features import FeatureStore
 from .schema import to_speculators
 from .models import load_tokenizer
-from .tokenization import build_vocab_mapping, count_tokens, freq_dict, save_token_freq
+from .vocab import build_vocab_mapping, count_tokens, freq_dict, save_token_freq
 
 # %% auto #0
 __all__ = ['STAGE_DIRS', 'SPECULATORS_VERSIONS', 'SPECFORGE_TEMPLATES', 'KNOWN_BASE_MODELS', 'stage_dir', 'mapping_names',
@@ -95,7 +95,8 @@ def _speculators_features(tmp: Path, kept: list, store) -> dict:
     (tmp / 'hidden_states').mkdir()
     counts = None
     for i, r in enumerate(kept):
-        f = store[r['id']]; check_tokens(r, f)
+        f = store[r['id']]
+        check_tokens(r, f)
         hs = torch.cat([f['hidden_states'], f['last_hidden'][:, None]], 1).contiguous()
         save_file({'token_ids': f['input_ids'].long().contiguous(), 'hidden_states': hs},
                   str(tmp / 'hidden_states' / f'hs_{i}.safetensors'))
@@ -199,10 +200,13 @@ def _specforge_samples(tmp: Path, kept: list, store, group: int, skipped: list) 
     for r in kept:
         if not consecutive_supervised(r['loss_mask']):
             why = 'fewer than two consecutive supervised tokens'
-            skipped.append({'index': r['index'], 'id': r['id'], 'reason': why}); continue
-        f = store[r['id']]; check_tokens(r, f)
+            skipped.append({'index': r['index'], 'id': r['id'], 'reason': why})
+            continue
+        f = store[r['id']]
+        check_tokens(r, f)
         g = (n // group) * group
-        d = tmp / 'features' / f'rows_{g}-{g + group}'; d.mkdir(parents=True, exist_ok=True)
+        d = tmp / 'features' / f'rows_{g}-{g + group}'
+        d.mkdir(parents=True, exist_ok=True)
         torch.save({'input_ids': f['input_ids'].long(), 'loss_mask': f['loss_mask'].long(),
                     'hidden_states': f['hidden_states'].flatten(1).contiguous()}, d / f'data_{n}.ckpt')
         n += 1
@@ -280,7 +284,8 @@ def target_token_ids(run_dir,  # a finished run folder
     "The target's bos/eos token ids (its config.json, else target.json), for drafters trained without them."
     t = _target_record(run_dir)
     if not t: return {}
-    c = _target_config(t); c = c.get('text_config') or c
+    c = _target_config(t)
+    c = c.get('text_config') or c
     return {k: c.get(k, t.get(k)) for k in ('bos_token_id', 'eos_token_id') if c.get(k, t.get(k)) is not None}
 
 # %% ../nbs/96_export.ipynb #191d8e9f

@@ -78,8 +78,11 @@ def plan_shards(lengths, shard_tokens: int) -> list[list[int]]:
     order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
     shards, cur, tot = [], [], 0
     for i in order:
-        if cur and tot + lengths[i] > shard_tokens: shards.append(cur); cur, tot = [], 0
-        cur.append(i); tot += int(lengths[i])
+        if cur and tot + lengths[i] > shard_tokens:
+            shards.append(cur)
+            cur, tot = [], 0
+        cur.append(i)
+        tot += int(lengths[i])
     if cur: shards.append(cur)
     return shards
 
@@ -90,8 +93,10 @@ def make_batches(lengths, max_batch_tokens: int, max_batch_size: int) -> list[li
     for i in order:
         l = max(longest, int(lengths[i]))
         if cur and (l * (len(cur) + 1) > max_batch_tokens or len(cur) >= max_batch_size):
-            batches.append(cur); cur, l = [], int(lengths[i])
-        cur.append(i); longest = l
+            batches.append(cur)
+            cur, l = [], int(lengths[i])
+        cur.append(i)
+        longest = l
     if cur: batches.append(cur)
     return batches
 
@@ -183,7 +188,8 @@ def _barrier():
 
 def shard_complete(out_dir, k: int, plan: dict) -> bool:
     "Whether shard `k` of `plan` was fully written (its record exists and matches the plan)."
-    out_dir = Path(out_dir); rec = out_dir / f'{_shard_name(k)}.json'
+    out_dir = Path(out_dir)
+    rec = out_dir / f'{_shard_name(k)}.json'
     if not rec.exists(): return False
     try: r = read_json(rec)
     except ValueError: return False
@@ -265,7 +271,9 @@ def collate(rows) -> tuple:
     lens = [len(r['input_ids']) for r in rows]
     x = torch.zeros(len(rows), max(lens), dtype=torch.long)
     am = torch.zeros(len(rows), max(lens), dtype=torch.long)
-    for j, r in enumerate(rows): x[j, :lens[j]] = torch.as_tensor(r['input_ids']); am[j, :lens[j]] = 1
+    for j, r in enumerate(rows):
+        x[j, :lens[j]] = torch.as_tensor(r['input_ids'])
+        am[j, :lens[j]] = 1
     return x, am, lens
 
 # %% ../nbs/60_hidden_states.ipynb #acd02141
@@ -273,7 +281,8 @@ def _shard_rows(ds, idx: list, cols: list, vocab: int) -> tuple[list, list]:
     "A shard's rows (with `index` and a string `id`), split into the good ones and those `row_problems` quarantines."
     good, quarantined = [], []
     for r, i in zip(ds.select(idx).select_columns(cols), idx):
-        r = dict(r, index=i); r['id'] = str(r['id']) if 'id' in r else str(i)
+        r = dict(r, index=i)
+        r['id'] = str(r['id']) if 'id' in r else str(i)
         if probs := row_problems(r, vocab): quarantined.append({'index': i, 'id': r['id'], 'reason': '; '.join(probs)})
         else: good.append(r)
     return good, quarantined
@@ -304,12 +313,16 @@ def _featurize(model, good: list, plan: dict, names: list, vocab: int, max_batch
             if x[j, :n].tolist() != list(r['input_ids']):
                 probs.append('ids_mismatch: the token ids fed to the model differ from the dataset row')
             if lab is not None:
-                lp, agree = label_checks(lab[0][j, :n], lab[1][j, :n], r['input_ids'], r['loss_mask'], vocab); probs += lp
-            if probs: quarantined.append({'index': r['index'], 'id': r['id'], 'reason': '; '.join(probs)}); continue
+                lp, agree = label_checks(lab[0][j, :n], lab[1][j, :n], r['input_ids'], r['loss_mask'], vocab)
+                probs += lp
+            if probs:
+                quarantined.append({'index': r['index'], 'id': r['id'], 'reason': '; '.join(probs)})
+                continue
             out['features'].append(f[j, :n])
             if l is not None: out['last'].append(l[j, :n])
             if lab is not None: out['labels'].append((lab[0][j, :n], lab[1][j, :n]))
-            ent.append(_sample_entry(r, chk, j, n, off, agree)); off += n
+            ent.append(_sample_entry(r, chk, j, n, off, agree))
+            off += n
     return ent, out
 
 # %% ../nbs/60_hidden_states.ipynb #03b5ee86
@@ -345,7 +358,9 @@ def extract_dataset(model, ds, out_dir, plan: dict, *, max_batch_tokens: int, ma
     cols = [c for c in ('id', 'input_ids', 'loss_mask', 'seq_len', 'source') if c in ds.column_names]
     try:
         for n_mine, k in enumerate(progress_bar(mine, f'hidden states (rank {rank})', 'shard') if progress else mine):
-            if shard_complete(out_dir, k, plan): summary['shards_skipped'] += 1; continue
+            if shard_complete(out_dir, k, plan):
+                summary['shards_skipped'] += 1
+                continue
             good, quarantined = _shard_rows(ds, plan['shards'][k], cols, vocab)
             ent, out = _featurize(model, good, plan, names, vocab, max_batch_tokens, max_batch_size, quarantined)
             tensors, stats = _shard_payload(ent, out, names, plan['include_last'], plan.get('label_topk', 0))
@@ -426,7 +441,8 @@ def _features_stats(plan: dict, acc: dict) -> dict:
 # %% ../nbs/60_hidden_states.ipynb #a160b3da
 def merge_index(out_dir) -> dict:
     "Check the shard records against `plan.json` and write `index.json`, `stats.json` and `quarantine.jsonl`."
-    out_dir = Path(out_dir); plan = read_json(out_dir / 'plan.json')
+    out_dir = Path(out_dir)
+    plan = read_json(out_dir / 'plan.json')
     q = Quarantine(out_dir / 'quarantine.jsonl')
     for r in plan['quarantined']: q.add({'id': r['id'], 'index': r['index']}, r['reason'], stage='plan')
     acc = _shard_records(out_dir, plan, q)
@@ -492,7 +508,9 @@ def _estimate(plan: dict, ids: list, cfg, opts: ExtractOptions, out_dir) -> dict
     est = storage_estimate(plan['n_tokens'], len(ids), cfg.hidden_size, opts.storage_dtype, opts.include_last,
                            opts.label_topk, path=out_dir)
     done = sum(read_json(p).get('bytes', 0) for p in Path(out_dir).glob('shard-*.json')) if Path(out_dir).exists() else 0
-    if done and est.get('free_bytes') is not None: est['free_bytes'] += done; est['fits'] = est['bytes'] * 1.02 <= est['free_bytes']
+    if done and est.get('free_bytes') is not None:
+        est['free_bytes'] += done
+        est['fits'] = est['bytes'] * 1.02 <= est['free_bytes']
     return est
 
 def _announce(n: int, plan: dict, ids: list, cfg, opts: ExtractOptions, est: dict):
@@ -546,7 +564,8 @@ def extract_to_disk(
 # %% ../nbs/60_hidden_states.ipynb #66b724b4
 def plot_layer_norms(stats: dict, path=None):
     "Box plot of each sample's mean token norm per stored layer (from `stats.json`); saved to `path` when given."
-    import matplotlib; matplotlib.use('Agg')
+    import matplotlib
+    matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     names = stats['layer_names']
     per = list(stats['per_sample_mean_norm'].values())
@@ -554,15 +573,17 @@ def plot_layer_norms(stats: dict, path=None):
     if per:
         ax.boxplot([[s[j] for s in per] for j in range(len(names))], showfliers=True)
         ax.set_xticks(range(1, len(names) + 1), names)
-    ax.set_ylabel('mean token L2 norm'); ax.set_title(f'per-layer feature norms ({len(per)} samples, {stats["tokens"]} tokens)')
-    ax.grid(alpha=.3); fig.tight_layout()
+    ax.set_ylabel('mean token L2 norm')
+    ax.set_title(f'per-layer feature norms ({len(per)} samples, {stats["tokens"]} tokens)')
+    ax.grid(alpha=.3)
+    fig.tight_layout()
     if path is not None: fig.savefig(path, dpi=100)
     plt.close(fig)
     return fig
 
 # %% ../nbs/60_hidden_states.ipynb #f717b776
-DECLARED_OPTIONS = ('num_features', 'include_last', 'storage_dtype', 'device', 'dtype', 'max_batch_tokens', 'max_batch_size',
-                    'shard_mb', 'max_samples', 'label_topk')
+DECLARED_OPTIONS = ('target_layer_ids', 'num_features', 'include_last', 'storage_dtype', 'device', 'dtype', 'max_batch_tokens',
+                    'max_batch_size', 'shard_mb', 'max_samples', 'label_topk')
 
 def register_cli(sub):
     "Add `dflash-nb hidden-states extract|info`."
@@ -570,13 +591,13 @@ def register_cli(sub):
     hs = p.add_subparsers(dest='hs_cmd', required=True)
     e = hs.add_parser('extract', help='extract features of a tokenized dataset (torchrun-able)')
     e.add_argument('--dataset', required=True, help='a datasets.save_to_disk folder (id, input_ids, loss_mask, seq_len)')
-    e.add_argument('--target', required=True); e.add_argument('--out', required=True)
-    e.add_argument('--layer-ids', default=None, help='comma-separated DFlash ids (default: the DFlash rule)')
+    e.add_argument('--target', required=True)
+    e.add_argument('--out', required=True)
     e.add_argument('--aux-layer-ids', default=None, help='comma-separated vLLM/speculators aux ids (= DFlash id + 1)')
-    add_declared_options(e, '60_hidden_states', DECLARED_OPTIONS)
+    add_declared_options(e, '60_hidden_states', DECLARED_OPTIONS, flags={'target_layer_ids': ('--layer-ids',)})
     def run(a):
         from dflash_nb.core import from_aux_layer_ids
-        ids = [int(x) for x in a.layer_ids.split(',')] if a.layer_ids else None
+        ids = [int(x) for x in a.target_layer_ids] if a.target_layer_ids else None   # the option's items are text
         if a.aux_layer_ids:
             if ids: raise SystemExit('give --layer-ids or --aux-layer-ids, not both')
             ids = from_aux_layer_ids([int(x) for x in a.aux_layer_ids.split(',')])
@@ -590,7 +611,9 @@ def register_cli(sub):
     i.add_argument('path')
     def info(a):
         s = FeatureStore(a.path)
-        print(repr(s)); print(json.dumps({k: v for k, v in s.meta.items() if k != 'samples'}, indent=2)); return 0
+        print(repr(s))
+        print(json.dumps({k: v for k, v in s.meta.items() if k != 'samples'}, indent=2))
+        return 0
     i.set_defaults(func=info)
 
 # %% ../nbs/60_hidden_states.ipynb #b94354e2
@@ -612,7 +635,8 @@ def synthetic_dataset(tokenizer, n: int = 12, seed: int = 0, path=None):
         for q, a in turns:
             p = tokenizer(f'<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n', add_special_tokens=False)['input_ids']
             r = tokenizer(f'{a}<|im_end|>\n', add_special_tokens=False)['input_ids']
-            ids += p + r; mask += [0] * len(p) + [1] * len(r)
+            ids += p + r
+            mask += [0] * len(p) + [1] * len(r)
         rows.append({'id': f'synth-{i:04d}', 'source': 'synthetic', 'input_ids': ids, 'loss_mask': mask, 'seq_len': len(ids)})
     ds = Dataset.from_list(rows)
     if path is not None: ds.save_to_disk(str(path))

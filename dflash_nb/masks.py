@@ -14,15 +14,19 @@ from .core import fixtures_dir
 from .schema import is_real_user
 
 # %% auto #0
-__all__ = ['FIXTURE_TEMPLATE_TOKENIZER', 'PROBE_TOOLS', 'LOSS_REASONS', 'SPLIT_REASON', 'TemplateSourceError', 'Renderer',
-           'as_renderer', 'fixture_tokenizer', 'fixture_template', 'template_features', 'MaskError', 'Turn',
-           'locate_turns', 'assistant_mask', 'assistant_masks', 'supervised_pieces', 'split_reason', 'turn_samples']
+__all__ = ['FIXTURE_TEMPLATE_TOKENIZER', 'PROBE_TOOLS', 'PROBE_MESSAGES', 'LOSS_REASONS', 'SPLIT_REASON', 'TemplateSourceError',
+           'template_text', 'Renderer', 'as_renderer', 'fixture_tokenizer', 'fixture_template', 'probe_call',
+           'template_features', 'MaskError', 'Turn', 'locate_turns', 'row_messages', 'assistant_mask',
+           'assistant_masks', 'supervised_pieces', 'special_ids', 'split_reason', 'turn_samples', 'split_why',
+           'split_failure']
 
 # %% ../nbs/09_masks.ipynb #c7abb4dc
 class TemplateSourceError(ValueError):
     "A template or tokenizer that cannot be used for rendering (no chat template, unreadable file)."
 
-def _template_text(tpl) -> str:
+def template_text(
+    tpl,  # a `.jinja` file (path or short string without `{`) or the template source itself
+) -> str:  # the template source
     "Template source from a file path or a template string."
     if isinstance(tpl, Path) or (isinstance(tpl, str) and '{' not in tpl and len(tpl) < 4096):
         p = Path(tpl).expanduser()
@@ -72,7 +76,7 @@ _RENDERERS = weakref.WeakKeyDictionary()   # tokenizer -> {template text: Render
 
 def _tokenizer_renderer(tok, chat_template=None) -> Renderer:
     "The cached renderer of a tokenizer's template (or of `chat_template` with that tokenizer)."
-    tpl = _template_text(chat_template) if chat_template is not None else tok.chat_template
+    tpl = template_text(chat_template) if chat_template is not None else tok.chat_template
     if isinstance(tpl, dict): tpl = tpl.get('default') or next(iter(tpl.values()))
     if not tpl: raise TemplateSourceError(f'{getattr(tok, "name_or_path", "tokenizer")} has no chat template; pass chat_template=')
     try: cache = _RENDERERS.setdefault(tok, {})
@@ -90,13 +94,13 @@ def as_renderer(
     "A `Renderer` for whatever names a template."
     if isinstance(obj, Renderer):
         if chat_template is None: return obj
-        return as_renderer(obj.tokenizer, chat_template) if obj.tokenizer else Renderer(_template_text(chat_template), None, str(chat_template))
+        return as_renderer(obj.tokenizer, chat_template) if obj.tokenizer else Renderer(template_text(chat_template), None, str(chat_template))
     if hasattr(obj, 'apply_chat_template'): return _tokenizer_renderer(obj, chat_template)
     if not isinstance(obj, (str, Path)): raise TypeError(f'cannot make a renderer from {type(obj).__name__}')
     s = str(obj)
     if '{' in s or s.endswith('.jinja') or Path(s).is_file():
-        if chat_template is not None: return Renderer(_template_text(chat_template), None, str(chat_template))
-        return Renderer(_template_text(obj), None, Path(s).stem if '{' not in s else 'template')
+        if chat_template is not None: return Renderer(template_text(chat_template), None, str(chat_template))
+        return Renderer(template_text(obj), None, Path(s).stem if '{' not in s else 'template')
     from dflash_nb.models import load_tokenizer   # loads transformers: only for a spec
     return as_renderer(load_tokenizer(s), chat_template)
 
@@ -130,22 +134,30 @@ PROBE_TOOLS = [{'type': 'function', 'function': {
     'parameters': {'type': 'object', 'properties': {'city': {'type': 'string'}, 'days': {'type': 'integer'}},
                    'required': ['city']}}}]
 
-def _tc(args, name='get_weather', id='call_1'):
+def probe_call(
+    args,  # the arguments: an object (dict) or a JSON string
+    name: str = 'get_weather',  # the function called
+    id: str = 'call_1',  # the call's id
+) -> dict:  # an OpenAI-format tool call
+    "A tool call of the probe messages."
     return {'id': id, 'type': 'function', 'function': {'name': name, 'arguments': args}}
 
-_SYS = {'role': 'system', 'content': 'You are a helpful assistant. SYSMARK'}
-_USR = {'role': 'user', 'content': 'What is the weather in Paris? USRMARK'}
 _ASST = {'role': 'assistant', 'content': 'It is sunny in Paris. ASTMARK'}
-_CALL = {'role': 'assistant', 'content': '', 'tool_calls': [_tc({'city': 'Paris CALLMARK', 'days': 1})]}
-_CALL_STR = {'role': 'assistant', 'content': '', 'tool_calls': [_tc('{"city": "Paris CALLMARK", "days": 1}')]}
-_TOOL = {'role': 'tool', 'tool_call_id': 'call_1', 'name': 'get_weather',
-         'content': '{"temp_c": 21} TOOLMARK'}
-_USR2 = {'role': 'user', 'content': 'And tomorrow? USR2MARK'}
-_THINK = {**_ASST, 'reasoning_content': 'Check the forecast. THINKMARK'}
+PROBE_MESSAGES = {   # each message's marker words show whether a render kept it
+    'system': {'role': 'system', 'content': 'You are a helpful assistant. SYSMARK'},
+    'user': {'role': 'user', 'content': 'What is the weather in Paris? USRMARK'},
+    'assistant': _ASST,
+    'call': {'role': 'assistant', 'content': '', 'tool_calls': [probe_call({'city': 'Paris CALLMARK', 'days': 1})]},
+    'call_str': {'role': 'assistant', 'content': '', 'tool_calls': [probe_call('{"city": "Paris CALLMARK", "days": 1}')]},
+    'tool': {'role': 'tool', 'tool_call_id': 'call_1', 'name': 'get_weather', 'content': '{"temp_c": 21} TOOLMARK'},
+    'user2': {'role': 'user', 'content': 'And tomorrow? USR2MARK'},
+    'think': {**_ASST, 'reasoning_content': 'Check the forecast. THINKMARK'},
+}
 
 # %% ../nbs/09_masks.ipynb #8e42510b
 def _common_prefix_len(a: str, b: str) -> int:
-    n = min(len(a), len(b)); i = 0
+    n = min(len(a), len(b))
+    i = 0
     while i < n and a[i] == b[i]: i += 1
     return i
 
@@ -211,7 +223,7 @@ def _tool_features(r: Renderer, kw: dict) -> dict:
     "How tool calls, tool responses and the tool list render."
     try:
         base = r.render(_Q, **kw)
-        t = r.render([_Q[0], _CALL, _TOOL, _ASST], tools=PROBE_TOOLS, **kw)
+        t = r.render([_Q[0], *(PROBE_MESSAGES[k] for k in ('call', 'tool', 'assistant'))], tools=PROBE_TOOLS, **kw)
     except Exception as e: return {'tool_call_style': None, 'tool_call_error': f'{type(e).__name__}: {e}'}
     seg = t[len(base):]
     style = ('xml' if '<function=get_weather>' in seg else 'json' if re.search(r'"name":\s*"get_weather"', seg) else
@@ -315,7 +327,9 @@ _EMPTY_THINK = re.compile(r'^\s*(<think>)?\s*</think>')
 def _leaves(x) -> Iterable:
     "The keys and scalar values of nested arguments."
     if isinstance(x, dict):
-        for k, v in x.items(): yield k; yield from _leaves(v)
+        for k, v in x.items():
+            yield k
+            yield from _leaves(v)
     elif isinstance(x, list):
         for v in x: yield from _leaves(v)
     else: yield x
@@ -425,7 +439,10 @@ def _eot_id(r: Renderer, eot: str):
     ids = r.tokenizer(eot, add_special_tokens=False)['input_ids']
     return ids[0] if len(ids) == 1 else None
 
-def _as_messages(x):
+# %% ../nbs/09_masks.ipynb #59c4589a
+def row_messages(
+    x,  # a row dict or a bare message list
+) -> tuple:  # (messages, tools)
     "(messages, tools) of a row dict or a bare message list."
     if isinstance(x, dict): return x.get('messages') or x.get('conversations'), x.get('tools')
     return x, None
@@ -458,15 +475,18 @@ def _masks_batch(r: Renderer, rows, enable_thinking, method, eot_id, supervise='
     "One batch: locate every row's turns, tokenize the renders together, map spans to tokens."
     located = []
     for row in rows:
-        msgs, tools = _as_messages(row)
+        msgs, tools = row_messages(row)
         try: located.append(locate_turns(r, msgs, tools, enable_thinking, method, supervise))
         except MaskError as e: located.append(e)
     texts = [x[0] for x in located if not isinstance(x, MaskError)]
     enc = r.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True) if texts else {'input_ids': [], 'offset_mapping': []}
     out, k = [], 0
     for x in located:
-        if isinstance(x, MaskError): out.append({'error': str(x), 'reason': x.reason, 'turn': x.turn}); continue
-        ids, offs = enc['input_ids'][k], enc['offset_mapping'][k]; k += 1
+        if isinstance(x, MaskError):
+            out.append({'error': str(x), 'reason': x.reason, 'turn': x.turn})
+            continue
+        ids, offs = enc['input_ids'][k], enc['offset_mapping'][k]
+        k += 1
         try: out.append({'input_ids': ids, 'loss_mask': _spans_to_mask(offs, x[1], len(ids), ids, eot_id)})
         except MaskError as e: out.append({'error': str(e), 'reason': e.reason})
     return out
@@ -496,8 +516,17 @@ def supervised_pieces(
     runs, cur = [], []
     for i, m in zip(ids, mask):
         if m: cur.append(i)
-        elif cur: runs.append(cur); cur = []
+        elif cur:
+            runs.append(cur)
+            cur = []
     return [tokenizer.decode(r) for r in runs + ([cur] if cur else [])]
+
+# %% ../nbs/09_masks.ipynb #ff30a17a
+def special_ids(
+    tokenizer,  # the tokenizer
+) -> set:  # token ids
+    "The ids of the special and added tokens."
+    return set(getattr(tokenizer, 'all_special_ids', []) or []) | set(tokenizer.get_added_vocab().values())
 
 # %% ../nbs/09_masks.ipynb #ecc3ae9b
 SPLIT_REASON = 'the template drops earlier reasoning'   # why a row becomes one sample per assistant turn
@@ -538,3 +567,24 @@ def turn_samples(
     "One sample per assistant turn, to be rendered with that turn last and supervised on it alone."
     for j, m in enumerate(messages):
         if isinstance(m, dict) and m.get('role') == 'assistant': yield {'messages': messages[:j + 1], 'tools': tools, 'turn': j}
+
+# %% ../nbs/09_masks.ipynb #c6b3041a
+def split_why(
+    r: Renderer,  # the template
+    msgs,  # the conversation
+    tools,  # its tools
+    failed: str | None,  # the reason the whole conversation's mask failed (None: it has a mask)
+    enable_thinking,  # the thinking mode
+    method,  # `prefix` or `locate`
+) -> str | None:  # `split_reason`'s answer, or None: the row stays one sample
+    "Why `tokenization.rows: auto` splits a row whose whole mask gave `failed`, or None."
+    if failed not in (None, 'the template drops reasoning'): return None   # fails as one conversation, as in tokenization
+    return split_reason(r, msgs, tools, enable_thinking, method)
+
+def split_failure(
+    reasons: list,  # each sample's failure reason (None: a mask)
+) -> int | None:  # the position of the sample that quarantines the row, or None
+    "The sample that quarantines a split row: the first losing content, else the first when none survives."
+    bad = [k for k, x in enumerate(reasons) if x is not None]
+    loss = [k for k in bad if reasons[k] in LOSS_REASONS]
+    return loss[0] if loss else bad[0] if bad and len(bad) == len(reasons) else None

@@ -12,26 +12,29 @@ from .core import (ConfigError, check_target_layer_ids, default_target_layer_ids
                             Quarantine, find_config, get_device, load_config, read_json, write_json)
 from .pipeline import add_config_args, check_config, demo_values, discover_stages
 from .schema import DEFAULT_REPAIRS
-from .params import from_declared
-from .sources import NORMALIZERS, MixOptions, allocate, build_mix, get_source
+from .params import from_declared, parse_declarations
+from .formats import NORMALIZERS
+from .probes import probe_template
+from .sources import MixOptions, allocate, build_mix, get_source
 from .models import resolve_target, text_config
 from .precision import amp_dtype, choose_dtype, probe, resolve_optimizer
 
 # %% auto #0
-__all__ = ['PLAN_DEFAULTS', 'PLAN_FILES', 'GPU_KINDS', 'MEM_DEFAULTS', 'GATED_HOWTO', 'INTERLEAVED', 'MEASURED', 'PRECISION_KEYS',
-           'EFFICIENCY', 'OVERHEAD_S', 'TOKENIZE_PER_S', 'EVAL_COST', 'EVAL_CONTROLS', 'GPU_UTIL', 'BUSY', 'SCALED',
-           'complete_config', 'hub_offline', 'load_target_config', 'target_dims', 'check_row', 'source_checks',
-           'feature_layer_ids', 'layer_checks', 'mask_checks', 'shape_checks', 'regen_checks', 'template_checks',
-           'validate', 'plan_assumptions', 'row_tokens', 'source_rows', 'mix_warnings', 'local_rows', 'row_measure',
-           'measure_rows', 'assumed_tokens', 'truncation_warnings', 'mix_estimate', 'mix_checks', 'drafter_params',
-           'regen_tokens', 'stage_costs', 'feasibility_warnings', 'fmt_bytes', 'demo_settings', 'repair_warnings',
-           'select_warnings', 'estimate', 'usable_bytes', 'target_token_bytes', 'regen_memory', 'extract_memory',
-           'drafter_token_bytes', 'train_memory', 'separate_split', 'train_settings', 'train_fit', 'recommend_train',
-           'recommend_regen', 'train_setting', 'seq_len', 'format_recommendation', 'memory_plan', 'format_memory',
-           'computing_stages', 'run_device', 'machine_probe', 'stage_precision', 'precision_warnings', 'stage_rate',
-           'train_steps', 'drafter_matrices', 'newton_schulz_flops', 'train_step_flops', 'eval_tokens',
-           'predict_minutes', 'busy', 'machine_plan', 'machine_line', 'cached_probe', 'target_tokenizer', 'fit_budget',
-           'budget_line', 'make_plan', 'format_plan', 'register_cli']
+__all__ = ['PLAN_PARAMS', 'PLAN_FILES', 'PLAN_DEFAULTS', 'GPU_KINDS', 'MEM_PARAMS', 'MEM_DEFAULTS', 'GATED_HOWTO', 'PLAN_KEYS',
+           'INTERLEAVED', 'MEASURED', 'PRECISION_KEYS', 'EFFICIENCY', 'OVERHEAD_S', 'TOKENIZE_PER_S', 'EVAL_COST',
+           'EVAL_CONTROLS', 'GPU_UTIL', 'BUSY', 'SCALED', 'complete_config', 'hub_offline', 'load_target_config',
+           'target_dims', 'check_row', 'source_checks', 'feature_layer_ids', 'layer_checks', 'mask_checks',
+           'shape_checks', 'regen_checks', 'template_checks', 'validate', 'plan_assumptions', 'row_tokens',
+           'source_rows', 'mix_warnings', 'local_rows', 'row_measure', 'measure_rows', 'assumed_tokens',
+           'truncation_warnings', 'mix_estimate', 'mix_checks', 'drafter_params', 'regen_tokens', 'stage_costs',
+           'feasibility_warnings', 'fmt_bytes', 'demo_settings', 'repair_warnings', 'select_warnings', 'estimate',
+           'usable_bytes', 'target_token_bytes', 'regen_memory', 'extract_memory', 'drafter_token_bytes',
+           'train_memory', 'separate_split', 'train_settings', 'train_fit', 'recommend_train', 'recommend_regen',
+           'train_setting', 'seq_len', 'format_recommendation', 'memory_plan', 'format_memory', 'computing_stages',
+           'run_device', 'machine_probe', 'stage_precision', 'precision_warnings', 'stage_rate', 'train_steps',
+           'drafter_matrices', 'newton_schulz_flops', 'train_step_flops', 'eval_tokens', 'predict_minutes', 'busy',
+           'machine_plan', 'machine_line', 'cached_probe', 'target_tokenizer', 'fit_budget', 'budget_line', 'make_plan',
+           'format_plan', 'register_cli']
 
 # %% ../nbs/95_plan.ipynb #a742cd59
 def complete_config(cfg: dict,  # a run config (`core.load_config`), sections partial or complete
@@ -43,35 +46,40 @@ def complete_config(cfg: dict,  # a run config (`core.load_config`), sections pa
     return {**cfg, **{st.short: params[st.name] for st in stages}}
 
 # %% ../nbs/95_plan.ipynb #81c411cc
-PLAN_DEFAULTS = {
-    # (prompt tokens, answer tokens) per row, by category: assumptions, set in the config's `plan` section
-    'tokens_per_row': {'general': [180, 420], 'code': [160, 480], 'multi-turn': [600, 700],
-                       'tool-calling': [520, 160], 'agentic': [6000, 1500]},
-    'gpu': 'H200', 'gpu_bf16_tflops': 989.0, 'num_gpus': 8,
-    'util_generation': 0.15,  # decoding is memory-bound: a serving engine's effective MFU, high concurrency
-    'util_prefill': 0.45,     # feature extraction / teacher-forced target forwards
-    'util_training': 0.35,    # drafter training step
-    'bytes_per_char_jsonl': 1.1, 'chars_per_token': 3.8,
-    'sample_rows': 256,       # rows of a local file tokenized with the target's tokenizer for its token estimates
-    'allow_gated': True,      # false: a gated source (hub terms + login) is an error, not a warning
-}
-PLAN_FILES = ('target_config', 'tokenizer')   # `plan` keys naming files (or --target-config, --tokenizer)
+PLAN_PARAMS = parse_declarations("""
+tokens_per_row: dict = {'general': [180, 420], 'code': [160, 480], 'multi-turn': [600, 700], 'tool-calling': [520, 160], 'agentic': [6000, 1500]}  # per row, by category: [prompt tokens, answer tokens] (a category given replaces its pair)
+gpu: str = 'H200'  # the GPU kind of the cluster estimates (a key of GPU_KINDS)
+gpu_bf16_tflops: float = 989.0  # (0, inf) the dense bf16 TFLOP/s of one such GPU
+num_gpus: int = 8  # [1, inf) GPUs of the cluster
+util_generation: float = 0.15  # (0, 1] decoding is memory-bound: a serving engine's effective MFU, high concurrency
+util_prefill: float = 0.45  # (0, 1] feature extraction / teacher-forced target forwards
+util_training: float = 0.35  # (0, 1] the drafter's training step
+bytes_per_char_jsonl: float = 1.1  # (0, inf) bytes of JSONL per character of text
+chars_per_token: float = 3.8  # (0, inf) characters per token where no tokenizer measures them
+sample_rows: int = 256  # [1, inf) rows of a local file tokenized with the target's tokenizer for its token estimates
+allow_gated: bool = True  # false: a gated source (hub terms + login) is an error, not a warning
+target_config: 'Optional[str]' = None  # the target's config.json when the hub is out of reach (or --target-config)
+tokenizer: 'Optional[str]' = None  # a local tokenizer folder to probe the template and resolve the mask token (or --tokenizer)
+""", 'the plan section')
+PLAN_FILES = ('target_config', 'tokenizer')   # the keys naming files: `make_plan` reads them, they are no assumption
+PLAN_DEFAULTS = {k: p.default for k, p in PLAN_PARAMS.items() if k not in PLAN_FILES}
 
 # %% ../nbs/95_plan.ipynb #f5262472
 GPU_KINDS = {'H100': {'label': 'H100 80 GB', 'memory_gb': 80.0, 'bf16_tflops': 989.0},
              'H200': {'label': 'H200 141 GB', 'memory_gb': 141.0, 'bf16_tflops': 989.0},
              'B200': {'label': 'B200 180 GB', 'memory_gb': 180.0, 'bf16_tflops': 2250.0}}
 
-MEM_DEFAULTS = {
-    'gpu_kinds': ['H100', 'H200', 'B200'],
-    'mem_headroom': 0.08,        # fraction of the card kept free (allocator fragmentation)
-    'mem_reserved_gb': 2.0,      # CUDA context, cuBLAS workspaces, NCCL buffers
-    'head_bytes': 4,             # per element of the frozen embedding + LM head (fp32, as train loads them)
-    'logit_bytes': 14,           # per logit: bf16 logits 2 + fp32 copy 4 + saved log-softmax 4 + gradient 4
-    'ce_chunk_elems': 2 ** 26,   # the chunked loss: logits per chunk (drafter.CE_CHUNK_ELEMS)
-    'regen_tp': 1,               # tensor-parallel GPUs per regeneration server
-    'prefill_chunk': 8192,       # tokens per prefill step of a serving engine (chunked prefill)
-}
+MEM_PARAMS = parse_declarations("""
+gpu_kinds: list = ['H100', 'H200', 'B200']  # the GPU kinds of the memory table (keys of GPU_KINDS; others are left out)
+mem_headroom: float = 0.08  # [0, 1) fraction of the card kept free (allocator fragmentation)
+mem_reserved_gb: float = 2.0  # [0, inf) GB for the CUDA context, cuBLAS workspaces, NCCL buffers
+head_bytes: int = 4  # [1, inf) per element of the frozen embedding + LM head (fp32, as train loads them)
+logit_bytes: int = 14  # [1, inf) per logit: bf16 logits 2 + fp32 copy 4 + saved log-softmax 4 + gradient 4
+ce_chunk_elems: int = 67108864  # [1, inf) the chunked loss: logits per chunk (2**26, drafter.CE_CHUNK_ELEMS)
+regen_tp: int = 1  # [1, inf) tensor-parallel GPUs per regeneration server
+prefill_chunk: int = 8192  # [1, inf) tokens per prefill step of a serving engine (chunked prefill)
+""", 'the plan section')
+MEM_DEFAULTS = {k: p.default for k, p in MEM_PARAMS.items()}
 
 # %% ../nbs/95_plan.ipynb #4eeba568
 def hub_offline(host: str = 'huggingface.co',  # the hub's host
@@ -123,7 +131,8 @@ def target_dims(cfg: dict,  # a target's config.json as a dict (multimodal or no
     t = text_config(cfg)
     H, N, V = int(t['hidden_size']), int(t['num_hidden_layers']), int(t['vocab_size'])
     I = int(t.get('intermediate_size') or 4 * H)
-    nh = int(t.get('num_attention_heads') or H // 128); nkv = int(t.get('num_key_value_heads') or nh)
+    nh = int(t.get('num_attention_heads') or H // 128)
+    nkv = int(t.get('num_key_value_heads') or nh)
     hd = int(t.get('head_dim') or H // nh)
     full = sum(1 for x in (t.get('layer_types') or ['full_attention'] * N) if x != 'linear_attention')
     attn_full, attn_lin = _attention_params(t, H, nh, nkv, hd)
@@ -160,7 +169,9 @@ def source_checks(src: dict,                 # the complete `sources` section
     out = []
     for name in src['sources']:
         try: s = get_source(name, src['extra_sources'])
-        except (KeyError, ValueError) as e: out.append(check_row(f'source {name}', False, str(e))); continue
+        except (KeyError, ValueError) as e:
+            out.append(check_row(f'source {name}', False, str(e)))
+            continue
         out.append(check_row(f'source {name}', s.normalizer in NORMALIZERS,
                              f'{s.hf_id or s.path} normalizer={s.normalizer} licence={s.license}'))
         if s.gated:
@@ -262,7 +273,6 @@ def template_checks(tokenizer,         # the target's tokenizer (None: nothing t
                    ) -> list[dict]:    # check rows (warnings)
     "Probe the chat template: rules that reject rows, and the repairs that fix them."
     if tokenizer is None or not getattr(tokenizer, 'chat_template', None): return []
-    from dflash_nb.templates import probe_template   # only with a tokenizer at hand
     try: rep = probe_template(tokenizer, enable_thinking=enable_thinking)
     except Exception as e: return [check_row('chat template probe', False, f'probe failed: {e}', 'warning')]
     diag = rep.get('diagnosis') or []
@@ -289,15 +299,17 @@ def validate(cfg: dict,        # a complete run config
             + template_checks(tokenizer, cfg['templates']['enable_thinking']))
 
 # %% ../nbs/95_plan.ipynb #79dad241
+PLAN_KEYS = {**PLAN_PARAMS, **MEM_PARAMS}   # every key of the `plan` section, declared
+
 def plan_assumptions(plan: dict | None = None,  # the config's `plan` section
-                    ) -> dict:                  # every assumption, the section's values over the defaults
-    "The plan's assumptions: `PLAN_DEFAULTS` and `MEM_DEFAULTS` under the `plan` section's values."
+                    ) -> dict:                  # every assumption, the section's values (checked) over the defaults
+    "The plan's assumptions: `PLAN_DEFAULTS` and `MEM_DEFAULTS` under the `plan` section's values, each checked as declared."
     plan = dict(plan or {})
-    odd = sorted(set(plan) - set(PLAN_DEFAULTS) - set(MEM_DEFAULTS) - set(PLAN_FILES))
-    if odd: raise ConfigError(f'unknown key plan.{odd[0]} (known: '
-                              f'{", ".join(sorted({*PLAN_DEFAULTS, *MEM_DEFAULTS, *PLAN_FILES}))})')
-    P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **{k: v for k, v in plan.items() if k not in PLAN_FILES}}
-    P['tokens_per_row'] = {**PLAN_DEFAULTS['tokens_per_row'], **(plan.get('tokens_per_row') or {})}
+    odd = sorted(set(plan) - set(PLAN_KEYS))
+    if odd: raise ConfigError(f'unknown key plan.{odd[0]} (known: {", ".join(sorted(PLAN_KEYS))})')
+    vals = {k: PLAN_KEYS[k].check(v, f'plan.{k}') for k, v in plan.items()}
+    P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **{k: v for k, v in vals.items() if k not in PLAN_FILES}}
+    P['tokens_per_row'] = {**PLAN_DEFAULTS['tokens_per_row'], **(vals.get('tokens_per_row') or {})}
     return P
 
 # %% ../nbs/95_plan.ipynb #c4652ed9
@@ -312,7 +324,8 @@ def row_tokens(category: str,    # the source's category
     if category not in P['tokens_per_row']:
         raise ConfigError(f'plan.tokens_per_row has no [prompt, answer] entry for category {category!r}')
     p, a = P['tokens_per_row'][category]
-    a = min(a, max_new); t = min(p + a, L) if L else p + a
+    a = min(a, max_new)
+    t = min(p + a, L) if L else p + a
     return p, a, t, (t * a / (p + a) if category in INTERLEAVED else max(0, t - p))
 
 # %% ../nbs/95_plan.ipynb #008a931a
@@ -492,7 +505,8 @@ def mix_estimate(cfg: dict,  # a complete run config
     for s in sources:
         got = local_rows(s, alloc[s.name], src)
         rows = got.pop('_rows') if got else None
-        n = got['rows'] if got else source_rows(s, alloc[s.name]); p = row_tokens(s.category, P, L, max_new)[0]
+        n = got['rows'] if got else source_rows(s, alloc[s.name])
+        p = row_tokens(s.category, P, L, max_new)[0]
         if got and (got['rows'] < alloc[s.name] or got['quarantined']): warn.append(_counted_line(s.name, alloc[s.name], got))
         m = measure_rows(rows, tokenizer, cfg, P, s.category) if rows and tokenizer is not None else None
         per[s.name] = {'category': s.category, 'quota': alloc[s.name], 'quota_in_config': quotas.get(s.name), 'rows': n,
@@ -680,7 +694,8 @@ def regen_memory(dims: dict,             # `target_dims` of the target
                  P: dict | None = None,  # assumptions (`prefill_chunk`)
                 ) -> dict:               # bytes per GPU by component
     "Bytes per GPU of serving the target for regeneration."
-    P = {**MEM_DEFAULTS, **(P or {})}; c = target_token_bytes(dims)
+    P = {**MEM_DEFAULTS, **(P or {})}
+    c = target_token_bytes(dims)
     return {'target weights': 2 * dims['params_estimate'] / tp,
             'KV cache (full-attention layers)': batch * ctx * c['kv_per_token'] / tp,
             'recurrent state (linear-attention layers)': batch * c['state_per_seq'] / tp,
@@ -794,7 +809,8 @@ def train_fit(dims: dict,      # `target_dims` of the target
               P: dict | None = None,  # assumptions
              ) -> dict:        # the setting with its batch (0: nothing fits), grad_accum, GPU split and bytes
     "The largest per-GPU batch (up to the configured one) that fits `setting` on `num_gpus` GPUs of `kind`."
-    P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **(P or {})}; usable = usable_bytes(kind, P)
+    P = {**PLAN_DEFAULTS, **MEM_DEFAULTS, **(P or {})}
+    usable = usable_bytes(kind, P)
     sep = setting['placement'] == 'separate'
     if sep and num_gpus < 2: return {**setting, 'batch': 0}
     tg = separate_split(dims, train, seq, num_gpus, P) if sep else 0
@@ -815,7 +831,8 @@ def recommend_train(dims: dict,            # `target_dims` of the target
                     P: dict | None = None,  # assumptions
                    ) -> dict | None:       # a `train_fit` result, or None
     "The first setting that fits the configured batch on `kind`, else the largest batch's; None: none fits."
-    P = {**MEM_DEFAULTS, **(P or {})}; best = None
+    P = {**MEM_DEFAULTS, **(P or {})}
+    best = None
     for s in train_settings():
         f = train_fit(dims, train, seq, kind, num_gpus, s, P)
         if f['batch'] == train['batch_size']: return f
@@ -878,7 +895,8 @@ def _stage_memory(cfg: dict, dims: dict, P: dict, kinds: list) -> dict:
     Pr = P if rs['backend'] == 'http' else {**P, 'prefill_chunk': 1 << 50}   # HF generate: the whole batch
     n_feat = tr['num_feature_layers'] + (1 if hs['include_last'] else 0)
     efn = lambda t: extract_memory(dims, t, max(1, min(hs['max_batch_size'], t // seq + 1)), n_feat)
-    ts = train_setting(tr); tg = separate_split(dims, tr, seq, G, P) if ts['placement'] == 'separate' else 0
+    ts = train_setting(tr)
+    tg = separate_split(dims, tr, seq, G, P) if ts['placement'] == 'separate' else 0
     m = train_memory(dims, tr, seq, tr['batch_size'], world=G - tg, P=P, **ts)
     regen = regen_memory(dims, rs['batch'], rs['ctx'], rs['prompt'], rs['tp'], Pr)
     return {'40_regenerate': {'setting': rs, 'components': regen,

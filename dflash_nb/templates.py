@@ -4,294 +4,21 @@
 
 # %% ../nbs/20_templates.ipynb #52fe1fa9
 from __future__ import annotations
-import hashlib, html, json, re, traceback
+import html
 from pathlib import Path
 
 from .core import Quarantine, Stage, iter_jsonl, setup_logging, write_json
-from .schema import FIXES, apply_repairs, fix_row, repair_kind, repair_names
-from .masks import (LOSS_REASONS, PROBE_TOOLS, SPLIT_REASON, MaskError, Renderer, as_renderer, assistant_mask,
-                             assistant_masks, locate_turns, split_reason, supervised_pieces, template_features, turn_samples,
-                             _ASST, _CALL, _CALL_STR, _SYS, _THINK, _TOOL, _USR, _USR2, _as_messages, _tc, _template_text)
+from .schema import repair_kind
+from .masks import (LOSS_REASONS, SPLIT_REASON, MaskError, Renderer, as_renderer, assistant_mask, assistant_masks,
+                             locate_turns, row_messages, special_ids, split_failure, split_why, supervised_pieces,
+                             template_text, turn_samples)
+from .probes import fmt_table, probe_template, schema_repair
 from .models import load_tokenizer
 
 # %% auto #0
-__all__ = ['PROBES', 'THINKING_PROBES', 'run_probe', 'explain_error', 'diagnose_probe', 'probe_template', 'probe_table',
-           'show_tail', 'format_probe_report', 'generation_mask', 'compare_with_generation_mask', 'mask_html',
-           'show_mask', 'is_prompt_only', 'placeholder_supervision', 'schema_repair', 'mask_check', 'format_mask_check',
-           'load_tokenizer_spec', 'read_prompts', 'quarantine_failures', 'prompt_only_report', 'templates_stage']
-
-# %% ../nbs/20_templates.ipynb #0f917f68
-_TOOLS = {'tools': PROBE_TOOLS}
-PROBES = [
-    ('assistant_only', 'a single assistant message (speculators 0.4/0.5 mask-support probe)',
-     [{'role': 'assistant', 'content': 'test ASTMARK'}], {}),
-    ('user_only', 'a single user message', [_USR], {}),
-    ('system_user', 'system + user', [_SYS, _USR], {}),
-    ('system_only', 'a single system message', [_SYS], {}),
-    ('user_assistant', 'user + assistant', [_USR, _ASST], {}),
-    ('multi_turn', 'user, assistant, user, assistant',
-     [_USR, _ASST, _USR2, {'role': 'assistant', 'content': 'Rain. AST2MARK'}], {}),
-    ('no_user_tool_responses', 'system, assistant tool call, tool response, assistant: no real user turn',
-     [_SYS, _CALL, _TOOL, _ASST], _TOOLS),
-    ('tool_call_dict_args', 'tool call with arguments as an object', [_USR, _CALL, _TOOL, _ASST], _TOOLS),
-    ('tool_call_string_args', 'tool call with arguments as a JSON string', [_USR, _CALL_STR, _TOOL, _ASST],
-     _TOOLS),
-    ('parallel_tool_responses', 'two tool calls answered by two consecutive tool messages',
-     [_USR,
-      {'role': 'assistant', 'content': '',
-       'tool_calls': [_tc({'city': 'Paris'}), _tc({'city': 'Rome'}, id='call_2')]},
-      _TOOL, {**_TOOL, 'tool_call_id': 'call_2', 'content': '{"temp_c": 25} TOOL2MARK'}, _ASST], _TOOLS),
-    ('reasoning_content', 'assistant with reasoning_content', [_USR, _THINK], {}),
-    ('reasoning_in_history', 'reasoning in an earlier assistant turn',
-     [_USR, _THINK, {'role': 'user', 'content': 'Thanks! USR2MARK'}, {'role': 'assistant', 'content': 'You are welcome. AST2MARK'}], {}),
-    ('empty_assistant', 'assistant with empty content', [_USR, {'role': 'assistant', 'content': ''}], {}),
-    ('empty_user', 'user with empty content', [{'role': 'user', 'content': ''}, _ASST], {}),
-    ('none_content', 'assistant content None (tool-call only turns in OpenAI format)',
-     [_USR, {**_CALL, 'content': None}, _TOOL, _ASST], _TOOLS),
-    ('list_content', 'content as a list of text parts',
-     [{'role': 'user', 'content': [{'type': 'text', 'text': 'What is the weather? USRMARK'}]}, _ASST], {}),
-    ('system_not_first', 'a system message after the user message', [_USR, _SYS, _ASST], {}),
-    ('unknown_role', "an unknown role ('narrator')",
-     [_USR, {'role': 'narrator', 'content': 'sensor data OBSMARK'}, _ASST], {}),
-    ('generation_prompt_off', 'user only, add_generation_prompt=False', [_USR],
-     {'add_generation_prompt': False}),
-    ('generation_prompt_on', 'user only, add_generation_prompt=True', [_USR],
-     {'add_generation_prompt': True}),
-]
-THINKING_PROBES = [
-    ('enable_thinking_on', 'generation prompt with enable_thinking=True', [_USR],
-     {'add_generation_prompt': True, 'enable_thinking': True}),
-    ('enable_thinking_off', 'generation prompt with enable_thinking=False', [_USR],
-     {'add_generation_prompt': True, 'enable_thinking': False}),
-]
-
-# %% ../nbs/20_templates.ipynb #97228774
-_MARK_RE = re.compile(r'\b[A-Z0-9]+MARK\b')
-
-def _markers(messages) -> list[str]:
-    return sorted(set(_MARK_RE.findall(json.dumps(messages))))
-
-def _error_info(e: BaseException, template: str) -> dict:
-    "Type, message and the template line that raised (from the jinja traceback frames), with its enclosing condition."
-    info = {'error_type': type(e).__name__, 'error': str(e)}
-    lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == '<template>']
-    src = template.splitlines()
-    if not lines or not 0 < lines[-1] <= len(src): return {**info, 'line': lines[-1]} if lines else info
-    n = lines[-1]; info.update(line=n, source=src[n - 1].strip())
-    for k in range(n - 1, 0, -1):   # the nearest enclosing condition
-        if re.match(r'\s*\{%-?\s*(if|elif|for)\b', src[k - 1]):
-            info.update(condition=src[k - 1].strip(), condition_line=k); break
-    return info
-
-def run_probe(
-    r: Renderer,  # the template
-    messages,  # the probe's messages (marker words in their texts)
-    tools=None,  # tools to render with
-    **kw,  # template variables
-) -> dict:  # {'ok', 'rendered', 'missing'} or {'ok': False, 'error_type', 'error', 'line', 'source', 'condition'}
-    "Render one probe: the render and the markers it drops, or the error and the template rule that raised."
-    try: text = r.render(messages, tools=tools, **kw)
-    except Exception as e: return {'ok': False, **_error_info(e, r.template)}
-    missing = [m for m in _markers(messages) if m not in text]
-    return {'ok': True, 'rendered': text, **({'missing': missing} if missing else {})}
-
-# %% ../nbs/20_templates.ipynb #ce8d1506
-_EXPLAIN = [
-    (r'No user query found',
-     'The template searches backwards for the last *real* user turn (one that is not only a '
-     '<tool_response>) to decide where reasoning is kept, and raises when there is none: conversations that start '
-     'with an assistant or only carry tool responses are rejected.'),
-    (r'item pairs from a mapping|has no attribute .items|not a mapping',
-     'The template iterates tool-call `arguments` with '
-     '`|items`: arguments must be an object (dict); a JSON string (the OpenAI wire format) crashes it.'),
-    (r'System message must be|system.*(first|beginning)',
-     'A system message is only allowed as the first message.'),
-    (r'Unexpected message role|Unknown role|[Rr]ole', 'The template only knows a fixed set of roles.'),
-    (r'Unexpected content type|can only concatenate|unsupported operand|NoneType',
-     'A content value of an unexpected '
-     'type (None or a list of parts) reached string concatenation.'),
-    (r'No messages provided', 'An empty conversation.'),
-]
-
-def explain_error(
-    message: str,  # a template error message
-) -> str:  # the explanation, or a pointer to the template rule
-    "A one-line explanation of a known template error message."
-    for pat, text in _EXPLAIN:
-        if re.search(pat, message or ''): return text
-    return 'Template error (no known explanation: read the template rule below).'
-
-# %% ../nbs/20_templates.ipynb #004388c3
-def _unsupported(f: dict) -> set:
-    "Markers of what the template never renders (tool calls, tool responses, last-turn reasoning)."
-    return (({'CALLMARK'} if f.get('tool_call_style') == 'none' else set())
-            | ({'TOOLMARK', 'TOOL2MARK'} if f.get('tool_response_rendered') is False else set())
-            | ({'THINKMARK'} if f.get('thinking', {}).get('last_turn_reasoning') == 'dropped' else set()))
-
-def _drop_explanation(missing) -> str:
-    if set(missing) <= {'THINKMARK'}:
-        return ('renders, but the reasoning is not rendered (by design for history turns in Qwen-style templates; '
-                'a template without reasoning support drops it everywhere)')
-    if 'CALLMARK' in missing: return 'renders, but the tool calls are not rendered: the template drops them'
-    return f'renders, but silently drops {", ".join(missing)}: the template ignores that message'
-
-def _working_repairs(r: Renderer, messages, tools, good, kw) -> list[tuple[str, str]]:
-    "(repair, render) for each schema repair after which the probe renders well (else all applicable ones together)."
-    row, works, applicable = {'messages': messages}, [], []
-    for name in FIXES:
-        fixed, notes = apply_repairs(row, [name])
-        if not notes: continue
-        applicable.append(name)
-        if good(rr := run_probe(r, fixed['messages'], tools, **kw)): works.append((name, rr['rendered']))
-    if works or not applicable: return works
-    rr = run_probe(r, apply_repairs(row, applicable)[0]['messages'], tools, **kw)
-    return [('+'.join(applicable), rr['rendered'])] if good(rr) else []
-
-# %% ../nbs/20_templates.ipynb #02d68ad6
-def diagnose_probe(
-    r: Renderer,  # the template
-    messages,  # the probe's messages
-    tools=None,  # tools to render with
-    **kw,  # template variables
-) -> dict:  # run_probe's result plus `explanation`, `repairs_ok`, `repair` (chosen, or a `+` combination), `repaired_render`
-    "Render a probe; on an error or a silent drop, explain the rule hit and find the repairs that make it render."
-    res = run_probe(r, messages, tools, **kw)
-    if res['ok'] and not res.get('missing'): return res
-    unsupported = _unsupported(template_features(r, kw.get('enable_thinking')))
-    res['explanation'] = explain_error(res.get('error', '')) if not res['ok'] else _drop_explanation(res['missing'])
-    if res['ok'] and set(res['missing']) <= unsupported:   # a feature the template lacks: no repair brings it back
-        return {**res, 'repairs_ok': [], 'repair': None}
-    good = lambda rr: rr['ok'] and set(rr.get('missing') or []) <= unsupported | set(res.get('missing') or [])
-    works = _working_repairs(r, messages, tools, good, kw)
-    res.update(repairs_ok=[n for n, _ in works], repair=works[0][0] if works else None)
-    if works: res['repaired_render'] = works[0][1]
-    return res
-
-# %% ../nbs/20_templates.ipynb #7d25a76b
-def _probe_rows(r: Renderer, name, desc, messages, kw, include_renders) -> tuple[dict, dict | None]:
-    "One probe's table row and, when it fails or drops something, its diagnosis."
-    kw = dict(kw); tools = kw.pop('tools', None)
-    d = diagnose_probe(r, messages, tools, **kw)
-    row = {'probe': name, 'description': desc, 'ok': d['ok'], 'error_type': d.get('error_type'),
-           'error': d.get('error'),
-           'missing': d.get('missing'),
-           **({'rendered': d['rendered']} if include_renders and d['ok'] else {})}
-    if d['ok'] and not d.get('missing'): return row, None
-    return row, {'probe': name, 'error': f"{d['error_type']}: {d['error']}" if not d['ok'] else None,
-                 'missing': d.get('missing'),
-                 'line': d.get('line'), 'rule': d.get('source'), 'condition': d.get('condition'),
-                 'explanation': d['explanation'],
-                 'repair': d.get('repair'),
-                 'repair_kind': repair_kind((d.get('repair') or '').split('+')) if d.get('repair') else None,
-                 'repairs_ok': d.get('repairs_ok'),
-                 'repaired_render': d.get('repaired_render') if include_renders else None}
-
-_SPLIT_PROBE = [_USR, {**_THINK, 'reasoning_content': 'Look it up. EARLYMARK'}, _USR2, _THINK]   # reasoning in an earlier turn and the last
-
-def _splits_note(why: str | None, f: dict) -> str:
-    "The probe's line on earlier reasoning: whether `tokenization.rows: auto` will split rows, and why."
-    if why: return (f"dropped ({why} of the probe): `tokenization.rows: auto` splits a row whose earlier assistant turns "
-                    'carry reasoning into one sample per assistant turn')
-    if (f.get('thinking') or {}).get('last_turn_reasoning') != 'kept': return 'never shown, so a row stays one sample (a split gains nothing)'
-    return 'kept: a row stays one sample'
-
-def _drops(f: dict) -> list[str]:
-    "What assistant content the template never renders."
-    return (['tool calls'] if f.get('tool_call_style') == 'none' else []) + \
-           (['reasoning'] if f.get('thinking', {}).get('last_turn_reasoning') == 'dropped' else [])
-
-# %% ../nbs/20_templates.ipynb #f72fa35a
-def probe_template(
-    tokenizer_or_template,  # a tokenizer, target spec, `.jinja` file, template string or Renderer
-    chat_template=None,  # a template replacing the tokenizer's own
-    enable_thinking: bool | None = None,  # the thinking mode (None: the template's default)
-    include_renders: bool = True,  # keep each probe's rendered text in the report
-) -> dict:  # {'template', 'sha256', 'tokenizer', 'probes', 'diagnosis', 'features', 'summary'}
-    "Render the probe matrix through a template, diagnose every failure and measure the features."
-    r = as_renderer(tokenizer_or_template, chat_template)
-    feats = template_features(r, enable_thinking)
-    probes, diagnosis = [], []
-    for name, desc, messages, kw in PROBES + (THINKING_PROBES if feats.get('uses_enable_thinking') else []):
-        if 'enable_thinking' not in kw and enable_thinking is not None: kw = {**kw, 'enable_thinking': enable_thinking}
-        row, d = _probe_rows(r, name, desc, messages, kw, include_renders)
-        probes.append(row); diagnosis += [d] if d else []
-    summary = {'probes': len(probes), 'failed': sum(not p['ok'] for p in probes),
-               'silently_dropping': sum(bool(p['missing']) for p in probes),
-               'repaired': sum(bool(d['repair']) for d in diagnosis if d['error']),
-               'unrepaired': sum(not d['repair'] for d in diagnosis if d['error']), 'drops': _drops(feats),
-               'splits': split_reason(r, _SPLIT_PROBE, None, enable_thinking)}   # the decision `tokenization.rows: auto` makes
-    return {'template': r.name, 'sha256': hashlib.sha256(r.template.encode()).hexdigest(),
-            'tokenizer': getattr(r.tokenizer, 'name_or_path', None), 'enable_thinking': enable_thinking,
-            'probes': probes, 'diagnosis': diagnosis, 'features': feats, 'summary': summary}
-
-# %% ../nbs/20_templates.ipynb #a2033c84
-def probe_table(
-    report: dict,  # a `probe_template` report
-) -> list[dict]:  # {'probe', 'result', 'line', 'rule', 'repair', 'class'} per probe
-    "One display row per probe: the result (ok / error / drops), the rule hit, the repair and its class."
-    diag = {d['probe']: d for d in report['diagnosis']}
-    rows = []
-    for p in report['probes']:
-        d = diag.get(p['probe'], {})
-        result = 'ok' if p['ok'] and not p['missing'] else f"drops {','.join(p['missing'])}" if p['ok'] else f"{p['error_type']}: {p['error']}"
-        rows.append({'probe': p['probe'], 'result': result, 'line': d.get('line'),
-                     'rule': d.get('condition') or d.get('rule'),
-                     'repair': d.get('repair'), 'class': d.get('repair_kind')})
-    return rows
-
-def _cut(v, width: int) -> str:
-    "A one-line cell: newlines shown as `\\n`, cut at `width` with an explicit `…`."
-    s = ('' if v is None else str(v)).replace('\n', '\\n')
-    return s if len(s) <= width else s[:width - 1] + '…'
-
-def _fmt_table(rows: list[dict], width: int = 60, full=()) -> str:
-    "Rows of dicts as an aligned plain-text table (for the terminal); columns in `full` are never cut."
-    if not rows: return ''
-    cols = list(rows[0])
-    cw = {c: 10_000 if c in full else width for c in cols}
-    w = {c: max(len(c), *(len(_cut(r[c], cw[c])) for r in rows)) for c in cols}
-    just = lambda v, c: _cut(v, cw[c]).rjust(w[c]) if isinstance(v, (int, float)) else _cut(v, cw[c]).ljust(w[c])   # numbers right
-    lines = ['  '.join(c.ljust(w[c]) for c in cols).rstrip(), '  '.join('-' * w[c] for c in cols)]
-    return '\n'.join(lines + ['  '.join(just(r[c], c) for c in cols).rstrip() for r in rows])
-
-# %% ../nbs/20_templates.ipynb #b725c5dc
-def show_tail(
-    text: str,  # the text (a generation prompt, a render)
-    tokenizer=None,  # its tokenizer: cut between tokens (else before `<|`, `<` or whitespace)
-    max_chars: int = 80,  # the most characters shown
-) -> str:  # the text as a JSON string, preceded by `…` when its start was cut
-    "The end of `text` for a report, cut at a token boundary with an explicit marker."
-    if len(text) <= max_chars: return json.dumps(text, ensure_ascii=False)
-    if tokenizer is not None:
-        starts = [s for s, _ in tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)['offset_mapping']]
-    else: starts = [m.start() for m in re.finditer(r'<\|?|(?<=\s)\S', text)]
-    cut = next((s for s in starts if len(text) - s <= max_chars), len(text))
-    return '…' + json.dumps(text[cut:], ensure_ascii=False)
-
-# %% ../nbs/20_templates.ipynb #23477128
-def _feature_lines(feats: dict, indent: str = '  ') -> list[str]:
-    "Features as `key: value` lines, a nested dict indented under its key."
-    out = []
-    for k, v in feats.items():
-        if isinstance(v, dict): out += [f'{indent}{k}:'] + _feature_lines(v, indent + '  ')
-        else: out.append(f'{indent}{k}: {show_tail(v) if isinstance(v, str) else json.dumps(v)}')
-    return out
-
-def format_probe_report(
-    rep: dict,  # a `probe_template` report
-) -> str:  # aligned plain text
-    "The probe report as text: the table, the diagnosis of each failure, the features."
-    out = [f"template {rep['template']} (sha256 {rep['sha256'][:12]}), tokenizer {rep.get('tokenizer')}",
-           'drops: ' + (', '.join(rep['summary']['drops']) or 'nothing an assistant writes'),
-           'earlier reasoning: ' + _splits_note(rep['summary'].get('splits'), rep['features']), '',
-           _fmt_table(probe_table(rep)), '', 'diagnosis:']
-    for d in rep['diagnosis']:
-        out.append(f"- {d['probe']}: {d['error'] or 'drops ' + ','.join(d['missing'] or [])}")
-        if d.get('line'): out.append(f"    rule (line {d['line']}): {d.get('condition') or ''} {d.get('rule') or ''}".rstrip())
-        also = f" (also: {', '.join(d['repairs_ok'][1:])})" if len(d.get('repairs_ok') or []) > 1 else ''
-        out += [f"    why: {d['explanation']}",
-                f"    repair: {d['repair'] or 'none found'}" + (f" ({d['repair_kind']})" if d.get('repair_kind') else '') + also]
-    return '\n'.join(out + ['', 'features:'] + _feature_lines(rep['features']))
+__all__ = ['generation_mask', 'compare_with_generation_mask', 'mask_html', 'show_mask', 'is_prompt_only',
+           'placeholder_supervision', 'mask_check', 'format_mask_check', 'load_tokenizer_spec', 'read_prompts',
+           'quarantine_failures', 'prompt_only_report', 'templates_stage']
 
 # %% ../nbs/20_templates.ipynb #8df3dd01
 def generation_mask(
@@ -303,7 +30,7 @@ def generation_mask(
 ) -> tuple[list[int], list[int]]:  # (input_ids, assistant mask) as transformers gives them
     "The mask transformers' `return_assistant_tokens_mask` gives under a template with `{% generation %}`."
     kw = {} if enable_thinking is None else {'enable_thinking': enable_thinking}
-    out = tokenizer.apply_chat_template(messages, tools=tools, chat_template=_template_text(chat_template),
+    out = tokenizer.apply_chat_template(messages, tools=tools, chat_template=template_text(chat_template),
                                         tokenize=True,
                                         return_dict=True, return_assistant_tokens_mask=True, **kw)
     return list(out['input_ids']), list(out['assistant_masks'])
@@ -334,16 +61,14 @@ def compare_with_generation_mask(
     offs = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)['offset_mapping']
     diff, examples = {'newline_after_eot': 0, 'generation_prompt': 0, 'other': 0}, []
     for k in (k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b):
-        cls = _diff_class(k, ours, theirs, offs, text, turns); diff[cls] += 1
+        cls = _diff_class(k, ours, theirs, offs, text, turns)
+        diff[cls] += 1
         if len(examples) < 8: examples.append({'token': k, 'text': text[slice(*offs[k])], 'ours': ours[k],
                                                'theirs': theirs[k], 'class': cls})
     return {'comparable': True, 'agree': diff['other'] == 0, 'exact': ours == theirs, 'diff': diff,
             'examples': examples}
 
 # %% ../nbs/20_templates.ipynb #8278f3e6
-def _special_ids(tokenizer) -> set:
-    return set(getattr(tokenizer, 'all_special_ids', []) or []) | set(tokenizer.get_added_vocab().values())
-
 def mask_html(
     tokenizer,  # the tokenizer
     input_ids,  # token ids
@@ -352,7 +77,7 @@ def mask_html(
     title: str | None = None,  # a title above the tokens
 ) -> str:  # the HTML
     "The tokens coloured by mask (green: supervised, bold: special tokens, `↵`: newline), with inline styles."
-    special, n = _special_ids(tokenizer), len(input_ids) if max_tokens is None else min(len(input_ids), max_tokens)
+    special, n = special_ids(tokenizer), len(input_ids) if max_tokens is None else min(len(input_ids), max_tokens)
     parts = []
     for i in range(n):
         esc = html.escape(tokenizer.decode([input_ids[i]])).replace('\n', '↵<br>').replace(' ', '&nbsp;')
@@ -375,7 +100,8 @@ def show_mask(
     "Display a conversation's tokens coloured by its exact assistant mask (in a notebook)."
     from IPython.display import HTML, display   # notebooks only
     ids, mask = assistant_mask(tokenizer, messages, tools, chat_template, enable_thinking)
-    h = HTML(mask_html(tokenizer, ids, mask, title=title)); display(h)
+    h = HTML(mask_html(tokenizer, ids, mask, title=title))
+    display(h)
     return h
 
 # %% ../nbs/20_templates.ipynb #aeaf3235
@@ -399,34 +125,14 @@ def placeholder_supervision(
     toks = [tokenizer.decode([i]) for i, m in zip(ids, mask) if m]
     return {'text': text, 'enable_thinking': enable_thinking, 'supervised_tokens': len(toks), 'tokens': toks}
 
-# %% ../nbs/20_templates.ipynb #72d9cc9a
-def schema_repair(
-    row: dict,  # a row (`messages`, maybe `tools`)
-) -> tuple[str | None, str | None, dict | None]:  # (`+`-joined repair names, their class, the repaired row) or Nones
-    "The repair `30_convert` would apply to a rejected row when opted in to every repair (`schema.fix_row(row, FIXES)`)."
-    fixed, notes = fix_row({'id': 'x', 'source': 'x', **row}, FIXES)
-    if not notes: return None, None, None
-    names = repair_names(notes)
-    return '+'.join(names), repair_kind(names), {k: v for k, v in fixed.items() if k in row or k in ('messages', 'tools')}
-
-# %% ../nbs/20_templates.ipynb #53438103
-def _split_why(r: Renderer, msgs, tools, failed: str | None, enable_thinking, method) -> str | None:
-    "Why `tokenization.rows: auto` splits a row whose whole mask gave `failed` (None: a mask), or None: it stays one sample."
-    if failed not in (None, 'the template drops reasoning'): return None   # fails as one conversation, as in tokenization
-    return split_reason(r, msgs, tools, enable_thinking, method)
-
-def _split_failure(reasons: list) -> int | None:
-    "The sample (position) that quarantines a split row, from each sample's failure reason (None: a mask): the first losing content, else the first when none survives."
-    bad = [k for k, x in enumerate(reasons) if x is not None]
-    loss = [k for k in bad if reasons[k] in LOSS_REASONS]
-    return loss[0] if loss else bad[0] if bad and len(bad) == len(reasons) else None
-
 # %% ../nbs/20_templates.ipynb #7d3d976c
 def _row_repair_ok(r: Renderer, row: dict, enable_thinking, method) -> tuple[str | None, str | None]:
     "(repair, class) of a row when the repaired row gets a mask, else (None, None)."
     name, kind, fixed = schema_repair(row)
     if not fixed: return None, None
-    try: locate_turns(r, fixed['messages'], fixed.get('tools'), enable_thinking, method); return name, kind
+    try:
+        locate_turns(r, fixed['messages'], fixed.get('tools'), enable_thinking, method)
+        return name, kind
     except MaskError as e: return (name, kind) if e.reason == 'prompt-only' else (None, None)   # a prompt is kept
 
 def _check_summary(n: int) -> dict:
@@ -448,18 +154,23 @@ def _decode_ok(r: Renderer, out, text, turns, s) -> bool:
 # %% ../nbs/20_templates.ipynb #21a44e4e
 def _check_failed(r: Renderer, row, out, s, enable_thinking, method) -> dict:
     "Count one failed row; its failure record with the repair that would save it."
-    msgs, tools = _as_messages(row)
-    s['failed'] += 1; _count(s['reasons'], out['reason']); s['content_lost'] += out['reason'] in LOSS_REASONS
+    msgs, tools = row_messages(row)
+    s['failed'] += 1
+    _count(s['reasons'], out['reason'])
+    s['content_lost'] += out['reason'] in LOSS_REASONS
     rep, kind = _row_repair_ok(r, {'messages': msgs, **({'tools': tools} if tools else {})},
                                enable_thinking, method)
-    if rep: _count(s['repairs'], rep); _count(s['repair_kinds'], kind)
+    if rep:
+        _count(s['repairs'], rep)
+        _count(s['repair_kinds'], kind)
     return {'id': row.get('id') if isinstance(row, dict) else None, 'reason': out['reason'],
             'error': out['error'],
             'repair': rep, 'repair_kind': kind}
 
 def _check_ok(r: Renderer, msgs, tools, out, s, enable_thinking, method, decode_check, supervise='all'):
     "Count one mask (a row's, or a split row's sample): tokens, turn methods, the decode check."
-    s['tokens'] += len(out['input_ids']); s['supervised_tokens'] += sum(out['loss_mask'])
+    s['tokens'] += len(out['input_ids'])
+    s['supervised_tokens'] += sum(out['loss_mask'])
     text, turns = locate_turns(r, msgs, tools, enable_thinking, method, supervise)
     for t in turns: _count(s['turn_methods'], t.method)
     if decode_check and not _decode_ok(r, out, text, turns, s): s['decode_mismatches'] += 1
@@ -467,18 +178,20 @@ def _check_ok(r: Renderer, msgs, tools, out, s, enable_thinking, method, decode_
 
 # %% ../nbs/20_templates.ipynb #ea208fa3
 def _check_split(r: Renderer, row, why, s, enable_thinking, method, decode_check) -> list[dict]:
-    "Count a row split into one sample per assistant turn: ok with its samples, or failed (see `_split_failure`)."
-    msgs, tools = _as_messages(row)
+    "Count a row split into one sample per assistant turn: ok with its samples, or failed (see `split_failure`)."
+    msgs, tools = row_messages(row)
     smp = list(turn_samples(msgs, tools))
     outs = assistant_masks(r, smp, None, enable_thinking, method, supervise='last')
-    s['split'] += 1; s['split_ids'] += [row.get('id')] if len(s['split_ids']) < 50 else []
-    if (k := _split_failure([o.get('reason') for o in outs])) is not None:
+    s['split'] += 1
+    s['split_ids'] += [row.get('id')] if len(s['split_ids']) < 50 else []
+    if (k := split_failure([o.get('reason') for o in outs])) is not None:
         s['split_quarantined'] += 1
         return [{**_check_failed(r, row, outs[k], s, enable_thinking, method), 'split': why, 'turn': smp[k]['turn']}]
     s['ok'] += 1
     for x, o in zip(smp, outs):
         if 'error' not in o:
-            s['split_samples'] += 1; _check_ok(r, x['messages'], tools, o, s, enable_thinking, method, decode_check, 'last')
+            s['split_samples'] += 1
+            _check_ok(r, x['messages'], tools, o, s, enable_thinking, method, decode_check, 'last')
     return []
 
 
@@ -495,12 +208,18 @@ def mask_check(
     r, rows = as_renderer(tokenizer, chat_template), list(rows)
     s, failures = _check_summary(len(rows)), []
     for row, out in zip(rows, assistant_masks(tokenizer, rows, chat_template, enable_thinking, method)):
-        if out.get('reason') == 'prompt-only': s['prompt_only'] += 1; continue
-        msgs, tools = _as_messages(row)
-        if why := _split_why(r, msgs, tools, out.get('reason'), enable_thinking, method):
-            failures += _check_split(r, row, why, s, enable_thinking, method, decode_check); continue
-        if 'error' in out: failures.append(_check_failed(r, row, out, s, enable_thinking, method)); continue
-        s['ok'] += 1; _check_ok(r, msgs, tools, out, s, enable_thinking, method, decode_check)
+        if out.get('reason') == 'prompt-only':
+            s['prompt_only'] += 1
+            continue
+        msgs, tools = row_messages(row)
+        if why := split_why(r, msgs, tools, out.get('reason'), enable_thinking, method):
+            failures += _check_split(r, row, why, s, enable_thinking, method, decode_check)
+            continue
+        if 'error' in out:
+            failures.append(_check_failed(r, row, out, s, enable_thinking, method))
+            continue
+        s['ok'] += 1
+        _check_ok(r, msgs, tools, out, s, enable_thinking, method, decode_check)
     return s, failures
 
 # %% ../nbs/20_templates.ipynb #8f9ebe3b
@@ -515,8 +234,8 @@ def format_mask_check(
            f"turns located by {', '.join(f'{k} ({n})' for k, n in s['turn_methods'].items()) or 'none'}"]
     if s.get('split'): out.insert(1, f"{s['split']} rows split into one sample per assistant turn ({s['split_samples']} samples; "
                                      f"{s['split_quarantined']} of them failed) because {SPLIT_REASON} (`tokenization.rows: auto`)")
-    if s['reasons']: out += ['', _fmt_table([{'reason': k, 'rows': n} for k, n in sorted(s['reasons'].items(), key=lambda kv: -kv[1])], width)]
-    if s['repairs']: out += ['', _fmt_table([{'repair found': k, 'rows': n, 'class': repair_kind(k.split('+'))} for k, n in s['repairs'].items()], width)]
+    if s['reasons']: out += ['', fmt_table([{'reason': k, 'rows': n} for k, n in sorted(s['reasons'].items(), key=lambda kv: -kv[1])], width)]
+    if s['repairs']: out += ['', fmt_table([{'repair found': k, 'rows': n, 'class': repair_kind(k.split('+'))} for k, n in s['repairs'].items()], width)]
     return '\n'.join(out)
 
 # %% ../nbs/20_templates.ipynb #7c15db33
@@ -549,7 +268,9 @@ def quarantine_failures(
     for f in failures: q.add(by_id.get(f['id']), f['error'], id=f['id'], repair=f['repair'], repair_kind=f['repair_kind'])
     for b in bad:
         q.add(b, f"invalid input: {b.get('_error', 'no messages list')}", id=b.get('id'), repair=None, repair_kind=None)
-        summary['failed'] += 1; summary['rows'] += 1; _count(summary['reasons'], 'invalid input')
+        summary['failed'] += 1
+        summary['rows'] += 1
+        _count(summary['reasons'], 'invalid input')
     return q.save()
 
 # %% ../nbs/20_templates.ipynb #e6c07034
@@ -575,7 +296,9 @@ def _stage_inputs(stage: Stage) -> tuple:
     p = stage.params
     prompts = stage.input(stage.run_dir / '10_sources' / 'prompts.jsonl')
     if p['chat_template']: stage.input(p['chat_template'])
-    with stage.timer('load_tokenizer'): tok = load_tokenizer_spec(p['target']); r = as_renderer(tok, p['chat_template'])
+    with stage.timer('load_tokenizer'):
+        tok = load_tokenizer_spec(p['target'])
+        r = as_renderer(tok, p['chat_template'])
     return prompts, tok, r
 
 def _check_rows(stage: Stage, tok, prompts) -> tuple[dict, list, list]:
@@ -615,7 +338,8 @@ def templates_stage(
     with stage.timer('placeholder'):
         po = prompt_only_report(tok, rows, p['chat_template'], p['enable_thinking'], bool(probe['features'].get('uses_enable_thinking')))
     report = _report(p, probe, msum, po, failures)
-    write_json(stage.path('template_report.json'), report); stage.output(stage.path('template_report.json'))
+    write_json(stage.path('template_report.json'), report)
+    stage.output(stage.path('template_report.json'))
     stage.count(**_counts(msum, probe))
     stage.finish()
     log.info('templates: %d rows, %d masked, %d prompt-only, %d failed (%d lose assistant content); %d/%d probes failed',

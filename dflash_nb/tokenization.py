@@ -15,12 +15,13 @@ from .schema import validate_row
 from .params import add_declared_options, check_fields, declared, from_declared
 from .models import load_tokenizer
 from .masks import LOSS_REASONS, as_renderer, assistant_masks, split_reason, turn_samples
+from .vocab import build_vocab_mapping, count_tokens, freq_dict, save_token_freq
 
 # %% auto #0
-__all__ = ['DECLARED_OPTIONS', 'TokenizeOptions', 'TokenizeJob', 'encode_rows', 'count_tokens', 'freq_dict', 'save_token_freq',
-           'load_token_freq', 'build_vocab_mapping', 'tokenizer_key', 'encode_file', 'EmptyDatasetError', 'assemble',
-           'target_vocab_size', 'tokenize_conversations', 'plot_lengths', 'show_rows', 'stage_input',
-           'tokenization_line', 'truncation_warning', 'tokenization_stage', 'InputError', 'check_input', 'register_cli']
+__all__ = ['DECLARED_OPTIONS', 'TokenizeOptions', 'TokenizeJob', 'encode_rows', 'tokenizer_key', 'encode_file',
+           'EmptyDatasetError', 'assemble', 'target_vocab_size', 'tokenize_conversations', 'plot_lengths', 'show_rows',
+           'stage_input', 'tokenization_line', 'truncation_warning', 'tokenization_stage', 'InputError', 'check_input',
+           'register_cli']
 
 # %% ../nbs/50_tokenization.ipynb #1d0ae573
 _T = '50_tokenization'
@@ -58,7 +59,9 @@ def _last_run(mask: list[int]) -> list[int]:
     "Keep only the last contiguous run of ones of `mask`."
     out, i = [0] * len(mask), len(mask) - 1
     while i >= 0 and not mask[i]: i -= 1
-    while i >= 0 and mask[i]: out[i] = 1; i -= 1
+    while i >= 0 and mask[i]:
+        out[i] = 1
+        i -= 1
     return out
 
 def _row_error(row) -> str | None:
@@ -80,12 +83,21 @@ def _mask_items(rows: list, opts: TokenizeOptions, start: int) -> tuple[list, li
     "(items to mask, their owners (row position, turn or None), rejected rows) of a batch."
     items, owners, rej = [], [], []
     for k, row in enumerate(rows):
-        if err := _row_error(row): rej.append(_rejected(err, row, start + k)); continue
+        if err := _row_error(row):
+            rej.append(_rejected(err, row, start + k))
+            continue
         msgs, tools = row['messages'], row.get('tools')
-        if opts.rows != 'turn': items.append({'messages': msgs, 'tools': tools}); owners.append((k, None)); continue
+        if opts.rows != 'turn':
+            items.append({'messages': msgs, 'tools': tools})
+            owners.append((k, None))
+            continue
         idx = [j for j, m in enumerate(msgs) if m.get('role') == 'assistant']
-        if not idx: rej.append(_rejected('prompt-only: no assistant turn', row, start + k)); continue
-        for j in idx: items.append({'messages': msgs[:j + 1], 'tools': tools}); owners.append((k, j))
+        if not idx:
+            rej.append(_rejected('prompt-only: no assistant turn', row, start + k))
+            continue
+        for j in idx:
+            items.append({'messages': msgs[:j + 1], 'tools': tools})
+            owners.append((k, j))
     return items, owners, rej
 
 def _masks(tokenizer, items, opts: TokenizeOptions, supervise: str = 'all') -> list[dict]:
@@ -111,7 +123,9 @@ def _split_rows(tokenizer, rows: list, owners: list, results: list, opts: Tokeni
         msgs, tools = rows[k]['messages'], rows[k].get('tools')
         if why := split_reason(r, msgs, tools, opts.enable_thinking, opts.mask_method):
             split[k] = why
-            for smp in turn_samples(msgs, tools): items.append(smp); own.append((k, smp['turn']))
+            for smp in turn_samples(msgs, tools):
+                items.append(smp)
+                own.append((k, smp['turn']))
     if not split: return owners, results, split
     pairs = [(o, res) for o, res in zip(owners, results) if o[0] not in split]
     pairs += list(zip(own, _masks(tokenizer, items, opts, supervise='last')))
@@ -151,12 +165,16 @@ def _encode_row(row, k: int, results, opts: TokenizeOptions, start: int, c: dict
     if split and (loss := [x for x in reasons if x[1].split(':', 1)[0] in LOSS_REASONS]): got, reasons = [], loss[:1]
     c['turns_in'] += sum(j is not None for j, _ in results)
     for j, (ids, mask, cut, lost) in ((j, g) for j, g in got if not isinstance(g, str)):
-        c['truncated'] += bool(cut); c['tokens_cut'] += cut; c['supervised_cut'] += lost; c['turns_out'] += j is not None
+        c['truncated'] += bool(cut)
+        c['tokens_cut'] += cut
+        c['supervised_cut'] += lost
+        c['turns_out'] += j is not None
         out.append({'id': rid if j is None else f'{rid}#{j}', 'source': src, 'input_ids': ids,
                     'loss_mask': mask, 'seq_len': len(ids)})
     c['conversations_out'] += bool(out)
     c['content_lost'] += not out and any(reason.split(':', 1)[0] in LOSS_REASONS for _, reason in reasons)
-    c['rows_split'] += bool(split); c['split_samples'] += len(out) if split else 0
+    c['rows_split'] += bool(split)
+    c['split_samples'] += len(out) if split else 0
     rej = _row_rejections(reasons, len(out), rid, start + k, row)
     return out, [{**e, 'split': split} for e in rej] if split else rej
 
@@ -176,69 +194,12 @@ def encode_rows(
     for (k, j), r in zip(owners, results): per_row.setdefault(k, []).append((j, r))
     out = []
     for k in sorted(per_row):
-        o, e = _encode_row(rows[k], k, per_row[k], opts, start, c, split.get(k)); out += o; rej += e
+        o, e = _encode_row(rows[k], k, per_row[k], opts, start, c, split.get(k))
+        out += o
+        rej += e
     c['rows_out'] = len(out)
     c['conversations_dropped'] = sum(e['unit'] == 'conversation' for e in rej)
     return out, sorted(rej, key=lambda e: (e['index'], e.get('turn', -1))), c
-
-# %% ../nbs/50_tokenization.ipynb #a372f974
-def count_tokens(
-    input_ids,  # flat token ids
-    loss_mask,  # the flat mask
-    counts=None,  # numpy counts to add to (None: new)
-):  # the numpy counts (grown as needed)
-    "Add the supervised tokens of flat arrays `input_ids`/`loss_mask` to numpy counts."
-    import numpy as np   # heavy: the CLI imports this module and must start fast
-    ids = np.asarray(input_ids)[np.asarray(loss_mask).astype(bool)]
-    c = np.bincount(ids, minlength=0) if ids.size else np.zeros(0, dtype=np.int64)
-    if counts is None: return c.astype(np.int64)
-    if len(c) > len(counts): counts = np.pad(counts, (0, len(c) - len(counts)))
-    counts[:len(c)] += c
-    return counts
-
-def freq_dict(
-    counts,  # numpy counts
-) -> dict[int, int]:  # the nonzero entries as `{token_id: count}`
-    "numpy counts -> the plain dict of `token_freq.pt`."
-    import numpy as np   # heavy: see count_tokens
-    return {int(i): int(counts[i]) for i in np.nonzero(counts)[0]}
-
-# %% ../nbs/50_tokenization.ipynb #78738629
-def save_token_freq(
-    freq: dict,  # `{token_id: count}`
-    path,  # the `.pt` file
-) -> Path:  # the path written
-    "Save `{token_id: count}` atomically with `torch.save`."
-    import torch   # heavy: see count_tokens
-    with atomic_write(path, 'wb') as f: torch.save({int(k): int(v) for k, v in freq.items()}, f)
-    return Path(path)
-
-def load_token_freq(
-    path,  # a `token_freq.pt`
-) -> dict[int, int]:  # `{token_id: count}`
-    "Read a `token_freq.pt` safely (`weights_only=True`)."
-    import torch   # heavy: see count_tokens
-    return torch.load(path, weights_only=True)
-
-# %% ../nbs/50_tokenization.ipynb #7488fe58
-def build_vocab_mapping(
-    freq: dict,  # `{token_id: count}` of supervised tokens
-    draft_vocab_size: int,  # K (0: the full target vocabulary)
-    target_vocab_size: int,  # V
-):  # (d2t int64 offsets of length K, t2d bool mask of length V)
-    "The reduced draft vocabulary: top-K by (-count, id), padded with the lowest unused ids, sorted."
-    import numpy as np   # heavy: see count_tokens
-    V = int(target_vocab_size); K = min(int(draft_vocab_size) or V, V)
-    if V <= 0: raise ValueError('target_vocab_size must be positive')
-    if bad := [t for t in freq if not 0 <= int(t) < V]: raise ValueError(f'token ids {sorted(bad)[:5]} are outside the target vocabulary of {V}')
-    ranked = sorted(((int(t), int(n)) for t, n in freq.items() if n > 0), key=lambda x: (-x[1], x[0]))
-    chosen = [t for t, _ in ranked[:K]]
-    if len(chosen) < K:
-        have = set(chosen)
-        chosen += list(itertools.islice((i for i in range(V) if i not in have), K - len(chosen)))
-    sel = np.array(sorted(chosen), dtype=np.int64)
-    t2d = np.zeros(V, dtype=bool); t2d[sel] = True
-    return sel - np.arange(K, dtype=np.int64), t2d
 
 # %% ../nbs/50_tokenization.ipynb #6106ba65
 _W: dict = {}     # per-process worker state: tokenizer, options, work folder
@@ -256,7 +217,8 @@ def _table(rows: list[dict], dtype: str):
     sch = _schema(dtype)
     def lst(key, typ):
         lens = np.fromiter((len(r[key]) for r in rows), dtype=np.int64, count=len(rows))
-        offs = np.zeros(len(rows) + 1, dtype=np.int32); np.cumsum(lens, out=offs[1:])
+        offs = np.zeros(len(rows) + 1, dtype=np.int32)
+        np.cumsum(lens, out=offs[1:])
         vals = np.fromiter(itertools.chain.from_iterable(r[key] for r in rows), dtype=_NP[str(typ)],
                            count=int(offs[-1]))
         return pa.ListArray.from_arrays(pa.array(offs), pa.array(vals, type=typ))
@@ -312,7 +274,8 @@ def _iter_chunks(path, chunk_rows: int) -> Iterator[tuple[int, int, list[str]]]:
         buf, k, start, n = [], 0, 0, 0
         for line in f:
             if not line.strip(): continue
-            buf.append(line); n += 1
+            buf.append(line)
+            n += 1
             if len(buf) == chunk_rows:
                 yield k, start, buf
                 buf, k, start = [], k + 1, n
@@ -337,7 +300,8 @@ def _work_key(work: Path, input_path, tokenizer, tokenizer_spec, opts, chunk_row
     kp = work / 'key.json'
     if kp.exists() and read_json(kp).get('key') != key:
         echo(f'[tokenization] discarding work from different options/input in {work}')
-        shutil.rmtree(work); work.mkdir(parents=True)
+        shutil.rmtree(work)
+        work.mkdir(parents=True)
     write_json(kp, {'key': key, 'options': asdict(opts), 'tokenizer_spec': tokenizer_spec})
     return key
 
@@ -365,13 +329,16 @@ def encode_file(
     echo=print,  # where messages go
 ) -> dict:  # {'chunks', 'done_before', 'done_now', 'complete'}
     "Encode a JSONL file into `work/chunk-*.arrow|json`, skipping chunks already done under the same key."
-    work = Path(work); work.mkdir(parents=True, exist_ok=True)
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
     key = _work_key(work, input_path, tokenizer, tokenizer_spec, opts, chunk_rows, echo)
     n = {'total': 0, 'before': 0}
     def todo():
         for k, start, lines in _iter_chunks(input_path, chunk_rows):
             n['total'] += 1
-            if all(p.exists() for p in _chunk_paths(work, k)): n['before'] += 1; continue
+            if all(p.exists() for p in _chunk_paths(work, k)):
+                n['before'] += 1
+                continue
             yield k, start, lines
     _W.update(tokenizer=tokenizer, key=key)
     base = todo()
@@ -395,8 +362,11 @@ def _read_chunk(m: Path, q: Quarantine, acc: dict):
     for kk, v in meta['counts'].items(): acc['counts'][kk] = acc['counts'].get(kk, 0) + v
     acc['seconds'] += meta['seconds']
     for e in meta['rejected']:
-        e = dict(e); reason = e.pop('reason'); q.add(e.pop('row', None), reason, **e)
-    arrow = m.with_suffix('.arrow'); t = MemoryMappedTable.from_file(str(arrow))
+        e = dict(e)
+        reason = e.pop('reason')
+        q.add(e.pop('row', None), reason, **e)
+    arrow = m.with_suffix('.arrow')
+    t = MemoryMappedTable.from_file(str(arrow))
     acc['hashes'].append(file_hash(arrow))
     if not t.num_rows: return
     ids, msk = t.column('input_ids').combine_chunks(), t.column('loss_mask').combine_chunks()
@@ -404,7 +374,9 @@ def _read_chunk(m: Path, q: Quarantine, acc: dict):
                                msk.flatten().to_numpy(zero_copy_only=False), acc['freq'])
     offs, cs = msk.offsets.to_numpy(), np.concatenate([[0],
                                                        np.cumsum(msk.values.to_numpy(zero_copy_only=False), dtype=np.int64)])
-    acc['tables'].append(t); acc['seq'].append(t.column('seq_len').to_numpy()); acc['sup'].append(cs[offs[1:]] - cs[offs[:-1]])
+    acc['tables'].append(t)
+    acc['seq'].append(t.column('seq_len').to_numpy())
+    acc['sup'].append(cs[offs[1:]] - cs[offs[:-1]])
 
 # %% ../nbs/50_tokenization.ipynb #c393730a
 def assemble(
@@ -446,7 +418,8 @@ def target_vocab_size(
         from dflash_nb.models import resolve_target   # loads transformers: only when asked
         p = Path(resolve_target(target)) / 'config.json'
         if p.exists():
-            cfg = read_json(p); cfg = cfg.get('text_config', cfg) if 'vocab_size' not in cfg else cfg
+            cfg = read_json(p)
+            cfg = cfg.get('text_config', cfg) if 'vocab_size' not in cfg else cfg
             if cfg.get('vocab_size'): return max(int(cfg['vocab_size']), len(tokenizer))
     except Exception: pass
     return len(tokenizer)
@@ -533,12 +506,19 @@ def plot_lengths(
     max_seq_len: int | None,  # drawn as a red line (None or 0: no limit, no line)
 ):  # the matplotlib figure
     "Histograms of tokens per row and supervised tokens per row."
-    import matplotlib; matplotlib.use('Agg')   # heavy and optional: only for the plot
+    import matplotlib
+    matplotlib.use('Agg')   # heavy and optional: only for the plot
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.2))
-    ax[0].hist(seq_len, bins=40, color='#4c72b0'); ax[0].set_title('tokens per row'); ax[0].set_xlabel('seq_len')
-    if max_seq_len: ax[0].axvline(max_seq_len, color='r', ls='--', lw=1, label=f'max_seq_len {max_seq_len}'); ax[0].legend()
-    ax[1].hist(supervised, bins=40, color='#55a868'); ax[1].set_title('supervised tokens per row'); ax[1].set_xlabel('loss_mask == 1')
+    ax[0].hist(seq_len, bins=40, color='#4c72b0')
+    ax[0].set_title('tokens per row')
+    ax[0].set_xlabel('seq_len')
+    if max_seq_len:
+        ax[0].axvline(max_seq_len, color='r', ls='--', lw=1, label=f'max_seq_len {max_seq_len}')
+        ax[0].legend()
+    ax[1].hist(supervised, bins=40, color='#55a868')
+    ax[1].set_title('supervised tokens per row')
+    ax[1].set_xlabel('loss_mask == 1')
     for a in ax: a.set_ylabel('rows')
     fig.tight_layout()
     if path is not None: fig.savefig(path, dpi=90)
@@ -673,7 +653,8 @@ DECLARED_OPTIONS = ('chat_template', 'enable_thinking', 'max_seq_len', 'truncati
 
 def _add_run_args(r):
     "The options of `tokenization run` (the stage's declarations: defaults, ranges, choices, help)."
-    r.add_argument('input', help='canonical conversations (JSONL)'); r.add_argument('out', help='output folder')
+    r.add_argument('input', help='canonical conversations (JSONL)')
+    r.add_argument('out', help='output folder')
     r.add_argument('--target', required=True, help='target spec whose tokenizer and template to use')
     add_declared_options(r, _T, DECLARED_OPTIONS, flags={'ids_dtype': ['--dtype']})
 
@@ -687,8 +668,10 @@ def _run_cmd(a) -> int:
     print(f'{a.input}: {n} canonical conversations', file=sys.stderr)
     rep = tokenize_conversations(a.input, a.out, a.target, from_declared(TokenizeOptions, vars(a)),
                                  from_declared(TokenizeJob, vars(a)), tokenizer=tok)
-    rep.pop('_lengths', None); rep.pop('histogram', None)
-    print(json.dumps(rep, indent=2)); return 0
+    rep.pop('_lengths', None)
+    rep.pop('histogram', None)
+    print(json.dumps(rep, indent=2))
+    return 0
 
 def register_cli(
     sub,  # the CLI's argparse sub-parsers

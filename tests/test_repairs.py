@@ -15,7 +15,8 @@ from dflash_nb.core import iter_jsonl, write_jsonl
 from dflash_nb.schema import DEFAULT_REPAIRS, FORMAT_ONLY, MEANING_CHANGING, REPAIRS
 from dflash_nb.explorer import explore_file
 from dflash_nb.masks import assistant_masks, fixture_template, fixture_tokenizer
-from dflash_nb.templates import mask_check, probe_template, show_tail
+from dflash_nb.probes import probe_template, show_tail
+from dflash_nb.templates import mask_check
 
 MESSY = Path(__file__).resolve().parents[1] / 'examples' / 'messy_rows.jsonl'
 TOOL_ROW = {'id': 'tool', 'source': 't', 'messages': [

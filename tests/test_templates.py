@@ -12,8 +12,8 @@ from dflash_nb.core import fixtures_dir, write_jsonl, iter_jsonl
 from dflash_nb.schema import FORMAT_ONLY, MEANING_CHANGING, apply_repairs
 from dflash_nb.masks import (MaskError, assistant_mask, assistant_masks, as_renderer, template_features, fixture_tokenizer,
                              fixture_template, FIXTURE_TEMPLATE_TOKENIZER, locate_turns)
-from dflash_nb.templates import (probe_template, compare_with_generation_mask, generation_mask, placeholder_supervision,
-                                 mask_check)
+from dflash_nb.probes import probe_template
+from dflash_nb.templates import compare_with_generation_mask, generation_mask, placeholder_supervision, mask_check
 from dflash_nb.explorer import ExplorerWidget, explore_file, load_rows
 
 FX = fixtures_dir()
@@ -255,7 +255,7 @@ def test_probe_suite(spec):
         assert n in names
     if rep['features']['uses_enable_thinking']: assert {'enable_thinking_on', 'enable_thinking_off'} <= set(names)
     # every failure is recorded with its exact exception, and every repair found really renders (checked here again)
-    from dflash_nb.templates import PROBES
+    from dflash_nb.probes import PROBES
     msgs_of = {p[0]: p for p in PROBES}
     for d in rep['diagnosis']:
         if d['error']: assert ':' in d['error']

@@ -20,7 +20,8 @@ from dflash_nb.formats import detect_format
 from dflash_nb.masks import fixture_template, fixture_tokenizer
 from dflash_nb.schema import fix_row
 from dflash_nb.explorer import ExplorerWidget, _headline, explore, format_report, load_rows, template_report
-from dflash_nb.templates import format_mask_check, format_probe_report, mask_check, probe_template
+from dflash_nb.probes import format_probe_report, probe_template
+from dflash_nb.templates import format_mask_check, mask_check
 from dflash_nb.tokenization import TokenizeOptions, encode_rows
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from dflash_nb.core import file_hash, fixtures_dir
-from dflash_nb.tokenization import (EmptyDatasetError, TokenizeJob, TokenizeOptions, build_vocab_mapping, encode_rows,
-                                    load_token_freq, tokenize_conversations)
+from dflash_nb.tokenization import EmptyDatasetError, TokenizeJob, TokenizeOptions, encode_rows, tokenize_conversations
+from dflash_nb.vocab import build_vocab_mapping, load_token_freq
 
 BUILTIN = [
     {'id': 'b-single', 'source': 'builtin', 'messages': [
