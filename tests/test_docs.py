@@ -195,6 +195,7 @@ def test_search_finds_a_function(docs):
         assert hits and 'hidden' not in re.search(r'<ol id="dn-hits"[^>]*>', dom)[0], 'no search results shown'
         first = re.search(r'<a href="([^"]+)"', hits[1])[1]
         assert first == f'{page}#{name}', (name, first)
+    SHOTS.mkdir(parents=True, exist_ok=True)   # also when run without test_docs_in_browser
     browser((out / 'index.html').resolve().as_uri() + '?q=explore', SHOTS / 'docs_search.png', size=(1300, 900))
     dom = browser((out / 'index.html').resolve().as_uri() + '?q=zzzz_no_such_name')
     assert 'no match' in dom
