@@ -1115,7 +1115,7 @@ def check_label_source(P: dict, tconf: TrainConfig, data) -> int:
                          f"hold {data.label_topk}: set hidden_states.label_topk to {label_topk} or more")
     if tconf.placement == 'separate' and P['source'] != 'online':
         raise ValueError("placement 'separate' serves online features: it needs source='online'")
-    if P['kind'] == 'dspark' and (tconf.placement == 'separate' or P['source'] == 'offline' and not data.include_last):
+    if tconf.kind == 'dspark' and (tconf.placement == 'separate' or P['source'] == 'offline' and not data.include_last):
         raise ValueError("kind 'dspark' needs the target's last hidden state: set hidden_states.include_last to true "
                          "(offline), or train online with placement 'colocated'")
     return label_topk
