@@ -119,8 +119,8 @@ def target_features(model, input_ids, layer_ids, attention_mask=None):
     return extract_features(model, input_ids, layer_ids, attention_mask=attention_mask)
 
 # %% ../nbs/80_train.ipynb #63545f37
-def load_target_norm(path, device='cpu'):
-    "The target's frozen final norm: its own module class (built on the meta device, the rest never loaded) with its weights."
+def load_target_norm(path):
+    "The target's frozen final norm (fp32, CPU): its own module class (built on the meta device, the rest never loaded) with its weights."
     from safetensors import safe_open
     p = Path(path) if Path(str(path)).is_dir() else Path(resolve_target(str(path)))
     with torch.device('meta'): model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(p)))
@@ -128,7 +128,7 @@ def load_target_norm(path, device='cpu'):
     name, wmap = next(k for k, m in model.named_modules() if m is norm), weight_map(p)
     key = next((k for k in sorted(wmap, key=len) if k == f'{name}.weight' or k.endswith(f".{name.split('.')[-1]}.weight") and '.layers.' not in k), None)
     if key is None: raise KeyError(f'{p}: no weight for the final norm {name!r}')
-    norm = norm.to_empty(device=device)
+    norm = norm.to_empty(device='cpu')
     with safe_open(str(p / wmap[key]), 'pt') as f: norm.weight.data.copy_(f.get_tensor(key))
     return norm.float().requires_grad_(False)
 
@@ -1115,7 +1115,7 @@ def check_label_source(P: dict, tconf: TrainConfig, data) -> int:
                          f"hold {data.label_topk}: set hidden_states.label_topk to {label_topk} or more")
     if tconf.placement == 'separate' and P['source'] != 'online':
         raise ValueError("placement 'separate' serves online features: it needs source='online'")
-    if P['kind'] == 'dspark' and (tconf.placement == 'separate' or P['source'] == 'offline' and not data.include_last):
+    if tconf.kind == 'dspark' and (tconf.placement == 'separate' or P['source'] == 'offline' and not data.include_last):
         raise ValueError("kind 'dspark' needs the target's last hidden state: set hidden_states.include_last to true "
                          "(offline), or train online with placement 'colocated'")
     return label_topk
