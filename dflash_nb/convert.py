@@ -84,7 +84,8 @@ def convert_rows(
     for n, rec in enumerate(lines, 1):
         line = rec.get('_line', n) if isinstance(rec, dict) else n
         if isinstance(rec, dict) and '_error' in rec and set(rec) <= {'_error', '_line', '_raw'}:
-            yield {'kind': 'bad', 'record': rec.get('_raw'), 'reasons': [rec['_error']], 'needs': [], 'line': line}; continue
+            yield {'kind': 'bad', 'record': rec.get('_raw'), 'reasons': [rec['_error']], 'needs': [], 'line': line}
+            continue
         c = check_row(rec, allowed, o.placeholder_user, o.max_chars)
         reasons = c['reasons'] or _stage_reasons(c['row'], seen, eval_index, check_roundtrip)
         if reasons: yield {'kind': 'bad', 'record': rec,
@@ -103,12 +104,15 @@ def _new_counts() -> dict:
             'prompt_only': 0, 'eval_overlap': 0}
 
 def _count_bad(c: dict, v: dict):
-    c['quarantined'] += 1; c['eval_overlap'] += v['reasons'][0].startswith('eval_overlap')
+    c['quarantined'] += 1
+    c['eval_overlap'] += v['reasons'][0].startswith('eval_overlap')
     c['reasons'].update(list(dict.fromkeys(x.split(':', 1)[0].strip() for x in v['reasons'])))
     c['needs_opt_in'].update(v['needs'])
 
 def _count_ok(c: dict, v: dict):
-    row = v['row']; c['rows_out'] += 1; c['by_source'][row['source']] += 1
+    row = v['row']
+    c['rows_out'] += 1
+    c['by_source'][row['source']] += 1
     c['repairs'].update(repair_names(v['repairs']))
     if v['repairs']: c['repair_kinds'][repair_kind(v['repairs'])] += 1
     c['tool_rows'] += bool(row.get('tools')) or any('tool_calls' in m for m in row['messages'])
@@ -124,7 +128,8 @@ def convert_file(
     eval_index=None,  # an `EvalIndex`
 ) -> dict:  # the counts (see above); rows_in = rows_out + quarantined
     "Convert a JSONL file into `out_dir`: conversations, ShareGPT, speculators, quarantine."
-    out_dir = Path(out_dir); out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     c = _new_counts()
     with atomic_write(out_dir / _OUTPUTS[0]) as fc, atomic_write(out_dir / _OUTPUTS[1]) as fs, \
          atomic_write(out_dir / _OUTPUTS[2]) as fp, atomic_write(out_dir / _OUTPUTS[3]) as fq:
@@ -134,7 +139,8 @@ def convert_file(
                 _count_bad(c, v)
                 q = {'reason': v['reasons'][0], 'reasons': v['reasons'], 'line': v['line'],
                      **({'would_repair': v['needs']} if v['needs'] else {})}
-                fq.write(json.dumps({**q, 'row': v['record']}, ensure_ascii=False, default=str) + '\n'); continue
+                fq.write(json.dumps({**q, 'row': v['record']}, ensure_ascii=False, default=str) + '\n')
+                continue
             _count_ok(c, v)
             for f, obj in ((fc, v['row']), (fs, to_sharegpt(v['row'])), (fp, to_speculators(v['row']))):
                 f.write(json.dumps(obj, ensure_ascii=False) + '\n')

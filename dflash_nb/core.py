@@ -72,7 +72,9 @@ def expand_path(s) -> str:
 
 # %% ../nbs/00_core.ipynb #f4488944
 def _umask() -> int:
-    m = os.umask(0o022); os.umask(m); return m
+    m = os.umask(0o022)
+    os.umask(m)
+    return m
 
 @contextlib.contextmanager
 def atomic_write(path, mode: str = 'w', encoding: str | None = 'utf-8') -> Iterator[Any]:
@@ -80,11 +82,13 @@ def atomic_write(path, mode: str = 'w', encoding: str | None = 'utf-8') -> Itera
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
-    os.close(fd); os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes it owner-only: give it the usual permissions
+    os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())   # mkstemp makes it owner-only: give it the usual permissions
     try:
         with open(tmp, mode, encoding=None if 'b' in mode else encoding) as f:
             yield f
-            f.flush(); os.fsync(f.fileno())
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError): os.remove(tmp)
@@ -119,7 +123,8 @@ def write_jsonl(path, rows: Iterable[dict]) -> int:
     n = 0
     with atomic_write(path) as f:
         for r in rows:
-            f.write(json.dumps(r, default=_json_default, ensure_ascii=False) + '\n'); n += 1
+            f.write(json.dumps(r, default=_json_default, ensure_ascii=False) + '\n')
+            n += 1
     return n
 
 # %% ../nbs/00_core.ipynb #56bace83
@@ -163,7 +168,9 @@ def atomic_dir(path) -> Iterator[Path]:
         yield tmp
         if path.exists():
             old = path.with_name(f'.{path.name}.old{os.getpid()}')
-            os.replace(path, old); os.replace(tmp, path); shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
         else: os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -223,7 +230,9 @@ def busy_cores(seconds: float = 0.3, # how long to watch
               ) -> float | None:     # cores busy on average (0 .. `os.cpu_count()`); None where it cannot tell
     "How many cores the machine's processes keep busy, watched for `seconds`."
     try:
-        t0, i0 = _cpu_jiffies(); time.sleep(seconds); t1, i1 = _cpu_jiffies()
+        t0, i0 = _cpu_jiffies()
+        time.sleep(seconds)
+        t1, i1 = _cpu_jiffies()
     except (OSError, ValueError): return None
     return round((os.cpu_count() or 1) * (1 - (i1 - i0) / max(t1 - t0, 1)), 2)
 
@@ -265,12 +274,14 @@ def input(self: Stage, path) -> Path:
     "Declare a file or folder this stage reads (hashed into the manifest)."
     p = Path(path)
     if not p.exists(): raise FileNotFoundError(f'{self.name}: input {p} does not exist (did an earlier stage run?)')
-    self.inputs.append(p); return p
+    self.inputs.append(p)
+    return p
 
 @patch
 def output(self: Stage, path) -> Path:
     "Declare a file or folder this stage wrote (hashed into the manifest)."
-    self.outputs.append(Path(path)); return Path(path)
+    self.outputs.append(Path(path))
+    return Path(path)
 
 # %% ../nbs/00_core.ipynb #1d5595ba
 @patch
@@ -436,9 +447,11 @@ def seed_everything(seed: int = 0) -> int:
     random.seed(seed)
     os.environ['PYTHONHASHSEED'] = str(seed)
     with contextlib.suppress(ImportError):
-        import numpy as np; np.random.seed(seed % 2**32)   # numpy and torch only when installed and used
+        import numpy as np
+        np.random.seed(seed % 2**32)   # numpy and torch only when installed and used
     if 'torch' in sys.modules or _has('torch'):
-        import torch; torch.manual_seed(seed)
+        import torch
+        torch.manual_seed(seed)
         if torch.cuda.is_available(): torch.cuda.manual_seed_all(seed)
     return seed
 
@@ -468,11 +481,18 @@ def setup_logging(folder=None, level: int = logging.INFO) -> logging.Logger:
     log.setLevel(level)
     fmt = logging.Formatter('%(asctime)s %(levelname)s %(name)s: %(message)s', '%H:%M:%S')
     if not any(getattr(h, '_dflash', None) == 'stream' for h in log.handlers):
-        h = logging.StreamHandler(sys.stderr); h.setFormatter(fmt); h._dflash = 'stream'; log.addHandler(h)
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(fmt)
+        h._dflash = 'stream'
+        log.addHandler(h)
     if folder is not None:
-        path = str(Path(folder).resolve() / 'log.txt'); Path(folder).mkdir(parents=True, exist_ok=True)
+        path = str(Path(folder).resolve() / 'log.txt')
+        Path(folder).mkdir(parents=True, exist_ok=True)
         if not any(getattr(h, '_dflash', None) == path for h in log.handlers):
-            h = logging.FileHandler(path, encoding='utf-8'); h.setFormatter(fmt); h._dflash = path; log.addHandler(h)
+            h = logging.FileHandler(path, encoding='utf-8')
+            h.setFormatter(fmt)
+            h._dflash = path
+            log.addHandler(h)
     log.propagate = False
     return log
 
@@ -517,7 +537,9 @@ class Quarantine:
     def __len__(self): return len(self.rows)
     def save(self, path=None) -> Path:
         "Write the rejected rows (an empty file when none were rejected)."
-        path = Path(path or self.path); write_jsonl(path, self.rows); return path
+        path = Path(path or self.path)
+        write_jsonl(path, self.rows)
+        return path
 
 # %% ../nbs/00_core.ipynb #8f3c3510
 def _prompt_record(obj: dict, stem: str, n: int) -> dict:
@@ -581,7 +603,9 @@ def read_prompt_file(path) -> list[dict]:
 STAGE_LOG_ENV = 'DFLASH_NB_STAGE_LOG'
 
 def _fmt_secs(s: float) -> str:
-    s = int(max(s, 0)); h, m = divmod(s, 3600); m, s = divmod(m, 60)
+    s = int(max(s, 0))
+    h, m = divmod(s, 3600)
+    m, s = divmod(m, 60)
     return f'{h}:{m:02d}:{s:02d}' if h else f'{m}:{s:02d}'
 
 class Progress:
@@ -591,7 +615,10 @@ class Progress:
         self.iterable, self.total, self.desc, self.unit, self.n = iterable, total, desc, unit, 0
         self.every = float(os.environ.get('DFLASH_NB_PROGRESS_EVERY', 10)) if every is None else float(every)
         self.log_path = os.environ.get(STAGE_LOG_ENV) or None
-        self.t0 = self._last = time.time(); self._closed = False; self._bar = None; self.postfix = ''
+        self.t0 = self._last = time.time()
+        self._closed = False
+        self._bar = None
+        self.postfix = ''
         if getattr(sys.stderr, 'isatty', lambda: False)() and _has('tqdm'):
             from tqdm import tqdm
             self._bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
@@ -638,7 +665,9 @@ def set_postfix_str(self: Progress, s: str, refresh: bool = False):
 def set_total(self: Progress, total: int):
     "Move the end (a plan that shortened the work), as tqdm's `total`."
     self.total = total
-    if self._bar is not None: self._bar.total = total; self._bar.refresh()
+    if self._bar is not None:
+        self._bar.total = total
+        self._bar.refresh()
 
 @patch
 def close(self: Progress):

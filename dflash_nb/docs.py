@@ -212,8 +212,13 @@ class order_show_docs(Processor):
         shown = {n for c in cells if c.cell_type == 'code' and not getattr(c, 'has_sd', False) for n in _shown(c.source)}
         out, run = [], []
         for c in cells:
-            if not getattr(c, 'has_sd', False): out += run[::-1] + [c]; run = []; continue
-            if not shown & set(_shown(c.source)): run.append(c); shown |= set(_shown(c.source))
+            if not getattr(c, 'has_sd', False):
+                out += run[::-1] + [c]
+                run = []
+                continue
+            if not shown & set(_shown(c.source)):
+                run.append(c)
+                shown |= set(_shown(c.source))
         self.nb.cells = out + run[::-1]
 
 def docs_procs(execute: bool = True,  # run the whole notebook, else only what `show_doc` needs
@@ -241,7 +246,8 @@ def nbdev_settings_dir() -> Path:
 
 @contextmanager
 def _cwd(path):
-    old = os.getcwd(); os.chdir(path)
+    old = os.getcwd()
+    os.chdir(path)
     try: yield
     finally: os.chdir(old)
 
@@ -371,7 +377,9 @@ def scrub_context(project=None,  # the folder the build runs in
     _CONTEXT.update(project=project, run_dir=run_dir)
     _CONTEXT['rules'] = local_paths()   # computed once for the whole build
     try: yield
-    finally: _CONTEXT.clear(); _CONTEXT.update(old)
+    finally:
+        _CONTEXT.clear()
+        _CONTEXT.update(old)
 
 def _variants(p) -> set[str]:
     "A folder as given and resolved (a temporary folder is often a link)."
@@ -390,7 +398,8 @@ def local_paths() -> list[tuple[str, str]]:
     add(cache_dir(), '<cache>')
     if (fx := fixtures_dir()) is not None: add(fx, '<fixtures>')
     for f in (sys.prefix, sys.base_prefix): add(f, '<python>')
-    add(tempfile.gettempdir(), '*'); add(Path.home(), '')
+    add(tempfile.gettempdir(), '*')
+    add(Path.home(), '')
     return sorted(pairs.items(), key=lambda kv: -len(kv[0]))
 
 # %% ../nbs/04_docs.ipynb #f45ab4de
@@ -522,7 +531,8 @@ class _Outline(HTMLParser):
 def outline(body: str  # a rendered page
            ) -> list[dict]:  # {level, id, text, api, x (the first words under it)} per heading
     "The headings of a rendered page, in order."
-    p = _Outline(); p.feed(body)
+    p = _Outline()
+    p.feed(body)
     return [{'level': h['level'], 'id': h['id'], 'text': h['text'].strip(), 'api': h['api'],
              'x': h['x'].strip()[:160]} for h in p.items]
 
@@ -543,7 +553,8 @@ def unique_ids(body: str  # a rendered page
         for m in same:
             if m is keep: continue
             while f'{hid}-{n}' in taken or n == 1: n += 1
-            taken.add(f'{hid}-{n}'); new[m.start()] = f'{hid}-{n}'
+            taken.add(f'{hid}-{n}')
+            new[m.start()] = f'{hid}-{n}'
     def f(m):
         if m.start() not in new: return m[0]
         return m[0].replace(f'id="{m[3]}"', f'id="{new[m.start()]}"', 1).replace(f'href="#{m[3]}"', f'href="#{new[m.start()]}"')
@@ -886,7 +897,8 @@ def render_docs(out_dir='_docs',  # the site's folder
             bodies[p.page], entries = _render(ex, pages, i, links)
             index += entries
     written = [write_text(out_dir / n, check_page(n, b)) for n, b in fix_anchors(bodies).items()]
-    write_text(out_dir / 'dflash_nb.css', site_css(ex)); write_text(out_dir / 'dflash_nb.js', asset('dflash_nb.js'))
+    write_text(out_dir / 'dflash_nb.css', site_css(ex))
+    write_text(out_dir / 'dflash_nb.js', asset('dflash_nb.js'))
     write_text(out_dir / 'search_index.js', f'window.DN_INDEX = {json.dumps(index, ensure_ascii=False)};\n')
     for f in out_dir.iterdir(): os.chmod(f, 0o644)   # readable by a web server
     return written

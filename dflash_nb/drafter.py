@@ -264,9 +264,12 @@ def ensure_recompile_limit(n: int):
 class RMSNorm(nn.Module):
     "Qwen3 RMSNorm: normalize in fp32, cast back, then scale by the weight."
     def __init__(self, n: int, eps: float = 1e-6):
-        super().__init__(); self.weight = nn.Parameter(torch.ones(n)); self.eps = eps
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
     def forward(self, x):
-        dt = x.dtype; x = x.float()
+        dt = x.dtype
+        x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dt)
 
@@ -493,7 +496,9 @@ def anchor_candidates(loss_mask, block_size: int, full_block: bool = True):
     "Positions that may anchor a block in a sequence with `loss_mask [T]` (0/1)."
     lm = torch.as_tensor(loss_mask).bool()
     T = lm.shape[0]
-    if full_block: ok = lm.clone(); ok[max(T - block_size + 1, 0):] = False
+    if full_block:
+        ok = lm.clone()
+        ok[max(T - block_size + 1, 0):] = False
     else:
         ok = torch.zeros_like(lm)
         if T > 1: ok[:-1] = lm[:-1] & lm[1:]
@@ -517,13 +522,15 @@ def pad_anchors(anchor_lists, n: int | None = None):
     anchors = torch.zeros(len(anchor_lists), n, dtype=torch.long)
     valid = torch.zeros(len(anchor_lists), n, dtype=torch.bool)
     for i, a in enumerate(anchor_lists):
-        anchors[i, :len(a)] = torch.as_tensor(a, dtype=torch.long); valid[i, :len(a)] = True
+        anchors[i, :len(a)] = torch.as_tensor(a, dtype=torch.long)
+        valid[i, :len(a)] = True
     return anchors, valid
 
 # %% ../nbs/70_drafter.ipynb #57231b99
 def repeat_weights(ids, weight: float, n: int = 3):
     "Per-position anchor weights `[T]`: `weight` where `ids[p+1]` ends an `n`-gram seen earlier in the row, else 1."
-    ids = torch.as_tensor(ids).tolist(); seen, rep = set(), torch.zeros(len(ids))
+    ids = torch.as_tensor(ids).tolist()
+    seen, rep = set(), torch.zeros(len(ids))
     for t in range(n - 1, len(ids)):
         g = tuple(ids[t - n + 1:t + 1])
         if g in seen and t > 0: rep[t - 1] = 1.0
@@ -547,7 +554,8 @@ def bucket_size(n: int, buckets) -> int:
 def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
     "Decay weights `[B]`: 0 for slot 0, `exp(-(k-1)/gamma)` for slot k >= 1."
     k = torch.arange(block_size, dtype=torch.float32)
-    w = torch.exp(-(k - 1) / float(gamma)); w[0] = 0.0
+    w = torch.exp(-(k - 1) / float(gamma))
+    w[0] = 0.0
     return w
 
 def block_labels(input_ids, loss_mask, anchors, valid, block_size: int, lengths=None):
@@ -669,8 +677,10 @@ def _kl_chunk(x, W, ids, logp, rest, cv: int, cdt, grad: bool):
 def _kl_chunk_vocab(x, W, ids, logp, rest, cv: int, cdt, grad: bool):
     "`_kl_chunk` over vocabulary chunks of `cv` tokens (an online log-sum-exp; the top-k cells left out for soft targets)."
     V, r = W.shape[0], x.shape[0]
-    m = torch.full((r,), -math.inf, device=x.device, dtype=_acc(cdt)); s = torch.zeros_like(m)
-    pred = torch.zeros(r, dtype=torch.long, device=x.device); zt = torch.zeros(ids.shape, device=x.device, dtype=m.dtype)
+    m = torch.full((r,), -math.inf, device=x.device, dtype=_acc(cdt))
+    s = torch.zeros_like(m)
+    pred = torch.zeros(r, dtype=torch.long, device=x.device)
+    zt = torch.zeros(ids.shape, device=x.device, dtype=m.dtype)
     for v0 in range(0, V, cv):
         z = _ce_logits(x, W, v0, min(v0 + cv, V), cdt)
         cm, ci = z.max(-1)
@@ -682,7 +692,9 @@ def _kl_chunk_vocab(x, W, ids, logp, rest, cv: int, cdt, grad: bool):
         s = s * torch.exp(m - nm) + torch.exp(z - nm[:, None]).sum(-1)
         m = nm
     if rest is None: lse, lser = m + s.log(), None
-    else: lser = m + s.clamp_min(_TINY).log(); lse = torch.logaddexp(lser, zt.logsumexp(-1))
+    else:
+        lser = m + s.clamp_min(_TINY).log()
+        lse = torch.logaddexp(lser, zt.logsumexp(-1))
     loss = _kl_value(zt, lse, lser, logp, rest)
     dx = _kl_grad_chunk(x, W, ids, logp, rest, lse, lser, zt, None, cv, cdt, False)[0] if grad else None
     return loss, pred, lse, lser, zt, dx
@@ -851,7 +863,8 @@ def _with_selector(drafter, lm_head, loss, h, s, ids, pos, y, gamma: float, o):
     top = y if isinstance(y, torch.Tensor) else y[0][:, 0]
     prev = ids.gather(1, (pos[:, :, 1:] - 1).reshape(ids.shape[0], -1)).view(s.shape)[s]   # the true token before each slot
     sel = selector_loss(drafter.candidate_selector, h, lm_head.weight, prev, top)
-    keep = s.clone(); keep[s] = sel['keep']
+    keep = s.clone()
+    keep[s] = sel['keep']
     sl, _ = position_loss(sel['loss'][sel['keep']], keep, gamma, 'decay', loss_norm=o.loss_norm)
     return loss + o.selector_alpha * sl, sel['pred']
 
@@ -952,7 +965,8 @@ def drafter_config_dict(d: dict, num_target_layers: int | None = None) -> tuple[
                'dflash_config': {'mask_token_id': d.get('mask_token_id'), 'target_layer_ids': ids,
                                  'sliding_window_causal': not d.get('sliding_window_non_causal', False)}}
         return out, 'speculators'
-    out = dict(d); dc = dict(d.get('dflash_config') or {})
+    out = dict(d)
+    dc = dict(d.get('dflash_config') or {})
     if num_target_layers is not None: out['num_target_layers'] = num_target_layers
     fmt = 'dflash_nb' if 'sliding_window_causal' in dc else 'z-lab'
     if 'sliding_window_causal' not in dc:

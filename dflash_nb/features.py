@@ -85,7 +85,8 @@ def head_topk(model, last, k: int, chunk_tokens: int = 512) -> tuple:
             z = head(norm(x[i:i + chunk_tokens])).float()
             j, v = _argmax_first(*z.topk(k)[::-1])
             m = v[:, :1]                                       # the maximum: no pass of its own
-            ids.append(j); lps.append(v - m - z.sub_(m).exp_().sum(-1, keepdim=True).log())   # log-softmax, in place
+            ids.append(j)
+            lps.append(v - m - z.sub_(m).exp_().sum(-1, keepdim=True).log())   # log-softmax, in place
     return torch.cat(ids).view(*last.shape[:-1], k), torch.cat(lps).view(*last.shape[:-1], k)
 
 # %% ../nbs/08_features.ipynb #7ee05fe8
@@ -131,7 +132,8 @@ class FeatureStore:
         sid = self.ids[key] if isinstance(key, int) else key
         if sid not in self._samples: raise KeyError(f'sample {sid!r} has no stored features')
         e = self._samples[sid]
-        f = self._open(e['shard']); a, b = e['offset'], e['offset'] + e['length']
+        f = self._open(e['shard'])
+        a, b = e['offset'], e['offset'] + e['length']
         out = {'id': sid, 'hidden_states': f.get_slice('hidden_states')[a:b],
                'input_ids': f.get_slice('input_ids')[a:b].long(), 'loss_mask': f.get_slice('loss_mask')[a:b].long()}
         if self.include_last: out['last_hidden'] = f.get_slice('last_hidden')[a:b]

@@ -39,7 +39,10 @@ NORMALIZERS: dict[str, Callable[[dict], list[dict]]] = {}   # name -> normalizer
 def normalizer(name: str, # the key in `NORMALIZERS`, the name users give as `--source`
               ) -> Callable: # a decorator that registers the function and returns it unchanged
     "Register a normalizer function under `name`."
-    def deco(f): NORMALIZERS[name] = f; f.normalizer_name = name; return f
+    def deco(f):
+        NORMALIZERS[name] = f
+        f.normalizer_name = name
+        return f
     return deco
 
 # %% ../nbs/07_formats.ipynb #63ef0b1b
@@ -269,7 +272,8 @@ def read_parts(c, # a message's `content`: None, a string, or a list of parts
     if not isinstance(c, list): raise NormalizeError(f'wrong type: {what} content is {type(c).__name__}')
     got = {'text': [], 'reasoning': [], 'call': [], 'result': [], 'none': []}
     for j, p in enumerate(c):
-        kind, v = _part(p, f'{what} part {j}'); got[kind].append(v)
+        kind, v = _part(p, f'{what} part {j}')
+        got[kind].append(v)
     r = [x for x in got['reasoning'] if x.strip()]
     return Parts(''.join(got['text']), '\n\n'.join(r) if r else None, got['call'], got['result'])
 
@@ -415,7 +419,10 @@ def json_objects(text: str, # prose with JSON objects in it
     "Every top-level JSON object embedded in `text`."
     dec, out, i = json.JSONDecoder(), [], text.find('{')
     while i != -1:
-        try: obj, end = dec.raw_decode(text, i); out.append(obj); i = text.find('{', end)
+        try:
+            obj, end = dec.raw_decode(text, i)
+            out.append(obj)
+            i = text.find('{', end)
         except ValueError: i = text.find('{', i + 1)
     return out
 
@@ -540,7 +547,8 @@ def _hermes_calls(v: str, calls: list) -> dict:
         args = obj.get('arguments', {})
         if isinstance(args, str): args = _lenient_obj(args, 'tool_call arguments')
         if not isinstance(args, dict): raise NormalizeError(f'arguments not an object: call {obj["name"]}')
-        tcs.append(make_tool_call(obj['name'], args)); calls.append(obj['name'])
+        tcs.append(make_tool_call(obj['name'], args))
+        calls.append(obj['name'])
     return {'role': 'assistant', 'content': _TOOL_CALL.sub('', v).strip(), 'tool_calls': tcs}
 
 def _hermes_results(v: str) -> list[dict]:
@@ -550,7 +558,8 @@ def _hermes_results(v: str) -> list[dict]:
         try: obj = json.loads(body)
         except ValueError: obj = None
         if not (isinstance(obj, dict) and 'content' in obj):
-            out.append({'role': 'tool', 'content': body}); continue
+            out.append({'role': 'tool', 'content': body})
+            continue
         c = obj['content']
         c = c if isinstance(c, str) else json.dumps(c, ensure_ascii=False)
         name = {'name': obj['name']} if isinstance(obj.get('name'), str) else {}
@@ -879,7 +888,9 @@ def _response_items(raw) -> list:
 def _item_parts(it: dict, k: int) -> list:
     "The content parts an assistant-side item adds to the answer it belongs to."
     kind = it.get('type', 'message')
-    if kind == 'message': c = it.get('content'); return [c] if isinstance(c, str) else list(c or [])
+    if kind == 'message':
+        c = it.get('content')
+        return [c] if isinstance(c, str) else list(c or [])
     if kind == 'reasoning':   # its text (`reasoning_text` parts) when given, else its summary; encrypted only: no text
         text = next((t for k in ('content', 'summary') if (t := _texts(it.get(k) or [], '\n\n'))), '')
         return [{'type': 'reasoning', 'text': text}] if text.strip() else []
@@ -894,13 +905,16 @@ def _response_messages(items: list) -> list[dict]:
         if not isinstance(it, dict): raise NormalizeError(f'wrong type: item {k} is not an object')
         kind, role = it.get('type', 'message'), it.get('role', 'assistant')
         if kind == 'function_call_output':
-            msgs.append({'type': 'function_call_output', **it}); cur = None
+            msgs.append({'type': 'function_call_output', **it})
+            cur = None
         elif kind == 'message' and role != 'assistant':
-            msgs.append({'role': 'system' if role == 'developer' else role, 'content': it.get('content')}); cur = None
+            msgs.append({'role': 'system' if role == 'developer' else role, 'content': it.get('content')})
+            cur = None
         else:
             parts = _item_parts(it, k)
             if cur is None or kind == 'reasoning' and any(isinstance(p, str) or p.get('type') != 'reasoning' for p in cur['content']):
-                cur = {'role': 'assistant', 'content': []}; msgs.append(cur)
+                cur = {'role': 'assistant', 'content': []}
+                msgs.append(cur)
             cur['content'] += parts
     return [{'role': 'tool', 'content': [m]} if m.get('type') == 'function_call_output' else m for m in msgs]
 
@@ -978,7 +992,9 @@ def norm_openai_preference(raw: dict, # `{prompt, chosen, rejected}`, or `{input
 # %% ../nbs/07_formats.ipynb #46dd8b94
 class SourceUnavailable(RuntimeError):
     "A source that cannot be read here (offline, gated, missing file); `status` says which."
-    def __init__(self, status: str, msg: str): self.status = status; super().__init__(f'{status}: {msg}')
+    def __init__(self, status: str, msg: str):
+        self.status = status
+        super().__init__(f'{status}: {msg}')
 
 def resolve_path(path: str, # `pkg:NAME`, `fixtures:REL`, or a path (`~` and `$VARS` expanded)
                 ) -> Path: # the file; SourceUnavailable('missing', ...) when it is not there
@@ -1017,7 +1033,9 @@ def _read_document(p: Path) -> Iterator[dict]:
     "The records of a one-document JSON file."
     try:
         with open_text(p) as f: doc = json.load(f)
-    except ValueError as e: yield {'_error': f'invalid JSON: {p.name}: {e}', '_line': 0}; return
+    except ValueError as e:
+        yield {'_error': f'invalid JSON: {p.name}: {e}', '_line': 0}
+        return
     key = _container_key(doc) if isinstance(doc, dict) else None
     if key: doc = doc[key]
     if isinstance(doc, dict):   # one record; a .traj is named by its file
@@ -1032,7 +1050,8 @@ def _read_document(p: Path) -> Iterator[dict]:
 def read_file(path, # JSON lines (`.jsonl`, `.jsonl.gz`, a `.json` written as lines), JSON, `.traj` or Parquet
              ) -> Iterator[dict]: # its native records; unreadable ones as `{'_error', '_line'}` records
     "Stream the native records of a local file."
-    p = Path(path); name = p.name.lower()
+    p = Path(path)
+    name = p.name.lower()
     if name.endswith('.parquet'):
         import pyarrow.parquet as pq   # heavy and only needed for Parquet: this module must import fast
         for batch in pq.ParquetFile(p).iter_batches(batch_size=1024): yield from batch.to_pylist()
@@ -1049,18 +1068,28 @@ def group_records(records: Iterable, # native records in file order
     cur, rows = object(), []
     for r in records:
         k = r.get(key) if isinstance(r, dict) else None
-        if rows and k != cur: yield {key: cur, 'rows': rows}; rows = []
-        cur = k; rows.append(r)
+        if rows and k != cur:
+            yield {key: cur, 'rows': rows}
+            rows = []
+        cur = k
+        rows.append(r)
     if rows: yield {key: cur, 'rows': rows}
 
 # %% ../nbs/07_formats.ipynb #7e66e40a
 class _Tracked(dict):
     "A native record that remembers which of its fields the normalizer looked at."
     def __init__(self, *a):
-        super().__init__(*a); self.seen = set()
-    def __getitem__(self, k): self.seen.add(k); return super().__getitem__(k)
-    def get(self, k, d=None): self.seen.add(k); return super().get(k, d)
-    def __contains__(self, k): self.seen.add(k); return super().__contains__(k)
+        super().__init__(*a)
+        self.seen = set()
+    def __getitem__(self, k):
+        self.seen.add(k)
+        return super().__getitem__(k)
+    def get(self, k, d=None):
+        self.seen.add(k)
+        return super().get(k, d)
+    def __contains__(self, k):
+        self.seen.add(k)
+        return super().__contains__(k)
 
 def _apply(norm, raw, unmapped: Counter | None) -> tuple:
     "(record, partial rows, None) or (record, None, reason); the unread fields are counted in `unmapped`."
@@ -1070,7 +1099,8 @@ def _apply(norm, raw, unmapped: Counter | None) -> tuple:
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as e:   # a bug must not kill a run
         return raw, None, f'normalizer error: {type(e).__name__}: {e}'
     if isinstance(raw, _Tracked):
-        unmapped.update(k for k in raw if k not in raw.seen and not k.startswith('_')); raw = dict(raw)
+        unmapped.update(k for k in raw if k not in raw.seen and not k.startswith('_'))
+        raw = dict(raw)
     return raw, parts, None
 
 # %% ../nbs/07_formats.ipynb #ab82ffae

@@ -217,7 +217,8 @@ class _Writer:
     "A background thread that writes finished shards in order; errors surface on the next `put` or on `close`."
     def __init__(self, fn):
         self.fn, self.q, self.err = fn, queue.Queue(maxsize=1), None
-        self.t = threading.Thread(target=self._run, daemon=True); self.t.start()
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
     def _run(self):
         while True:
             item = self.q.get()
@@ -229,13 +230,15 @@ class _Writer:
         if self.err: raise self.err
         self.q.put(item)
     def close(self):
-        self.q.put(None); self.t.join()
+        self.q.put(None)
+        self.t.join()
         if self.err: raise self.err
 
 def _write_shard(out_dir, k, plan, tensors, record, ds_ids_check):
     from safetensors import safe_open
     from safetensors.torch import save_file
-    out_dir = Path(out_dir); name = _shard_name(k)
+    out_dir = Path(out_dir)
+    name = _shard_name(k)
     st = out_dir / f'{name}.safetensors'
     if record['entries']:
         tmp = out_dir / f'.{name}.safetensors.tmp'
@@ -248,7 +251,9 @@ def _write_shard(out_dir, k, plan, tensors, record, ds_ids_check):
             if got != ds_ids_check[e['id']]:
                 raise RuntimeError(f"{st}: stored token ids of sample {e['id']!r} differ from the dataset")
         record['bytes'] = st.stat().st_size
-    else: st.unlink(missing_ok=True); record['bytes'] = 0
+    else:
+        st.unlink(missing_ok=True)
+        record['bytes'] = 0
     write_json(out_dir / f'{name}.json', record, indent=None)
 
 # %% ../nbs/60_hidden_states.ipynb #655ab55c

@@ -19,7 +19,8 @@ def _method(cls, name: str):
     "Decorator: add the function to `cls` as its method `name` (fastcore's `patch`, without fastcore)."
     def add(f):
         f.__name__, f.__qualname__ = name, f'{cls.__name__}.{name}'
-        setattr(cls, name, f); return f
+        setattr(cls, name, f)
+        return f
     return add
 
 # %% ../nbs/97_hub_model.ipynb #139a4f76
@@ -46,9 +47,12 @@ def sliding_causal(config,     # the drafter's config
 class DFlashRMSNorm(nn.Module):
     "RMSNorm in fp32, cast back, times the weight."
     def __init__(self, n: int, eps: float = 1e-6):
-        super().__init__(); self.weight = nn.Parameter(torch.ones(n)); self.eps = eps
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.eps = eps
     def forward(self, x):
-        dt = x.dtype; x = x.float()
+        dt = x.dtype
+        x = x.float()
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(dt)
 
 def rope(positions,      # `[b, L]` absolute positions
@@ -237,7 +241,8 @@ def _draft_block(self: DFlashDraftModel,
                 ):                  # `[1, B]`: the anchor, then B-1 drafted tokens
     "Draft one block after the last verified token."
     dev, B = feats.device, self.block_size
-    block = torch.full((1, B), self.mask_token_id, dtype=torch.long, device=dev); block[0, 0] = last
+    block = torch.full((1, B), self.mask_token_id, dtype=torch.long, device=dev)
+    block[0, 0] = last
     pos = torch.cat([ctx_pos, torch.arange(start, start + B, device=dev)[None]], 1)
     h = self(position_ids=pos, noise_embedding=embed(block), target_hidden=feats, past_key_values=cache)
     block[0, 1:] = _pick(head(h[:, 1:].to(head.weight.dtype)), temperature)[0]
@@ -294,7 +299,8 @@ def _spec_generate(self: DFlashDraftModel,
         start = ids.shape[1] + len(new) - 1          # position of the last (not yet verified) token
         block = self.draft_block(new[-1], start, ctx_pos, feats, dcache, embed, head, temperature)
         a, truth, v = _verify(target, block, start, tcache, temperature)
-        new += block[0, 1:a + 1].tolist() + [int(truth[a])]; accepted.append(a + 1)
+        new += block[0, 1:a + 1].tolist() + [int(truth[a])]
+        accepted.append(a + 1)
         tcache = _cache_of(v)
         if self.block_size > a + 1: tcache.crop(-(self.block_size - a - 1))   # keep the verified tokens' K/V
         feats = self.features(v.hidden_states)[:, :a + 1]

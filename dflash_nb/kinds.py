@@ -75,7 +75,10 @@ class DynamicConv(nn.Module):
 
     def reset_parameters(self):
         "The identity: `base[:, 0] = 1`, every other tap and the projection 0."
-        with torch.no_grad(): self.base_kernel.zero_(); self.base_kernel[:, 0] = 1.0; self.kernel_projection.weight.zero_()
+        with torch.no_grad():
+            self.base_kernel.zero_()
+            self.base_kernel[:, 0] = 1.0
+            self.kernel_projection.weight.zero_()
 
 # %% ../nbs/71_kinds.ipynb #0152f4c3
 @patch
@@ -136,7 +139,8 @@ def select_walk(selector: CandidateSelector, h, U, anchor, temperature: float = 
     for s in range(h.shape[1]):
         j, q = pick(selector.scores(h[:, s], vals[:, s], prev, cand[:, s]), temperature, generator)
         prev = cand[:, s].gather(1, j[:, None])[:, 0]
-        toks.append(prev); qs.append(torch.zeros(U.shape[0], U.shape[-1], dtype=q.dtype, device=q.device).scatter(1, cand[:, s], q))
+        toks.append(prev)
+        qs.append(torch.zeros(U.shape[0], U.shape[-1], dtype=q.dtype, device=q.device).scatter(1, cand[:, s], q))
     return {'tokens': torch.stack(toks, 1), 'q': torch.stack(qs, 1), 'candidates': cand}
 
 # %% ../nbs/71_kinds.ipynb #691dad7e
@@ -169,7 +173,8 @@ class MarkovHead(nn.Module):
 class ConfidenceHead(nn.Module):
     "DSpark's confidence head: `proj([h; W1[prev]])`, the logit of the slot's acceptance."
     def __init__(self, hidden_size: int, rank: int = 256):
-        super().__init__(); self.proj = nn.Linear(hidden_size + rank, 1)
+        super().__init__()
+        self.proj = nn.Linear(hidden_size + rank, 1)
     def forward(self, h, e): return self.proj(torch.cat([h, e.to(h.dtype)], -1))[..., 0]
 
 # %% ../nbs/71_kinds.ipynb #4ef96d32
@@ -179,7 +184,9 @@ def markov_walk(markov: MarkovHead, confidence: ConfidenceHead, h, U, anchor, te
     for s in range(h.shape[1]):
         bias, e = markov(prev)
         prev, q = pick(U[:, s].float() + bias.float(), temperature, generator)
-        cs.append(torch.sigmoid(confidence(h[:, s], e).float())); toks.append(prev); qs.append(q)
+        cs.append(torch.sigmoid(confidence(h[:, s], e).float()))
+        toks.append(prev)
+        qs.append(q)
     return {'tokens': torch.stack(toks, 1), 'q': torch.stack(qs, 1), 'confidence': torch.stack(cs, 1)}
 
 # %% ../nbs/71_kinds.ipynb #0aecaf9a
@@ -257,7 +264,8 @@ def reset_kind(model, generator=None, std: float = 0.02):
         if hasattr(model, 'markov_head'):
             w1, cw = model.markov_head.markov_w1.weight, model.confidence_head.proj.weight
             for p in (w1, cw): p.copy_(torch.randn(p.shape, generator=generator) * std)
-            model.markov_head.markov_w2.weight.zero_(); model.confidence_head.proj.bias.zero_()
+            model.markov_head.markov_w2.weight.zero_()
+            model.confidence_head.proj.bias.zero_()
     return model
 
 def kind_weight_names(cfg) -> list[str]:

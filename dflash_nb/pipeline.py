@@ -163,9 +163,13 @@ def chain_status(run_dir, stages: list[StageSpec], params: dict, skip=()) -> lis
     stage is stale (its outputs will be rewritten, so what this stage read may change), or `skipped` (run.skip)."""
     out, first_stale = [], None
     for s in stages:
-        if s.short in skip: out.append((s.name, 'skipped', 'run.skip')); continue
+        if s.short in skip:
+            out.append((s.name, 'skipped', 'run.skip'))
+            continue
         fresh, why = stage_status(run_dir, s, params[s.name])
-        if fresh and first_stale: out.append((s.name, 'stale', f'upstream {first_stale} is stale')); continue
+        if fresh and first_stale:
+            out.append((s.name, 'stale', f'upstream {first_stale} is stale'))
+            continue
         if not fresh and first_stale is None: first_stale = s.name
         out.append((s.name, 'fresh' if fresh else 'stale', why))
     return out
@@ -301,16 +305,25 @@ class LogTail:
         self._t = threading.Thread(target=self._run, daemon=True)
     def _run(self):
         while not self._stop.wait(self.interval): self.poll()
-    def __enter__(self): self._t.start(); return self
+    def __enter__(self):
+        self._t.start()
+        return self
     def __exit__(self, *a):
-        self._stop.set(); self._t.join(); self.poll()
-        if self._buf.strip(): self.echo(self.prefix + self._buf); self._buf = ''
+        self._stop.set()
+        self._t.join()
+        self.poll()
+        if self._buf.strip():
+            self.echo(self.prefix + self._buf)
+            self._buf = ''
 
 @patch
 def poll(self: LogTail):
     "Echo the complete lines appended since the last poll."
     if not self.path.exists(): return
-    with open(self.path, encoding='utf-8', errors='replace') as f: f.seek(self.pos); chunk = f.read(); self.pos = f.tell()
+    with open(self.path, encoding='utf-8', errors='replace') as f:
+        f.seek(self.pos)
+        chunk = f.read()
+        self.pos = f.tell()
     *lines, self._buf = (self._buf + chunk).split('\n')
     for l in lines:
         if l.strip(): self.echo(self.prefix + l)
@@ -319,7 +332,8 @@ def poll(self: LogTail):
 @contextlib.contextmanager
 def _stage_env(out_dir: Path, threads: int | None = None):
     env = {'IN_TEST': '1', STAGE_LOG_ENV: str(out_dir / 'log.txt'), **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
-    saved = {k: os.environ.get(k) for k in env}; os.environ.update(env)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try: yield
     finally:
         for k, v in saved.items():
@@ -359,7 +373,8 @@ def execute_stage(stage: StageSpec, run_dir, params: dict, progress: bool = True
     notebook (headed by `record_header`). With `progress` (and not `log_output`), its `log.txt` lines are echoed."""
     import nbformat
     run_dir = Path(run_dir).resolve()
-    out_dir = run_dir / stage.name; out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = run_dir / stage.name
+    out_dir.mkdir(parents=True, exist_ok=True)
     out_nb, view, t = out_dir / f'{stage.name}.ipynb', out_dir / '.stage_view.ipynb', time.time()
     nbformat.write(stage_view(stage.path), str(view))
     tail = LogTail(out_dir / 'log.txt', echo, f'  {stage.name} | ') if progress and not log_output else contextlib.nullcontext()
@@ -398,7 +413,8 @@ def _decide(st, start, names, run_dir, params, forced, skip) -> tuple[str, str]:
 # %% ../nbs/02_pipeline.ipynb #fba6f241
 def _run_dir(cfg: dict, runs_dir, run_dir) -> Path:
     if run_dir is None: run_dir = Path(runs_dir or cfg['run'].get('runs_dir') or 'runs') / cfg['run']['name']
-    run_dir = Path(run_dir).resolve(); run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
 def _quarantined(stage_dir: Path) -> str:
@@ -415,7 +431,8 @@ def busy_threads(busy: float | None, cores: int | None = None) -> int | None:
 
 def _busy_note(st, echo) -> tuple:
     "`(busy cores, threads)` as `st` starts: said, with the threads it takes, when others would share its cores."
-    busy = busy_cores(); threads = None if os.environ.get('OMP_NUM_THREADS') else busy_threads(busy)
+    busy = busy_cores()
+    threads = None if os.environ.get('OMP_NUM_THREADS') else busy_threads(busy)
     if busy is not None and busy >= BUSY_CORES:
         echo(f'{st.name}: other processes keep {busy:.1f} of {os.cpu_count()} cores busy: its timings are loaded'
              + (f'; it takes {threads} thread(s), one per free core (threads that share a core wait for each other)' if threads else ''))
@@ -425,7 +442,8 @@ def _run_one(st, run_dir, params, summary, echo, **kw) -> dict:
     (busy, threads), t = _busy_note(st, echo), time.time()
     try: nb = execute_stage(st, run_dir, params, echo=echo, threads=threads, **kw)
     except ChainError:
-        summary['stages'].append({'stage': st.name, 'status': 'failed', 'seconds': round(time.time() - t, 2), 'busy_cores': busy}); raise
+        summary['stages'].append({'stage': st.name, 'status': 'failed', 'seconds': round(time.time() - t, 2), 'busy_cores': busy})
+        raise
     return {'stage': st.name, 'status': 'ran', 'seconds': round(time.time() - t, 2), 'busy_cores': busy, 'threads': threads, 'notebook': str(nb)}
 
 # %% ../nbs/02_pipeline.ipynb #0677ba1c
@@ -465,7 +483,9 @@ def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None =
     for i, st in enumerate(todo, 1):
         what, reason = _decide(st, start, [s.name for s in stages], run_dir, all_params[st.name], force or bool(only), skip)
         echo(f'[{i}/{len(todo)}] {st.name}: {"skipped" if what == "skip" else "running"} ({reason})')
-        if what == 'skip': summary['stages'].append({'stage': st.name, 'status': 'skipped', 'reason': reason, 'seconds': 0.0}); continue
+        if what == 'skip':
+            summary['stages'].append({'stage': st.name, 'status': 'skipped', 'reason': reason, 'seconds': 0.0})
+            continue
         try: summary['stages'].append({**_run_one(st, run_dir, all_params[st.name], summary, echo, progress=progress,
                                                   log_output=log_output), 'reason': reason})
         except ChainError:

@@ -29,7 +29,9 @@ def cpu_flags() -> dict:
         for line in f:
             key, _, val = line.partition(':')
             if key.strip() == 'model name': name = val.strip()
-            if key.strip() in ('flags', 'Features'): flags = set(val.split()); break
+            if key.strip() in ('flags', 'Features'):
+                flags = set(val.split())
+                break
     return {'name': name, 'flags': [x for x in _CPU_FLAGS if x in flags]}
 
 # %% ../nbs/00a_precision.ipynb #5d6b229f
@@ -50,7 +52,10 @@ def matmul_gflops(dtype: str, device: str = 'cpu', shape=PROBE_SHAPE, seconds: f
     a, b = (torch.randn(*s, generator=g).to(device, getattr(torch, dtype)) for s in ((M, K), (K, N)))
     sync = torch.cuda.synchronize if str(device).startswith('cuda') else (lambda: None)
     def call() -> float:
-        t = time.perf_counter(); a @ b; sync(); return time.perf_counter() - t
+        t = time.perf_counter()
+        a @ b
+        sync()
+        return time.perf_counter() - t
     best = call()                                        # slow (emulated): this call tells
     if best < seconds:                                   # fast: timed after the warm-up, the fastest kept
         best, end = call(), time.perf_counter() + seconds
@@ -82,7 +87,8 @@ def _cached(cache, m: dict) -> tuple[list, dict | None]:
 def probe(device: str = 'cpu', cache=None) -> dict:
     """`{machine, gflops, seconds, ratio, native, forced}` for `device`: measured once per process and machine, or
     read from `cache` (a JSON file) when it holds a probe of the same machine; added to it otherwise."""
-    m = machine(device); key = repr(sorted(m.items()))
+    m = machine(device)
+    key = repr(sorted(m.items()))
     entries, old = _cached(cache, m)
     if old: _PROBES[key] = old
     if key not in _PROBES: _PROBES[key] = {'machine': m, **_measure(str(device))}

@@ -51,7 +51,8 @@ def _check_tools(tools) -> list[str]:
     out = []
     for i, t in enumerate(tools):
         if not (isinstance(t, dict) and t.get('type') == 'function' and isinstance(t.get('function'), dict)):
-            out.append(f'bad tools: tools[{i}] is not {{"type": "function", "function": {{...}}}}'); continue
+            out.append(f'bad tools: tools[{i}] is not {{"type": "function", "function": {{...}}}}')
+            continue
         fn = t['function']
         if not (_is_str(fn.get('name')) and fn['name'].strip()): out.append(f'bad tools: tools[{i}] has no name')
         if 'parameters' in fn and not isinstance(fn['parameters'], dict): out.append(f'bad tools: tools[{i}] parameters is not an object')
@@ -98,23 +99,31 @@ def _check_tool_turn(m, w, pending) -> list[str]:
     if not pending: return [f'orphan tool message: {w} has no preceding tool call'] + out
     tid = m.get('tool_call_id')
     if tid is not None and not _is_str(tid): return [f'bad tool_call_id: {w} tool_call_id is {type(tid).__name__}'] + out
-    if tid is None or all(p is None for p in pending): pending.pop(0); return out
+    if tid is None or all(p is None for p in pending):
+        pending.pop(0)
+        return out
     if tid not in pending: return [f'orphan tool message: {w} tool_call_id {tid!r} names no pending call'] + out
-    pending.remove(tid); return out
+    pending.remove(tid)
+    return out
 
 # %% ../nbs/05_schema.ipynb #fc9b0d86
 def _check_message(m, i: int, st: dict) -> list[str]:
     "Reasons for message `i`; updates the walk state `st` (`pending` calls, `user` and `assistant` first indices)."
     w = f'message {i}'
-    if not isinstance(m, dict): st['pending'] = None; return [f'bad message: {w} is {type(m).__name__}, not an object']
+    if not isinstance(m, dict):
+        st['pending'] = None
+        return [f'bad message: {w} is {type(m).__name__}, not an object']
     role = m.get('role')
-    if role not in ROLES: st['pending'] = None; return [f'unknown role: {role!r} at {w}']
+    if role not in ROLES:
+        st['pending'] = None
+        return [f'unknown role: {role!r} at {w}']
     out = [f'unknown message key: {sorted(extra)} at {w} ({role})'] if (extra := [k for k in m if k not in MESSAGE_KEYS[role]]) else []
     out += _check_content(m, w, role)
     if role == 'system' and i != 0: out.append(f'system not first: system turn at {w}')
     if role == 'assistant':
         st.setdefault('assistant', i)
-        r, st['pending'] = _check_assistant(m, w); out += r
+        r, st['pending'] = _check_assistant(m, w)
+        out += r
     elif role == 'tool': out += _check_tool_turn(m, w, st['pending'])
     else: st['pending'] = None
     if is_real_user(m): st.setdefault('user', i)
@@ -167,7 +176,8 @@ def _msgs_map(row, name: str, change) -> tuple[dict, str | None]:
     msgs, n = [], 0
     for m in row.get('messages') or []:
         new = change(m) if isinstance(m, dict) else None
-        msgs.append(m if new is None else new); n += new is not None
+        msgs.append(m if new is None else new)
+        n += new is not None
     return ({**row, 'messages': msgs}, f'{name}: {n} message(s)') if n else (row, None)
 
 def _parse_json_str(s):
@@ -199,10 +209,14 @@ def _tools_to_specs(row, **_):
     tools, did = row.get('tools'), []
     if _is_str(tools):
         ok, v = _parse_json_str(tools)
-        if ok and isinstance(v, list): tools = v; did.append('parsed from a JSON string')
+        if ok and isinstance(v, list):
+            tools = v
+            did.append('parsed from a JSON string')
     if isinstance(tools, list):
         wrapped = [_wrap_tool(t) for t in tools]
-        if all(w is not None for w in wrapped) and wrapped != tools: tools = wrapped; did.append('wrapped as function specs')
+        if all(w is not None for w in wrapped) and wrapped != tools:
+            tools = wrapped
+            did.append('wrapped as function specs')
     return ({**row, 'tools': tools}, 'tools_to_specs: ' + ', '.join(did)) if did else (row, None)
 
 def _tool_call_form(row, **_):
@@ -228,7 +242,9 @@ def _rename_roles(row, **_):
     seen = []
     def ch(m):
         to = ROLE_ALIASES.get(m['role'].lower()) if _is_str(m.get('role')) and m['role'] not in ROLES else None
-        if to: seen.append(f"{m['role']}->{to}"); return {**m, 'role': to}
+        if to:
+            seen.append(f"{m['role']}->{to}")
+            return {**m, 'role': to}
     new, note = _msgs_map(row, 'rename_roles', ch)
     return (new, 'rename_roles: ' + ', '.join(dict.fromkeys(seen))) if note else (row, None)
 
@@ -240,7 +256,8 @@ def _args_to_objects(row, **_):
         fn = tc.get('function') if isinstance(tc, dict) else None
         ok, v = _parse_json_str(fn['arguments']) if isinstance(fn, dict) and _is_str(fn.get('arguments')) else (False, None)
         if not (ok and isinstance(v, dict)): return tc
-        n += 1; return {**tc, 'function': {**fn, 'arguments': v}}
+        n += 1
+        return {**tc, 'function': {**fn, 'arguments': v}}
     def ch(m):
         if isinstance(m.get('tool_calls'), list) and (tcs := [call(tc) for tc in m['tool_calls']]) != m['tool_calls']:
             return {**m, 'tool_calls': tcs}
@@ -264,7 +281,8 @@ def _merge_same_role(row, **_):
     plain = lambda m: isinstance(m, dict) and set(m) <= {'role', 'content'} and _is_str(m.get('content')) and m.get('role') in ('system', 'user', 'assistant')
     for m in row.get('messages') or []:
         if out and plain(m) and plain(out[-1]) and m['role'] == out[-1]['role']:
-            out[-1] = {**out[-1], 'content': out[-1]['content'] + '\n\n' + m['content']}; n += 1
+            out[-1] = {**out[-1], 'content': out[-1]['content'] + '\n\n' + m['content']}
+            n += 1
         else: out.append(m)
     return ({**row, 'messages': out}, f'merge_same_role: {n} turn(s)') if n else (row, None)
 
@@ -273,7 +291,8 @@ def _map_unknown_roles(row, **_):
     seen = []
     def ch(m):
         if m.get('role') in ROLES: return None
-        seen.append(f"{m.get('role')}->user"); return {**m, 'role': 'user'}
+        seen.append(f"{m.get('role')}->user")
+        return {**m, 'role': 'user'}
     new, note = _msgs_map(row, 'map_unknown_roles', ch)
     return (new, 'map_unknown_roles: ' + ', '.join(dict.fromkeys(seen))) if note else (row, None)
 
@@ -351,7 +370,9 @@ def apply_repairs(
 ) -> tuple:  # (the repaired copy, or a message list for a message list; the notes of the repairs that applied)
     "Apply the named repairs, whether or not the row then validates; a list of messages gives a list back."
     _check_names(names)
-    if isinstance(row, list): new, notes = apply_repairs({'messages': row}, names, placeholder, had_user); return new['messages'], notes
+    if isinstance(row, list):
+        new, notes = apply_repairs({'messages': row}, names, placeholder, had_user)
+        return new['messages'], notes
     notes = []
     for name in REPAIRS:
         if name in names:
@@ -439,9 +460,13 @@ def from_sharegpt(
     "ShareGPT row -> canonical row (lenient about role names; `function_call` turns become tool calls)."
     msgs = []
     for t in row.get('conversations') or []:
-        if not isinstance(t, dict): msgs.append(t); continue
+        if not isinstance(t, dict):
+            msgs.append(t)
+            continue
         frm = t.get('from', t.get('role'))
-        if frm == 'function_call' and (call := _from_function_call(t)): msgs.append(call); continue
+        if frm == 'function_call' and (call := _from_function_call(t)):
+            msgs.append(call)
+            continue
         msgs.append({'role': FROM_SHAREGPT.get(frm, frm), 'content': t.get('value', t.get('content')),
                      **{k: v for k, v in t.items() if k not in ('from', 'value', 'role', 'content')}})
     out = _top(row, 'messages', msgs)

@@ -158,11 +158,14 @@ def get_source(name: str, # a registry name, or a key of `extra`
               ) -> Source: # the entry
     "A registry entry by name; a config entry with a `path` and no normalizer gets the detected one."
     if extra and name in extra:
-        spec = dict(extra[name]); spec.setdefault('name', name)
+        spec = dict(extra[name])
+        spec.setdefault('name', name)
         if spec.get('normalizer', 'auto') == 'auto' and spec.get('path'):   # your own file: detect its format
             found = auto_source(expand_path(spec['path']), name)
             spec.update(normalizer=found.normalizer, group_by=spec.get('group_by') or found.group_by)
-        if spec.get('path'): spec.setdefault('category', 'general'); spec.setdefault('license', 'unknown (your file)')
+        if spec.get('path'):
+            spec.setdefault('category', 'general')
+            spec.setdefault('license', 'unknown (your file)')
         if spec.get('normalizer') not in NORMALIZERS:
             raise ValueError(f'source {name}: unknown normalizer {spec.get("normalizer")!r} '
                              f'(known: {", ".join(sorted(NORMALIZERS))})')
@@ -180,7 +183,9 @@ def hub_reachable(timeout: float = 3.0, # seconds to wait for a connection
     if any(os.environ.get(k, '0') not in ('0', '') for k in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE')):
         return False
     if _HUB_OK is None:
-        try: socket.create_connection(('huggingface.co', 443), timeout=timeout).close(); _HUB_OK = True
+        try:
+            socket.create_connection(('huggingface.co', 443), timeout=timeout).close()
+            _HUB_OK = True
         except OSError: _HUB_OK = False
     return _HUB_OK
 
@@ -260,8 +265,10 @@ def _survey_records(src: Source, records, n: int, count_all: bool) -> tuple[dict
             rows, rej = normalize_record(src.name, norm, raw, i, unmapped=acc['unmapped'],
                                          prompts_only=src.prompts_only)
             for r in rows:
-                acc['chars'].append(row_chars(r)); acc['turns'].append(len(r['messages']))
-                acc['roles'].update(m['role'] for m in r['messages']); acc['tools'] += bool(r.get('tools'))
+                acc['chars'].append(row_chars(r))
+                acc['turns'].append(len(r['messages']))
+                acc['roles'].update(m['role'] for m in r['messages'])
+                acc['tools'] += bool(r.get('tools'))
             acc['rejected'].update(j['reason'].split(':', 1)[0] for j in rej)
     except Exception as e:   # a stream that dies half-way (network, corrupt file): keep what was seen
         return acc, f'{type(e).__name__}: {e}'[:300]
@@ -324,7 +331,8 @@ def allocate(total: int, # rows in the mix
              category_weights: dict, # {category: weight} of the sources without a quota (absent: 1)
             ) -> dict: # {source name: rows}
     "Per-source row quotas."
-    quotas = scale_quotas(total, quotas); cw = dict(category_weights or {})
+    quotas = scale_quotas(total, quotas)
+    cw = dict(category_weights or {})
     bad = [k for k in quotas if k not in {s.name for s in sources}]
     if bad: raise ValueError(f'quotas name sources not in the mix: {bad}')
     rest = [s for s in sources if s.name not in quotas]
@@ -339,13 +347,22 @@ def allocate(total: int, # rows in the mix
 def _keep(r: dict, c: dict, min_user_chars: int, max_chars: int | None, dedup: str, seen: tuple,
           kept: tuple) -> bool:
     "Whether row `r` passes the filters; else it is counted in `c` under the first that drops it."
-    if len(user_text(r).strip()) < min_user_chars: c['too_short'] += 1; return False
-    if max_chars is not None and row_chars(r) > max_chars: c['too_long'] += 1; return False
+    if len(user_text(r).strip()) < min_user_chars:
+        c['too_short'] += 1
+        return False
+    if max_chars is not None and row_chars(r) > max_chars:
+        c['too_long'] += 1
+        return False
     if dedup == 'none': return True
     e, nk = dedup_keys(r)
-    if e in seen[0] or e in kept[0]: c['dup_exact'] += 1; return False
-    if dedup == 'normalized' and (nk in seen[1] or nk in kept[1]): c['dup_normalized'] += 1; return False
-    seen[0].add(e); seen[1].add(nk)
+    if e in seen[0] or e in kept[0]:
+        c['dup_exact'] += 1
+        return False
+    if dedup == 'normalized' and (nk in seen[1] or nk in kept[1]):
+        c['dup_normalized'] += 1
+        return False
+    seen[0].add(e)
+    seen[1].add(nk)
     return True
 
 # %% ../nbs/10_sources.ipynb #bbcb6bd7
@@ -364,7 +381,8 @@ def _fill(src: Source, c: dict, reservoir: list, keep, scan_factor: int, rng, qu
         rows, rej = normalize_record(src.name, norm, raw, i, unmapped=c['unmapped_fields'], repairs=repairs,
                                      prompts_only=src.prompts_only)
         for j in rej:
-            kind = j['reason'].split(':', 1)[0]; c['rejected'][kind] = c['rejected'].get(kind, 0) + 1
+            kind = j['reason'].split(':', 1)[0]
+            c['rejected'][kind] = c['rejected'].get(kind, 0) + 1
             if quarantine is not None:
                 quarantine.add(j.get('record'), j['reason'], source=src.name, **_where(j, i))
         for r in rows:
@@ -411,15 +429,21 @@ def build_mix(sources: list[Source], # the sources, in order: earlier ones win d
     filters = dict(min_user_chars=o.min_user_chars, max_chars=o.max_chars, dedup=o.dedup, kept=kept)
     for src in sources:
         c = counts[src.name] = _source_counts(src, alloc[src.name])
-        if c['quota'] <= 0: c['status'] = 'no quota'; continue
+        if c['quota'] <= 0:
+            c['status'] = 'no quota'
+            continue
         rng, reservoir = random.Random(o.seed * 1_000_003 + zlib.crc32(src.name.encode())), []
         c['unmapped_fields'] = Counter()   # native fields the normalizer did not map
         keep = partial(_keep, seen=(set(), set()), **filters)
         try: _fill(src, c, reservoir, keep, o.scan_factor, rng, quarantine, repairs)
         except SourceUnavailable as e:
-            c['status'] = e.status; c['error'] = str(e); log(f'[sources] {src.name}: {e} (skipped)')
+            c['status'] = e.status
+            c['error'] = str(e)
+            log(f'[sources] {src.name}: {e} (skipped)')
         for r in reservoir:
-            e, nk = dedup_keys(r); kept[0].add(e); kept[1].add(nk)
+            e, nk = dedup_keys(r)
+            kept[0].add(e)
+            kept[1].add(nk)
         c['kept'] = len(reservoir)
         if c['status'] == 'ok' and c['kept'] < c['quota']: c['short_by'] = c['quota'] - c['kept']
         mix.extend(reservoir)
@@ -429,7 +453,9 @@ def build_mix(sources: list[Source], # the sources, in order: earlier ones win d
 # %% ../nbs/10_sources.ipynb #3ff91c9a
 def _pyplot():
     "matplotlib's pyplot on the Agg backend (imported on first use: the module imports fast without it)."
-    import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
     return plt
 
 def plot_mix(counts: dict, # the counts per source of `build_mix`
@@ -437,15 +463,21 @@ def plot_mix(counts: dict, # the counts per source of `build_mix`
             ) -> Path: # `path`
     "Bar charts of the kept rows by source and by category."
     plt = _pyplot()
-    names = list(counts); kept = [counts[n]['kept'] for n in names]
+    names = list(counts)
+    kept = [counts[n]['kept'] for n in names]
     cats = Counter()
     for n in names: cats[counts[n]['category']] += counts[n]['kept']
     fig, ax = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={'width_ratios': [2, 1]})
-    ax[0].barh(names, kept, color='tab:blue'); ax[0].invert_yaxis()
-    ax[0].set_title('kept rows by source'); ax[0].set_xlabel('rows')
-    ax[1].bar(list(cats), list(cats.values()), color='tab:orange'); ax[1].set_title('kept rows by category')
+    ax[0].barh(names, kept, color='tab:blue')
+    ax[0].invert_yaxis()
+    ax[0].set_title('kept rows by source')
+    ax[0].set_xlabel('rows')
+    ax[1].bar(list(cats), list(cats.values()), color='tab:orange')
+    ax[1].set_title('kept rows by category')
     ax[1].tick_params(axis='x', rotation=30)
-    fig.tight_layout(); fig.savefig(path, dpi=80); plt.close(fig)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
     return Path(path)
 
 # %% ../nbs/10_sources.ipynb #8e0726b9
@@ -464,9 +496,13 @@ def plot_lengths(survey: list[dict], # survey entries (`survey_source`), with th
         if xs: ax[0].hist([math.log10(max(1, x)) for x in xs], bins=30, alpha=0.5, label=f'{cat} ({len(xs)})')
     for cat, xs in by_cat_t.items():
         if xs: ax[1].hist(xs, bins=range(1, max(xs) + 2), alpha=0.5, label=cat)
-    ax[0].set_xlabel('log10 characters per row'); ax[1].set_xlabel('turns per row'); ax[1].set_yscale('log')
+    ax[0].set_xlabel('log10 characters per row')
+    ax[1].set_xlabel('turns per row')
+    ax[1].set_yscale('log')
     for a in ax: a.legend(fontsize=7)
-    fig.tight_layout(); fig.savefig(path, dpi=80); plt.close(fig)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
     return Path(path)
 
 # %% ../nbs/10_sources.ipynb #4df7937c
@@ -518,7 +554,8 @@ def normalize_file(source: str, # `auto`, a registry name or a normalizer name
             rows, rej = normalize_record(src.name, NORMALIZERS[src.normalizer], raw, i, unmapped=um,
                                          repairs=repairs, prompts_only=src.prompts_only)
             for r in rows:
-                f.write(json.dumps(r, ensure_ascii=False) + '\n'); counts['written'] += 1
+                f.write(json.dumps(r, ensure_ascii=False) + '\n')
+                counts['written'] += 1
                 rep.update(x.split(':')[0] for x in (r.get('meta') or {}).get('repairs', []))
             for e in rej: q.add(e.get('record'), e['reason'], **_where(e, i))
     counts.update(quarantined=len(q), reasons=dict(q.reasons), unmapped_fields=dict(um), repairs=dict(rep))
@@ -601,7 +638,8 @@ def register_cli(sub):
                    help='apply no repair at all, not even the format-only ones (quarantine those rows instead)')
     n.set_defaults(func=cmd_sources_normalize)
     d = ss.add_parser('detect', help='name the normalizer(s) that read a file, with the evidence')
-    d.add_argument('file', help='the file to inspect (JSONL, JSON, .traj, Parquet; .gz too)'); d.add_argument('--sample', type=int, default=50, help='records to sample')
+    d.add_argument('file', help='the file to inspect (JSONL, JSON, .traj, Parquet; .gz too)')
+    d.add_argument('--sample', type=int, default=50, help='records to sample')
     d.set_defaults(func=cmd_sources_detect)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 

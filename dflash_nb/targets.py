@@ -23,7 +23,8 @@ def register_cli(sub):
     pr.add_argument('spec', help='smollm2, tiny-qwen3, tiny-qwen3_5, a folder or a hub id')
     add_declared_options(pr, '01_targets', ['device'])   # where the tiny models are built and checked
     def run(a):
-        print(json.dumps(describe_target(a.spec, device=a.device), indent=2, default=str)); return 0
+        print(json.dumps(describe_target(a.spec, device=a.device), indent=2, default=str))
+        return 0
     pr.set_defaults(func=run)
 
 # %% ../nbs/01_targets.ipynb #2c5ad9be
@@ -38,7 +39,8 @@ def describe_target(spec: str, device: str) -> dict:
     gen_prompt = None
     if tok.chat_template:
         msgs = [{'role': 'user', 'content': 'X'}]
-        a = tok.apply_chat_template(msgs, tokenize=False); b = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        a = tok.apply_chat_template(msgs, tokenize=False)
+        b = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         gen_prompt = b[len(a):] if b.startswith(a) else None
     return {'spec': spec, 'path': resolve_target(spec), 'model_type': c.model_type, 'architectures': c.architectures,
             'num_hidden_layers': c.num_hidden_layers, 'hidden_size': c.hidden_size, 'vocab_size': c.vocab_size,

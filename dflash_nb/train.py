@@ -99,7 +99,8 @@ def load_target_head(path, device='cpu', dtype=torch.float32):
     from safetensors import safe_open
     p = Path(path) if Path(str(path)).is_dir() else Path(resolve_target(str(path)))
     if not p.is_dir(): raise FileNotFoundError(f'{path}: not a local model folder')
-    cfg = read_json(p / 'config.json'); tcfg = cfg.get('text_config') or cfg
+    cfg = read_json(p / 'config.json')
+    tcfg = cfg.get('text_config') or cfg
     wmap = weight_map(p)
     emb_keys = sorted((k for k in wmap if k.endswith('embed_tokens.weight')), key=len)
     if not emb_keys: raise KeyError(f'{p}: no embed_tokens.weight among the weights')
@@ -279,8 +280,10 @@ def add(self: Metrics, out: dict, b: dict, n: int):
     "Add micro-batch `b` (one of its step's `n`) and its `dflash_loss` output `out` to the window."
     w = self.win
     w['loss'] += out['loss'].detach().double().cpu() / n
-    w['correct'] += out['correct'].cpu(); w['count'] += out['count'].cpu()
-    w['tokens'] += int(b['lengths'].sum()); w['block_tokens'] += int(b['valid'].sum()) * (self.n + 1)
+    w['correct'] += out['correct'].cpu()
+    w['count'] += out['count'].cpu()
+    w['tokens'] += int(b['lengths'].sum())
+    w['block_tokens'] += int(b['valid'].sum()) * (self.n + 1)
 
 @patch
 def end_step(self: Metrics, grad_norm):
@@ -316,17 +319,21 @@ def write(self: Metrics, e: dict):
 # %% ../nbs/80_train.ipynb #47fd825c
 def plot_curves(history, path=None):
     "Loss, implied acceptance length and per-slot accuracy (first and last logged window) as one PNG figure."
-    import matplotlib; matplotlib.use('Agg')
+    import matplotlib
+    matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(1, 3, figsize=(14, 3.6))
     steps = [h['step'] for h in history]
-    ax[0].plot(steps, [h['loss'] for h in history]); ax[0].set(title='loss (decayed CE)', xlabel='optimizer step')
-    ax[1].plot(steps, [h['tau'] for h in history], color='C2'); ax[1].set(title='implied acceptance length tau', xlabel='optimizer step')
+    ax[0].plot(steps, [h['loss'] for h in history])
+    ax[0].set(title='loss (decayed CE)', xlabel='optimizer step')
+    ax[1].plot(steps, [h['tau'] for h in history], color='C2')
+    ax[1].set(title='implied acceptance length tau', xlabel='optimizer step')
     if history:
         k = range(1, len(history[0]['acc']) + 1)
         for h, lab in ((history[0], f"step {history[0]['step']}"), (history[-1], f"step {history[-1]['step']}")):
             ax[2].plot(k, [float('nan') if a is None else a for a in h['acc']], marker='o', label=lab)
-        ax[2].set(title='per-slot accuracy', xlabel='slot k (token anchor+k)', ylim=(0, 1.02)); ax[2].legend()
+        ax[2].set(title='per-slot accuracy', xlabel='slot k (token anchor+k)', ylim=(0, 1.02))
+        ax[2].legend()
     fig.tight_layout()
     if path is not None: fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -379,7 +386,8 @@ def _set_rng_state(s: dict):
     import numpy as np
     random.setstate(tuple(tuple(x) if isinstance(x, list) else x for x in s['python']))
     torch.set_rng_state(s['torch'])
-    n = s['numpy']; np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
+    n = s['numpy']
+    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
     if 'cuda' in s and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s['cuda'])
 
 # %% ../nbs/80_train.ipynb #e2bf3d44
@@ -451,7 +459,8 @@ def shard_drafter(model, group=None, device='cpu'):
 class _DDPView(nn.Module):
     "Expose the DDP-wrapped drafter's forward with the drafter's `config` (what `dflash_loss` reads)."
     def __init__(self, ddp, config):
-        super().__init__(); self.ddp, self.config = ddp, config
+        super().__init__()
+        self.ddp, self.config = ddp, config
     @property
     def fc(self): return self.ddp.module.fc
     def forward(self, *a, **kw): return self.ddp(*a, **kw)
@@ -556,7 +565,10 @@ class Trainer:
         self.gamma = default_gamma(B) if cfg.gamma is None else cfg.gamma
         self.step, self.epoch, self.step_in_epoch, self._order = 0, 0, 0, (None, [])
         self.seconds, self._tick = 0.0, None   # training seconds, summed over the fits its checkpoints continued
-        self._setup_parallel(); self._setup_optimizers(); self._setup_head(embed, lm_head); self._setup_shapes()
+        self._setup_parallel()
+        self._setup_optimizers()
+        self._setup_head(embed, lm_head)
+        self._setup_shapes()
         writers = ScalarWriters(self.out_dir, cfg, self.log) if self.rank == 0 and self.out_dir else None
         self.metrics = Metrics(drafted_slots(drafter.config), self.total_steps, out_dir=self.out_dir, writers=writers, log=self.log,
                                rank=self.rank, world=self.world, all_sum=self._all_sum)
@@ -568,7 +580,8 @@ class Trainer:
 def _setup_parallel(self: Trainer):
     self.ddp, self.fsdp, self.net = None, False, self.model
     if self.world > 1 and self.cfg.parallel == 'fsdp':
-        shard_drafter(self.model, self.group, self.device); self.fsdp = True
+        shard_drafter(self.model, self.group, self.device)
+        self.fsdp = True
     elif self.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP
         self.ddp = DDP(self.model, device_ids=[self.device.index] if self.device.type == 'cuda' else None, process_group=self.group)
@@ -583,7 +596,9 @@ def _all_sum(self: Trainer, t):
     "Sum a (CPU) tensor over the trainer ranks (through this rank's GPU under NCCL, which reduces only CUDA tensors)."
     if self.world == 1: return t
     if torch.distributed.get_backend(self.group) == 'nccl':
-        d = t.to(self.device); torch.distributed.all_reduce(d, group=self.group); return d.to(t.device)
+        d = t.to(self.device)
+        torch.distributed.all_reduce(d, group=self.group)
+        return d.to(t.device)
     torch.distributed.all_reduce(t, group=self.group)
     return t
 
@@ -641,7 +656,8 @@ def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> di
     `stop_after` (tests) ends the loop after that many optimizer steps *without* a final checkpoint, like a kill."""
     if resume: self.resume()
     self.model.train()
-    t0 = self._tick = time.time(); step0, stopped = self.step, 'done'
+    t0 = self._tick = time.time()
+    step0, stopped = self.step, 'done'
     self.metrics.start()
     pbar = progress(total=self.total_steps - self.step, desc='train', unit='step') if self.rank == 0 else None
     while self.epoch < self.cfg.epochs and self.step < self.total_steps:
@@ -650,7 +666,9 @@ def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> di
         if self.plan_budget(t0, step0) and pbar is not None: pbar.set_total(self.total_steps - step0)
         self.after_step()
         if stop_after is not None and self.step - step0 >= stop_after: return {'steps': self.step, 'stopped': 'stop_after'}
-        if self.out_of_time(t0): stopped = 'max_minutes'; break
+        if self.out_of_time(t0):
+            stopped = 'max_minutes'
+            break
     if pbar is not None: pbar.close()
     return self.finish(t0, stopped)
 
@@ -662,7 +680,9 @@ def plan_budget(self: Trainer, t0: float, step0: int) -> bool:
     "Every `_PLAN_STEPS` timed steps of a fit: end the schedule where `max_minutes` will, if earlier (see above). Whether it moved."
     cfg, n = self.cfg, self.step - step0 - _PLAN_SKIP
     if not cfg.schedule_to_budget or cfg.max_minutes is None or n < 0 or n % _PLAN_STEPS: return False
-    if n == 0: self._t_plan = time.time(); return False
+    if n == 0:
+        self._t_plan = time.time()
+        return False
     rate, left = n / (time.time() - self._t_plan), cfg.max_minutes * 60 - (time.time() - t0)
     fits = int(self._all_sum(torch.tensor([self.step + 0.95 * rate * left], dtype=torch.float64)).item() / self.world)
     self.plan = {'planned': self.total_steps, 'moves': 0, **(self.plan or {}), 'steps_per_s': round(rate, 3), 'fits': fits}
@@ -691,7 +711,8 @@ def resume(self: Trainer) -> Path | None:
 @patch
 def load_checkpoint(self: Trainer, path):
     "Continue from checkpoint `path` (with its planned end, when `plan_budget` moved it)."
-    st = self.ckpt.read(path); pr = st['progress']
+    st = self.ckpt.read(path)
+    pr = st['progress']
     self._load_weights(st['model'], st['optimizer'])
     self.step, self.epoch, self.step_in_epoch = pr['step'], pr['epoch'], pr['step_in_epoch']
     self.seconds, self.plan = pr.get('seconds', 0.0), pr.get('plan')   # a checkpoint from before the clock / the plan: 0, None
@@ -766,9 +787,13 @@ def optimizer_step(self: Trainer, group: list[list[int]]):
     "One optimizer step on the micro-batches `group`: gradients accumulated, clipped, every optimizer and schedule stepped."
     for j, idx in enumerate(group): self.micro_step(self._batch(idx, self.epoch), len(group), last=j == len(group) - 1)
     gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
-    for o, sc in zip(self.opts, self.scheds): o.step(); sc.step(); o.zero_grad(set_to_none=True)
+    for o, sc in zip(self.opts, self.scheds):
+        o.step()
+        sc.step()
+        o.zero_grad(set_to_none=True)
     self.metrics.end_step(gn)
-    self.step += 1; self.step_in_epoch += 1
+    self.step += 1
+    self.step_in_epoch += 1
     if self.step_in_epoch >= self.steps_per_epoch: self.epoch, self.step_in_epoch = self.epoch + 1, 0
 
 @patch
@@ -881,7 +906,9 @@ def export(self: Trainer, path, dtype: str = 'bfloat16', extra_files=None) -> Pa
     sd = self.model_state()
     if self.rank != 0: return Path(path)
     m = self.model
-    if self.fsdp: m = DFlashDrafter(self.model.config); m.load_state_dict(sd)
+    if self.fsdp:
+        m = DFlashDrafter(self.model.config)
+        m.load_state_dict(sd)
     return export_drafter(m, path, dtype, extra_files)
 
 # %% ../nbs/80_train.ipynb #8b760290
@@ -909,7 +936,8 @@ def _calibrate_qk_norms(drafter: DFlashDrafter, x, copied: list):
                 key = f'layers.{j}.self_attn.{name}.weight'
                 if key in copied: continue
                 rms = proj(x).view(x.shape[0], nh, a.hd).pow(2).mean(-1).sqrt().mean(0)   # per head
-                getattr(a, name).weight.copy_(rms.mean().expand(a.hd)); copied.append(key)
+                getattr(a, name).weight.copy_(rms.mean().expand(a.hd))
+                copied.append(key)
 
 # %% ../nbs/80_train.ipynb #bd357bbb
 def init_drafter_from_target(drafter: DFlashDrafter, target, layers=None, features=None, log=None) -> dict:
@@ -926,7 +954,8 @@ def init_drafter_from_target(drafter: DFlashDrafter, target, layers=None, featur
     def put(dst, src):
         if src not in W: return
         if W[src].shape != sd[dst].shape: raise ValueError(f'{src} {tuple(W[src].shape)} does not fit {dst} {tuple(sd[dst].shape)}')
-        sd[dst].copy_(W[src].to(sd[dst].dtype)); copied.append(dst)
+        sd[dst].copy_(W[src].to(sd[dst].dtype))
+        copied.append(dst)
     ids = list(cfg.target_layer_ids)
     below = [i for i, t in enumerate(ids) if t < layers[0]]
     f = below[-1] if below else 0                      # feature = output of layer ids[f] ~ input of layers[0]
@@ -934,7 +963,8 @@ def init_drafter_from_target(drafter: DFlashDrafter, target, layers=None, featur
         for j, L in enumerate(layers):
             for part in _LAYER_PARTS: put(f'layers.{j}.{part}.weight', f'layers.{L}.{part}.weight')
         put('norm.weight', 'norm.weight')
-        sd['fc.weight'].zero_(); sd['fc.weight'][:, f * H:(f + 1) * H] = torch.eye(H)
+        sd['fc.weight'].zero_()
+        sd['fc.weight'][:, f * H:(f + 1) * H] = torch.eye(H)
         put('hidden_norm.weight', f'layers.{layers[0]}.input_layernorm.weight')
         copied.append('fc.weight')
     drafter.load_state_dict(sd)
@@ -979,7 +1009,8 @@ class RemoteFeatures:
         dist.recv(out, self.server)
         if not self.k: return out.to(self.device)
         ids, lp = torch.empty(b, T, self.k, dtype=torch.long, device=self.comm), torch.empty(b, T, self.k, device=self.comm)
-        dist.recv(ids, self.server); dist.recv(lp, self.server)
+        dist.recv(ids, self.server)
+        dist.recv(lp, self.server)
         return {'features': out.to(self.device), 'target_ids': ids.to(self.device), 'target_logp': lp.to(self.device)}
     def close(self):
         "End this trainer's stream (the feature rank stops when all its trainers have closed)."
@@ -994,18 +1025,24 @@ def serve_features(feature_fn, clients, n_features: int, hidden_size: int, dtype
     comm, live, served = _comm_device(device), list(clients), 0
     while live:
         for c in list(live):
-            h = torch.empty(3, dtype=torch.long, device=comm); dist.recv(h, c)
-            if int(h[0]) == 0: live.remove(c); continue
+            h = torch.empty(3, dtype=torch.long, device=comm)
+            dist.recv(h, c)
+            if int(h[0]) == 0:
+                live.remove(c)
+                continue
             b, T = int(h[1]), int(h[2])
             ids, am = torch.empty(b, T, dtype=torch.long, device=comm), torch.empty(b, T, dtype=torch.long, device=comm)
-            dist.recv(ids, c); dist.recv(am, c)
+            dist.recv(ids, c)
+            dist.recv(am, c)
             with torch.no_grad(): f = feature_fn(ids.to(device), am.to(device))
             f, lab = (f['features'], (f['target_ids'], f['target_logp'])) if isinstance(f, dict) else (f, None)
             if tuple(f.shape) != (b, T, n_features, hidden_size):
                 raise ValueError(f'feature_fn returned {tuple(f.shape)}, expected {(b, T, n_features, hidden_size)}')
-            dist.send(f.to(comm, dtype).contiguous(), c); served += 1
+            dist.send(f.to(comm, dtype).contiguous(), c)
+            served += 1
             if label_topk:
-                dist.send(lab[0].to(comm, torch.long).contiguous(), c); dist.send(lab[1].to(comm, torch.float32).contiguous(), c)
+                dist.send(lab[0].to(comm, torch.long).contiguous(), c)
+                dist.send(lab[1].to(comm, torch.float32).contiguous(), c)
     return served
 
 # %% ../nbs/80_train.ipynb #35fc1df6
@@ -1015,7 +1052,8 @@ def _bench_inputs(cfg: DFlashConfig, seq_len: int, batch_size: int, dev, seed: i
     hdt = torch.bfloat16 if dev.type == 'cuda' else torch.float32
     embed = nn.Embedding(V, H, dtype=hdt, device=dev).requires_grad_(False)
     head = nn.Linear(H, V, bias=False, dtype=hdt, device=dev).requires_grad_(False)
-    lm = torch.ones(seq_len, dtype=torch.long); lm[:seq_len // 8] = 0
+    lm = torch.ones(seq_len, dtype=torch.long)
+    lm[:seq_len // 8] = 0
     rows = [{'input_ids': torch.randint(0, V - 1, (seq_len,), generator=g), 'loss_mask': lm,
              'hidden_states': torch.randn(seq_len, cfg.n_features, H, generator=g).to(hdt)} for _ in range(batch_size)]
     return embed, head, rows
@@ -1058,12 +1096,18 @@ def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=tr.amp):
             out = dflash_loss(net, tr.embed, tr.lm_head, b, tr.loss_options)
         out['loss'].backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0); [(o.step(), o.zero_grad(set_to_none=True)) for o in tr.opts]
-        sync(); return out['loss'].item()
-    t = time.time(); one(); first = time.time() - t
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        [(o.step(), o.zero_grad(set_to_none=True)) for o in tr.opts]
+        sync()
+        return out['loss'].item()
+    t = time.time()
+    one()
+    first = time.time() - t
     times, loss = [], float('nan')
     for _ in range(steps):
-        t = time.time(); loss = one(); times.append(time.time() - t)
+        t = time.time()
+        loss = one()
+        times.append(time.time() - t)
     return _bench_report(tr, b, times, first, loss, dev)
 
 # %% ../nbs/80_train.ipynb #3a906f53
@@ -1126,10 +1170,12 @@ def quarantine_rows(stage: Stage, data, P: dict, tconf: TrainConfig, rank: int, 
     keep, rejected = eligible_rows(data, P['block_size'], tconf.full_block_anchors)
     q = Quarantine(stage.path('quarantine.jsonl'))
     for i, reason in rejected:
-        r = data[i]; q.add({'index': i, 'id': r.get('id'), 'length': len(r['input_ids'])}, reason)
+        r = data[i]
+        q.add({'index': i, 'id': r.get('id'), 'length': len(r['input_ids'])}, reason)
     ck_dir, ph = stage.path('checkpoints'), obj_hash({k: v for k, v in P.items() if k != 'max_minutes'})
     if rank == 0:
-        q.save(); stage.output(q.path)
+        q.save()
+        stage.output(q.path)
         if ck_dir.exists() and (not (ck_dir / 'params.json').exists() or read_json(ck_dir / 'params.json').get('hash') != ph):
             shutil.rmtree(ck_dir)
         write_json(ck_dir / 'params.json', {'hash': ph, 'params': P})
@@ -1152,9 +1198,11 @@ def train_summary(res: dict, trainer, data, keep, q, P: dict, world: int, mask_i
 def finish_train_stage(stage: Stage, trainer, summary: dict, log):
     "Rank 0: write the curves, metrics and manifest; check that the exported drafter loads."
     stage.output(stage.path('drafter'))
-    trainer.metrics.plot(stage.path('curves.png')); stage.output(stage.path('curves.png'))
+    trainer.metrics.plot(stage.path('curves.png'))
+    stage.output(stage.path('curves.png'))
     stage.output(stage.path('metrics.jsonl'))
-    write_json(stage.path('metrics.json'), summary); stage.output(stage.path('metrics.json'))
+    write_json(stage.path('metrics.json'), summary)
+    stage.output(stage.path('metrics.json'))
     assert summary['rows_used'] + summary['rows_quarantined'] == summary['rows_in']
     stage.count(rows_in=summary['rows_in'], rows_used=summary['rows_used'], quarantined=summary['rows_quarantined'],
                 steps=summary['steps'], world_size=summary['world_size'], trainer_ranks=summary['trainer_ranks'])
@@ -1205,11 +1253,13 @@ def train_stage(stage: Stage) -> dict:   # the summary (`80_train/metrics.json`)
 def register_cli(sub):
     "Add `dflash-nb train RUN_DIR [CONFIG] [--set train.k=v]` (works under torchrun) to the CLI."
     p = sub.add_parser('train', help='run the 80_train stage on a run folder (e.g. under torchrun for several GPUs)')
-    p.add_argument('run_dir'); p.add_argument('config', nargs='?', default=None)
+    p.add_argument('run_dir')
+    p.add_argument('config', nargs='?', default=None)
     p.add_argument('--set', dest='overrides', action='append', default=[], metavar='SECTION.KEY=VALUE')
     def run(a):
         P = stage_params('80_train', load_config(a.config, a.overrides))      # checked once, here
         s = train_stage(Stage(a.run_dir, '80_train', params=P))
         keys = ('role', 'served', 'world_size') if s.get('role') == 'features' else ('steps', 'stopped', 'tau', 'rows_used', 'world_size')
-        print(json.dumps({k: s.get(k) for k in keys}, default=str)); return 0
+        print(json.dumps({k: s.get(k) for k in keys}, default=str))
+        return 0
     p.set_defaults(func=run)
