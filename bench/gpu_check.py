@@ -212,15 +212,19 @@ def sec_benchmark_step(a, dev):
     if not hasattr(train, 'benchmark_step'): return {'skipped': 'train.benchmark_step is not in this checkout'}
     sh = dict(TINY_DRAFTER if a.tiny else QWEN36_DRAFTER)
     T, A, b = (128, 8, 1) if a.tiny else (a.seq_len, a.num_anchors, a.batch)
-    kw = dict(hidden_size=sh['hidden_size'], intermediate_size=sh['intermediate_size'], num_attention_heads=sh['num_attention_heads'],
-              num_key_value_heads=sh['num_key_value_heads'], head_dim=sh['head_dim'], vocab_size=sh['vocab_size'],
-              num_hidden_layers=1 if a.tiny else max(a.layers), n_features=len(sh['target_layer_ids']), seq_len=T, num_anchors=A,
-              block_size=sh['block_size'], batch_size=b, device=str(dev), steps=a.steps)
-    params = inspect.signature(train.benchmark_step).parameters
+    shape = dict(hidden_size=sh['hidden_size'], intermediate_size=sh['intermediate_size'], num_attention_heads=sh['num_attention_heads'],
+                 num_key_value_heads=sh['num_key_value_heads'], head_dim=sh['head_dim'], vocab_size=sh['vocab_size'],
+                 num_hidden_layers=1 if a.tiny else max(a.layers), block_size=sh['block_size'])
+    args = dict(shape, n_features=len(sh['target_layer_ids']), seq_len=T, num_anchors=A, batch_size=b, device=str(dev), steps=a.steps)
     free(dev)
-    res = train.benchmark_step(**{k: v for k, v in kw.items() if k in params})
+    if 'cfg' in inspect.signature(train.benchmark_step).parameters:   # the trainer's own step at a config (this checkout)
+        res = train.benchmark_step(train.bench_drafter_config(len(sh['target_layer_ids']), **shape),
+                                   train.TrainConfig(num_anchors=A, batch_size=b), seq_len=T, device=str(dev), steps=a.steps)
+    else:                                                              # an older checkout: shapes as keywords
+        params = inspect.signature(train.benchmark_step).parameters
+        res = train.benchmark_step(**{k: v for k, v in args.items() if k in params})
     free(dev)
-    return {'args': {k: v for k, v in kw.items() if k in params}, **res}
+    return {'args': args, **res}
 
 
 def load_llama(a, dev, dtype):

@@ -246,10 +246,10 @@ def features(model, rows: int, seq: int, layer_ids) -> dict:
 
 
 def train_step(seq: int, layers: int, anchors: int, amp: str) -> dict:
-    from dflash_nb.train import benchmark_step
-    kw = dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3, head_dim=64,
-              vocab_size=49152, num_hidden_layers=layers, n_features=5, seq_len=seq, num_anchors=anchors, block_size=16,
-              batch_size=1, device='cpu', amp=amp)
+    from dflash_nb.train import benchmark_step, bench_drafter_config, TrainConfig
+    cfg = bench_drafter_config(5, hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
+                               head_dim=64, vocab_size=49152, num_hidden_layers=layers, block_size=16)
+    kw = dict(cfg=cfg, tc=TrainConfig(num_anchors=anchors, batch_size=1, amp=amp), seq_len=seq, device='cpu')
     with Census() as c: benchmark_step(**kw, steps=0)
     c0, t0 = cpu_seconds(), time.perf_counter()
     out = benchmark_step(**kw, steps=5)         # a warm-up step and 5 timed ones: CPU seconds per step over all 6

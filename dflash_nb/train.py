@@ -31,8 +31,8 @@ __all__ = ['CKPT_RE', 'TrainConfig', 'load_target_head', 'target_features', 'loa
            'online_features', 'TokenRows', 'eligible_rows', 'collate', 'pad_batch', 'max_row_length', 'ScalarWriters',
            'Metrics', 'plot_curves', 'latest_checkpoint', 'Checkpointer', 'shard_drafter', 'muon_split',
            'newton_schulz', 'muon_lr_scale', 'Muon', 'build_optimizers', 'build_schedulers', 'Trainer',
-           'init_drafter_from_target', 'placement_roles', 'RemoteFeatures', 'serve_features', 'benchmark_step',
-           'stage_inputs', 'target_side', 'check_label_source', 'quarantine_rows', 'train_summary',
+           'init_drafter_from_target', 'placement_roles', 'RemoteFeatures', 'serve_features', 'bench_drafter_config',
+           'benchmark_step', 'stage_inputs', 'target_side', 'check_label_source', 'quarantine_rows', 'train_summary',
            'finish_train_stage', 'serve_feature_rank', 'train_stage', 'register_cli']
 
 # %% ../nbs/80_train.ipynb #163d863f
@@ -1072,43 +1072,34 @@ def _bench_report(tr, b, times: list, first: float, loss: float, dev) -> dict:
             'drafter_params': sum(p.numel() for p in tr.model.parameters())}
 
 # %% ../nbs/80_train.ipynb #24a4af08
-def benchmark_step(hidden_size: int = 5120, intermediate_size: int = 17408, num_attention_heads: int = 24,
-                   num_key_value_heads: int = 4, head_dim: int = 256, vocab_size: int = 248_320, num_hidden_layers: int = 5,
-                   n_features: int = 5, seq_len: int = 3072, num_anchors: int = 512, block_size: int = 16,
-                   batch_size: int = 1, device: str = 'cuda', steps: int = 3, grad_checkpointing: bool = False,
-                   attn_backend: str = 'auto', amp: str = 'auto', seed: int = 0) -> dict:
-    """Build a drafter at these shapes (default: the Qwen3.6-27B production drafter) on `device` and run `steps`
-    training steps (+1 warm-up, which compiles).
-    Returns `{tokens, block_tokens, step_s, first_step_s, tokens_per_s, peak_memory_gb, compiles, loss, ...}`."""
-    dev = torch.device(device)
-    cfg = DFlashConfig(hidden_size=hidden_size, intermediate_size=intermediate_size, num_attention_heads=num_attention_heads,
-                       num_key_value_heads=num_key_value_heads, head_dim=head_dim, vocab_size=vocab_size,
-                       num_target_layers=max(n_features, 2) * 4, target_layer_ids=list(range(1, 4 * n_features, 4))[:n_features],
-                       mask_token_id=vocab_size - 1, num_hidden_layers=num_hidden_layers, block_size=block_size)
-    tc = TrainConfig(num_anchors=num_anchors, attn_backend=attn_backend, amp=amp, grad_checkpointing=grad_checkpointing,
-                     batch_size=batch_size, seed=seed)
-    embed, head, rows = _bench_inputs(cfg, seq_len, batch_size, dev, seed)
+def bench_drafter_config(n_features: int = 5, **shape) -> DFlashConfig:
+    "A drafter config at `shape` (`DFlashConfig` fields; default: the Qwen3.6-27B production drafter) on `n_features` taps."
+    s = dict(hidden_size=5120, intermediate_size=17408, num_attention_heads=24, num_key_value_heads=4, head_dim=256,
+             vocab_size=248_320, num_hidden_layers=5, block_size=16) | shape
+    return DFlashConfig(**s, num_target_layers=max(n_features, 2) * 4, mask_token_id=s['vocab_size'] - 1,
+                        target_layer_ids=list(range(1, 4 * n_features, 4))[:n_features])
+
+
+# %% ../nbs/80_train.ipynb #c9b4dcaf
+def benchmark_step(cfg: DFlashConfig | None = None,  # the drafter (default: `bench_drafter_config()`)
+                   tc: TrainConfig | None = None,  # its training settings (default: 512 anchors, one row)
+                   seq_len: int = 3072, device: str = 'cuda', steps: int = 3) -> dict:
+    "Time `steps` of the trainer's own optimizer step (+1 warm-up) at `cfg`'s shapes; `{tokens, step_s, tokens_per_s, ...}`."
+    dev, cfg, tc = torch.device(device), cfg or bench_drafter_config(), tc or TrainConfig(num_anchors=512)
+    embed, head, rows = _bench_inputs(cfg, seq_len, tc.batch_size, dev, tc.seed)
     if dev.type == 'cuda': torch.cuda.reset_peak_memory_stats(dev)
-    tr = Trainer(DFlashDrafter(cfg).init_weights(seed), embed, head, rows, tc, device=dev, log=lambda m: None)
-    net, sync = tr.model, (lambda: torch.cuda.synchronize(dev)) if dev.type == 'cuda' else (lambda: None)
-    b = tr._batch(list(range(batch_size)), 0)
-    def one():
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=tr.amp):
-            out = dflash_loss(net, tr.embed, tr.lm_head, b, tr.loss_options)
-        out['loss'].backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        [(o.step(), o.zero_grad(set_to_none=True)) for o in tr.opts]
-        sync()
-        return out['loss'].item()
-    t = time.time()
-    one()
-    first = time.time() - t
-    times, loss = [], float('nan')
-    for _ in range(steps):
+    tr = Trainer(DFlashDrafter(cfg).init_weights(tc.seed), embed, head, rows, tc, device=dev, log=lambda m: None)
+    tr.set_horizon(steps + 1, 0)
+    group, sync = [list(range(tc.batch_size))], (lambda: torch.cuda.synchronize(dev)) if dev.type == 'cuda' else (lambda: None)
+    times = []
+    for _ in range(steps + 1):
         t = time.time()
-        loss = one()
+        tr.optimizer_step(group)
+        sync()
         times.append(time.time() - t)
-    return _bench_report(tr, b, times, first, loss, dev)
+    loss = float(tr.metrics.win['loss']) / max(tr.metrics.win['steps'], 1)
+    return _bench_report(tr, tr._batch(group[0], 0), times[1:], times[0], loss, dev)
+
 
 # %% ../nbs/80_train.ipynb #3a906f53
 def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder holds the upstream outputs)
