@@ -88,7 +88,9 @@ def length_buckets(lengths: list,                      # prompt lengths in token
             c = best[i] + batch_cost(j - i, L[i], max_new_tokens, cost)
             if c < best[j]: best[j], cut[j] = c, i
     bounds, j = [], n
-    while j: bounds.append((cut[j], j)); j = cut[j]
+    while j:
+        bounds.append((cut[j], j))
+        j = cut[j]
     return [order[i:j] for i, j in reversed(bounds)]
 
 # %% ../nbs/41_backends.ipynb #089fbc06
@@ -120,7 +122,8 @@ class HFBackend:
         o = opts or BackendOptions()   # device, dtype, batch_size, max_batch_tokens, threads
         if decoder not in ('auto', 'generate'): raise ValueError(f"decoder: 'auto' or 'generate', not {decoder!r}")
         if o.threads:   # torch's CPU threads (process-wide)
-            import torch; torch.set_num_threads(int(o.threads))
+            import torch
+            torch.set_num_threads(int(o.threads))
         self.init_kwargs = None
         if isinstance(model, (str, Path)):
             self.spec = str(model)
@@ -184,7 +187,8 @@ def _run_batch(self: HFBackend, b: list, gen: GenConfig) -> list:
     try: return self._results(b, self._new_tokens([ids for _, ids, _ in b], gen, keys=[i for i, _, _ in b]), gen)
     except torch.OutOfMemoryError:
         if len(b) == 1 or not str(self.device).startswith('cuda'): raise
-        torch.cuda.empty_cache(); h = len(b) // 2
+        torch.cuda.empty_cache()
+        h = len(b) // 2
         return self._run_batch(b[:h], gen) + self._run_batch(b[h:], gen)
 
 @patch
@@ -245,7 +249,9 @@ RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 class HTTPError(RuntimeError):
     "A request to a server failed; `retry` tells whether trying again may help."
-    def __init__(self, msg, retry: bool): super().__init__(msg); self.retry = retry
+    def __init__(self, msg, retry: bool):
+        super().__init__(msg)
+        self.retry = retry
 
 def http_json(url: str,                # full URL
               method: str = 'GET',     # GET | POST
@@ -310,7 +316,8 @@ def acquire(self: ServerPool, wait_s: float = 0.0) -> Server:
             if ready or (all_out and now >= deadline):
                 s = (min(ready, key=lambda s: (s.busy, s.counts['sent'])) if ready else
                      min(self.servers, key=lambda s: s.back_at))
-                s.busy += 1; s.counts['sent'] += 1
+                s.busy += 1
+                s.counts['sent'] += 1
                 return s
             waits = [s.back_at - now for s in self.servers if s.back_at > now]
             if all_out: waits.append(deadline - now)
@@ -320,11 +327,13 @@ def acquire(self: ServerPool, wait_s: float = 0.0) -> Server:
 def release(self: ServerPool, s: Server, outcome: str = 'ok', why: str = ''):
     "Take server `s` back after a request: `ok`, `rejected` or `failed`."
     with self.cond:
-        s.busy -= 1; s.counts[outcome] += 1
+        s.busy -= 1
+        s.counts[outcome] += 1
         now = time.monotonic()
         if outcome == 'ok': s.strikes, s.back_at = 0, 0.0
         elif outcome == 'failed' and s.back_at <= now:   # in rotation, or a probe: out, longer each time
-            s.strikes += 1; s.counts['taken_out'] += 1
+            s.strikes += 1
+            s.counts['taken_out'] += 1
             out = min(self.out_max_s, self.out_s * 2 ** (s.strikes - 1))
             s.back_at = now + out
             _log.warning('server %s failed (%s): out of rotation for %.3g s', s.base, why[:120], out)
@@ -362,7 +371,9 @@ def request(self: HTTPBackend, method: str, path: str, body: dict | None = None)
         except HTTPError as e:
             self.pool.release(s, 'failed' if e.retry else 'rejected', str(e))
             if not e.retry: raise HTTPError(f'{e} ({s.base})', retry=False) from None
-            tried.append(s.base); last = e; continue
+            tried.append(s.base)
+            last = e
+            continue
         self.pool.release(s, 'ok')
         return r
     n, k = len(tried), len(set(tried))
@@ -405,7 +416,8 @@ def _read_calls(msg: dict) -> list:
     "The tool calls of a response message, arguments as dicts (ValueError: arguments that are not an object)."
     calls = []
     for c in msg.get('tool_calls') or []:
-        fn = dict(c.get('function') or {}); a = fn.get('arguments')
+        fn = dict(c.get('function') or {})
+        a = fn.get('arguments')
         if isinstance(a, str):
             try: a = json.loads(a) if a.strip() else {}
             except ValueError: raise ValueError(f'arguments are not JSON: {a[:80]!r}') from None
@@ -417,7 +429,8 @@ def read_response(r: dict  # a chat completion response
                  ) -> GenResult:
     "The `GenResult` of a chat completion response (a malformed response is the request's error)."
     try:
-        ch = r['choices'][0]; msg = ch.get('message') or {}
+        ch = r['choices'][0]
+        msg = ch.get('message') or {}
         try: calls = _read_calls(msg)
         except ValueError as e: return GenResult(error=f'bad tool call: {e}', finish_reason='error')
         return GenResult(text=msg.get('content') or '', finish_reason=ch.get('finish_reason'),

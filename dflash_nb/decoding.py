@@ -82,7 +82,8 @@ def _nucleus_draw(self: Sampler, z: torch.Tensor, streams: torch.Tensor) -> torc
     lse = torch.logsumexp(z, -1, keepdim=True)
     p = (top - lse).exp()                                           # their exact probabilities
     if bool((p.sum(-1) < self.top_p).any()):                       # a nucleus wider than k: sort whole
-        top, idx = z.sort(-1, descending=True); p = (top - lse).exp()
+        top, idx = z.sort(-1, descending=True)
+        p = (top - lse).exp()
     g = -torch.log(-torch.log(keyed_uniform(streams, idx)))
     score = torch.where(p.cumsum(-1) - p < self.top_p, top.double() + g, float('-inf'))
     return idx.gather(-1, score.argmax(-1, keepdim=True))[:, 0]
@@ -113,7 +114,8 @@ def _crop_attention(cache, n: int):
     if n <= 0: return
     layers = getattr(cache, 'layers', None)
     if layers is None:                         # older transformers: key_cache lists / crop(new_len)
-        cache.crop(cache.get_seq_length() - n); return
+        cache.crop(cache.get_seq_length() - n)
+        return
     for layer in layers:
         if 'Sliding' in type(layer).__name__:
             raise NotImplementedError(f'{type(layer).__name__}: sliding-window caches cannot be rolled back here')
@@ -189,7 +191,9 @@ def forward(self: TargetSession, ids, # new token ids (a list or an `[L]` tensor
     kw = {self._cache_kw: self.cache, 'use_cache': True}
     if self._keep_kw: kw['logits_to_keep'] = 0 if all_logits else 1
     out = self.model(input_ids=ids, **kw)
-    self.length += ids.shape[1]; self.forwards += 1; self.tokens += ids.shape[1]
+    self.length += ids.shape[1]
+    self.forwards += 1
+    self.tokens += ids.shape[1]
     logits = out.logits[0] if all_logits else out.logits[0, -1:]
     return logits.float(), self._features()
 
@@ -234,11 +238,14 @@ def keep(self: TargetSession, n_keep: int, # tokens of the last forward to keep
     if self.hybrid:
         if snap is None: raise ValueError('a hybrid target needs the snapshot taken before the forward')
         self._restore(snap)
-        _crop_attention(self.cache, L); self.length -= L
+        _crop_attention(self.cache, L)
+        self.length -= L
         self.forward(list(last_ids[:n_keep]), all_logits=False)
-        self.forwards -= 1; self.refeeds += 1
+        self.forwards -= 1
+        self.refeeds += 1
     else:
-        _crop_attention(self.cache, L - n_keep); self.length -= L - n_keep
+        _crop_attention(self.cache, L - n_keep)
+        self.length -= L - n_keep
     got = self.cache.get_seq_length()
     if got != self.length: raise RuntimeError(f'cache holds {got} positions after a rollback, not {self.length}')
 
@@ -286,7 +293,9 @@ class LateFeatures:
     p-1, position 0 zeros (same protocol, same cache)."""
     def __init__(self, inner): self.inner, self.last = inner, None     # any drafter of the protocol
     def __getattr__(self, name): return getattr(self.inner, name)      # block_size, target_layer_ids
-    def reset(self): self.inner.reset(); self.last = None
+    def reset(self):
+        self.inner.reset()
+        self.last = None
     def draft(self, anchor, features, positions, **kw):
         "The inner drafter's block, drafted from the features shifted one position late."
         prev = torch.zeros_like(features[:1]) if self.last is None else self.last.to(features)
@@ -312,7 +321,8 @@ def draft(self: ScriptedDrafter, anchor, features, positions) -> tuple:  # noqa:
     for k in range(1, self.block_size):
         ref = self.reference.get(start + k, 0)
         toks.append(ref if k <= self.k else (ref + 1) % self.V)
-        logits[k - 1, ref] = 1.0; logits[k - 1, toks[-1]] = 2.0
+        logits[k - 1, ref] = 1.0
+        logits[k - 1, toks[-1]] = 2.0
     return torch.tensor(toks), logits
 
 # %% ../nbs/85_decoding.ipynb #cba01273
@@ -381,14 +391,17 @@ def plain_generate(model,                         # the target
     "Plain decoding (one target forward per token) with the cache handling and sampler of the speculative loop."
     sampler, eos, prompt = sampler or Sampler(), {int(e) for e in eos_ids}, [int(t) for t in prompt_ids]
     with TargetSession(model) as s:
-        _sync(s.device); t0 = time.perf_counter()
+        _sync(s.device)
+        t0 = time.perf_counter()
         logits, _ = s.forward(prompt, all_logits=False)
         toks = [int(sampler(logits, [len(prompt)])[0])]
-        _sync(s.device); t_pre = time.perf_counter() - t0
+        _sync(s.device)
+        t_pre = time.perf_counter() - t0
         while len(toks) < max_new_tokens and toks[-1] not in eos:
             logits, _ = s.forward([toks[-1]], all_logits=False)
             toks.append(int(sampler(logits, [len(prompt) + len(toks)])[0]))
-        _sync(s.device); dt = time.perf_counter() - t0
+        _sync(s.device)
+        dt = time.perf_counter() - t0
         out, stop = _finish(toks, max_new_tokens, eos)
         return Generation(out, target_forwards=s.forwards, target_tokens=s.tokens, seconds=dt,
                           prefill_seconds=t_pre, stop=stop)
@@ -422,18 +435,24 @@ def speculative_generate(model,                          # the target
     sampler, eos, prompt = sampler or Sampler(), {int(e) for e in eos_ids}, [int(t) for t in prompt_ids]
     g, start = Generation([]), len(prompt)        # start: the position of the anchor (the last committed token)
     with TargetSession(model, drafter.target_layer_ids, feature_shift) as s:
-        drafter.reset(); _sync(s.device); t0 = time.perf_counter()
+        drafter.reset()
+        _sync(s.device)
+        t0 = time.perf_counter()
         logits, ctx_f = s.forward(prompt, all_logits=False)
         toks, ctx_p = [int(sampler(logits, [start])[0])], torch.arange(start)
-        _sync(s.device); g.prefill_seconds = time.perf_counter() - t0
+        _sync(s.device)
+        g.prefill_seconds = time.perf_counter() - t0
         while len(toks) < max_new_tokens and toks[-1] not in eos:
             if tree or hasattr(drafter, 'draft_tree'): cyc = _tree_cycle(s, drafter, prompt + toks, ctx_f, ctx_p, start, sampler, tree)
             else: cyc = _linear_cycle(s, drafter, prompt + toks, ctx_f, ctx_p, start, sampler)
             commit, acc, ctx_f, n = cyc
             ctx_p, start = torch.arange(start, start + acc + 1), start + acc + 1
-            g.draft_calls += 1; g.accept_lengths.append(acc + 1); g.drafted.append(n)
+            g.draft_calls += 1
+            g.accept_lengths.append(acc + 1)
+            g.drafted.append(n)
             toks += _finish(commit, len(commit), eos)[0]
-        _sync(s.device); g.seconds = time.perf_counter() - t0
+        _sync(s.device)
+        g.seconds = time.perf_counter() - t0
         g.tokens, g.stop = _finish(toks, max_new_tokens, eos)
         g.target_forwards, g.refeed_forwards, g.target_tokens = s.forwards, s.refeeds, s.tokens
     return g
@@ -451,7 +470,9 @@ def build_tree(logprobs: torch.Tensor, # `[D, V]` per-slot log-probs (slot d = d
     while heap and len(tokens) < budget:
         negs, d, r, par, pscore = heapq.heappop(heap)
         node = len(tokens)
-        tokens.append(top_ix[d][r]); parents.append(par); depths.append(d + 1)
+        tokens.append(top_ix[d][r])
+        parents.append(par)
+        depths.append(d + 1)
         if r + 1 < k: heapq.heappush(heap, (-(pscore + top_lp[d][r + 1]), d, r + 1, par, pscore))
         if d + 1 < D: heapq.heappush(heap, (-(-negs + top_lp[d + 1][0]), d + 1, 0, node, -negs))
     return tokens, parents, depths
@@ -464,7 +485,9 @@ def tree_mask(parents: list, ctx_len: int, device='cpu', dtype=torch.float32) ->
     vis[0, 0] = True
     for i, p in enumerate(parents):
         vis[i + 1, i + 1] = vis[i + 1, 0] = True
-        while p != -1: vis[i + 1, p + 1] = True; p = parents[p]
+        while p != -1:
+            vis[i + 1, p + 1] = True
+            p = parents[p]
     full = torch.cat([torch.ones(n + 1, ctx_len, dtype=torch.bool), vis], 1)
     m = torch.zeros(full.shape, dtype=dtype)
     m.masked_fill_(~full, torch.finfo(dtype).min)
@@ -477,7 +500,9 @@ def _tree_forward(s: TargetSession, ids: list, parents: list, depths: list, star
     mask = tree_mask(parents, s.length, s.device, next(s.model.parameters()).dtype)
     kw = {s._cache_kw: s.cache, 'use_cache': True, 'position_ids': pos, 'attention_mask': mask}
     out = s.model(input_ids=torch.tensor([ids], device=s.device), **kw)
-    s.forwards += 1; s.tokens += len(ids); s.length += len(ids)
+    s.forwards += 1
+    s.tokens += len(ids)
+    s.length += len(ids)
     return out.logits[0].float(), s._features()
 
 def _tree_walk(logits, toks: list, parents: list, start: int, sampler) -> tuple:
@@ -489,7 +514,8 @@ def _tree_walk(logits, toks: list, parents: list, start: int, sampler) -> tuple:
         choice = int(sampler(logits[node + 1:node + 2], [start + len(path) + 1])[0])
         nxt = next((c for c in children.get(node, []) if toks[c] == choice), None)
         if nxt is None: return path, choice
-        path.append(nxt); node = nxt
+        path.append(nxt)
+        node = nxt
 
 # %% ../nbs/85_decoding.ipynb #b94396da
 def _draft_tree(drafter, context: list, ctx_f, ctx_p, tree: dict | None) -> tuple:
@@ -508,8 +534,11 @@ def _tree_cycle(s: TargetSession, drafter, context: list, ctx_f, ctx_p, start: i
     path, choice = _tree_walk(logits, toks, parents, start, sampler)
     if path == list(range(len(path))): s.keep(len(path) + 1, ids)     # the first nodes in order: crop after them
     else:                                                             # else crop back before the tree, re-feed the path
-        _crop_attention(s.cache, len(ids)); s.length -= len(ids)
-        s.forward([ids[0]] + [toks[c] for c in path], all_logits=False); s.forwards -= 1; s.refeeds += 1
+        _crop_attention(s.cache, len(ids))
+        s.length -= len(ids)
+        s.forward([ids[0]] + [toks[c] for c in path], all_logits=False)
+        s.forwards -= 1
+        s.refeeds += 1
     new_f = feats[[0] + [c + 1 for c in path]] if feats is not None else None
     return [toks[c] for c in path] + [choice], len(path), new_f, len(toks)
 
@@ -522,7 +551,10 @@ def chains_tree(chains: list  # token lists, each a chain from the anchor
         par = -1
         for d, t in enumerate(ch, 1):
             if (par, int(t)) not in node:
-                node[par, int(t)] = len(tokens); tokens.append(int(t)); parents.append(par); depths.append(d)
+                node[par, int(t)] = len(tokens)
+                tokens.append(int(t))
+                parents.append(par)
+                depths.append(d)
             par = node[par, int(t)]
     return tokens, parents, depths
 
@@ -532,7 +564,9 @@ class WithLookup:
     needs_tokens = True
     def __init__(self, inner, lookup): self.inner, self.lookup = inner, lookup   # a drafter of the protocol, a `PromptLookupDrafter`
     def __getattr__(self, name): return getattr(self.inner, name)              # block_size, target_layer_ids
-    def reset(self): self.inner.reset(); self.lookup.reset()
+    def reset(self):
+        self.inner.reset()
+        self.lookup.reset()
     def draft_tree(self, context: list, features, positions) -> tuple:
         "`chains_tree` of the drafter's block and prompt lookup's continuation of `context` (the anchor last)."
         own, _ = self.inner.draft(context[-1], features, positions)
@@ -607,7 +641,8 @@ def left_pad(prompts: list,    # token id lists
     mask = torch.zeros(len(prompts), L + extra, dtype=torch.long)
     mask[:, L:] = 1
     for j, p in enumerate(prompts):
-        ids[j, L - len(p):] = torch.tensor(p, dtype=torch.long); mask[j, L - len(p):L] = 1
+        ids[j, L - len(p):] = torch.tensor(p, dtype=torch.long)
+        mask[j, L - len(p):L] = 1
     pos = (mask[:, :L].cumsum(-1) - 1).masked_fill(mask[:, :L] == 0, 1)
     return ids, mask, pos
 
@@ -680,11 +715,13 @@ def greedy_decode(model,               # a causal LM that `decoder_supported`
     with torch.inference_mode():
         nxt = step(ids, L, pos, 0)
         for t in range(1, max_new_tokens + 1):
-            new[rows, t - 1] = nxt; live &= ~torch.isin(nxt, stops).cpu()
+            new[rows, t - 1] = nxt
+            live &= ~torch.isin(nxt, stops).cpu()
             if t == max_new_tokens or not live.any(): break
             if drop_finished and 4 * int((~live).sum()) >= len(live):
                 keep = live.nonzero()[:, 0].to(model.device)
-                keep_rows(cache, keep); rows, mask, pos, nxt, live = rows[keep], mask[keep], pos[keep], nxt[keep], live[live]
+                keep_rows(cache, keep)
+                rows, mask, pos, nxt, live = rows[keep], mask[keep], pos[keep], nxt[keep], live[live]
             pos = pos[:, -1:] + 1
             nxt = step(nxt[:, None], L + t, pos, t)
     return new[:, :t].tolist()

@@ -38,7 +38,9 @@ __all__ = ['MIN_TIMED_PROMPTS', 'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_P
 # %% ../nbs/90_evaluate.ipynb #b5915b6e
 def _quantile(xs: list, q: float) -> float:
     "The `q`-quantile of the non-empty `xs`, linearly interpolated (numpy's default)."
-    s = sorted(xs); i = q * (len(s) - 1); lo = int(i)
+    s = sorted(xs)
+    i = q * (len(s) - 1)
+    lo = int(i)
     return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (i - lo)
 
 def timing_stats(gens: list,   # one variant's generations
@@ -130,7 +132,9 @@ def _generate(model, run: tuple, prompt: list, max_new_tokens: int, sampler, eos
 
 def _gen_record(g: Generation) -> dict:
     "A generation as a JSON record."
-    d = asdict(g); d['tau'] = round(g.tau, 4); return d
+    d = asdict(g)
+    d['tau'] = round(g.tau, 4)
+    return d
 
 def _from_record(d: dict) -> Generation:
     "A generation from its record."
@@ -144,9 +148,12 @@ def _run_turn(runs: list, prompt: list, where: dict, model, max_new_tokens: int,
     gens, new, rid = {}, [], f"{where['set']}|{where['id']}|{where['turn']}"
     for order, run in enumerate(runs):
         key = f'{rid}|{run[0]}'
-        if key in done: gens[run[0]] = _from_record(done[key]); continue
+        if key in done:
+            gens[run[0]] = _from_record(done[key])
+            continue
         if run[0] not in warm:                       # warm-up: the whole first prompt, not timed
-            _generate(model, run, prompt, max_new_tokens, sampler(), eos_ids); warm.add(run[0])
+            _generate(model, run, prompt, max_new_tokens, sampler(), eos_ids)
+            warm.add(run[0])
         gens[run[0]] = _generate(model, run, prompt, max_new_tokens, sampler(), eos_ids)
         new.append((order, run[0]))
     if lossless: _check_turn(gens, [n for _, n in new], prompt, where, model, lossless == 'enforce')
@@ -274,12 +281,14 @@ def _plot_set(top, bottom, name: str, variants: dict):
             ylim=(0, 1.02))
     bottom.set(title=f'{name}: accepted per cycle (acc+1)', xlabel='tokens per cycle',
                ylabel='fraction of cycles')
-    top.legend(fontsize=7); bottom.legend(fontsize=7)
+    top.legend(fontsize=7)
+    bottom.legend(fontsize=7)
 
 def plot_acceptance(results: dict, # `{set: result}` of `evaluate_set`
                     path=None):    # where to save the PNG
     "Per-position acceptance `P(acc >= k)` (a column per prompt set) and the histogram of `acc + 1` per variant."
-    import matplotlib; matplotlib.use('Agg')     # matplotlib on first use (see the imports)
+    import matplotlib
+    matplotlib.use('Agg')     # matplotlib on first use (see the imports)
     import matplotlib.pyplot as plt
     sets = [s for s in results if results[s].get('variants')]
     fig, ax = plt.subplots(2, max(len(sets), 1), figsize=(5 * max(len(sets), 1), 7), squeeze=False)
@@ -339,7 +348,9 @@ def results_table(results: dict) -> str:
         cap = f"; {cap_note(r['context_cap'])}" if r.get('context_cap') else ''
         lines.append(f"\n**{name}** ({r.get('source', '')}; {_count(r.get('prompts', 0), 'prompt')}, "
                      f"{r.get('quarantined', 0)} quarantined{plain}{cap})\n")
-        if not r.get('variants'): lines.append(f"skipped: {r.get('skipped', 'no prompts')}\n"); continue
+        if not r.get('variants'):
+            lines.append(f"skipped: {r.get('skipped', 'no prompts')}\n")
+            continue
         lines += head + [_row(v, m) for v, m in r['variants'].items()]
     return '\n'.join(lines)
 
@@ -674,10 +685,14 @@ class RecordLog:
         same = resume and self.path.exists() and self.meta.exists() and read_json(self.meta).get('hash') == h
         old = iter_jsonl(self.path, errors='yield') if same else []
         self.done = {r['key']: r for r in old if '_error' not in r}
-        if not same: self.path.write_text(''); write_json(self.meta, {'hash': h})   # emptied before the new hash
+        if not same:
+            self.path.write_text('')
+            write_json(self.meta, {'hash': h})   # emptied before the new hash
         self._f = open(self.path, 'a', encoding='utf-8')
 
-    def __call__(self, rec: dict): self._f.write(json.dumps(rec) + '\n'); self._f.flush()
+    def __call__(self, rec: dict):
+        self._f.write(json.dumps(rec) + '\n')
+        self._f.flush()
     def close(self): self._f.close()
 
 # %% ../nbs/90_evaluate.ipynb #0129b242
@@ -688,7 +703,9 @@ def run_sets(model, tokenizer, sets: dict, # `gather_prompt_sets`
     results, warm = {}, set()
     for name, (items, source, rejected) in sets.items():
         for row, why in rejected: quarantine.add({'set': name, **row}, why)
-        if not items: results[name] = {'skipped': source, 'source': source, 'quarantined': len(rejected)}; continue
+        if not items:
+            results[name] = {'skipped': source, 'source': source, 'quarantined': len(rejected)}
+            continue
         results[name], _ = evaluate_set(model, tokenizer, name, items, variants, quarantine=quarantine,
                                         source=source, done=records.done, on_record=records, warm=warm, **kw)
         results[name]['quarantined'] += len(rejected)
@@ -824,9 +841,12 @@ def _cli_run(a) -> int:
     try:
         ev = evaluate_drafter(a.drafter_dir, settings, target=a.target, prompt_files=a.prompts, out_dir=a.out,
                               control_drafters=dict(a.control), resume=a.resume, log=None)
-    except LosslessError as e: print(f'error: {e}', file=sys.stderr); return 1
+    except LosslessError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return 1
     out = Path(ev['out_dir'])
-    print(f"wrote {out / 'eval.json'} and {out / 'report.md'}:\n"); print(report_md(ev))
+    print(f"wrote {out / 'eval.json'} and {out / 'report.md'}:\n")
+    print(report_md(ev))
     return 0
 
 # %% ../nbs/90_evaluate.ipynb #dbdcc405

@@ -145,7 +145,9 @@ def next_request(self: RowJob) -> GenRequest | None:
     if self._pending is not None:
         raise RuntimeError('next_request called before the last result was accepted')
     if self.mode == 'final':
-        if self._final_asked: self.done = True; return None
+        if self._final_asked:
+            self.done = True
+            return None
         self._final_asked = True
         return self._request(self._replaced_final or False)
     src = self.src
@@ -154,7 +156,8 @@ def next_request(self: RowJob) -> GenRequest | None:
         if m.get('role') == 'assistant':
             follows_tool = self.pos < len(src) and src[self.pos].get('role') == 'tool'
             if m.get('tool_calls') and follows_tool and self.tool_turns == 'keep':
-                self.out.append(m); continue
+                self.out.append(m)
+                continue
             return self._request(m)
         self.out.append(m)
         if m.get('role') == 'user' and self.pos < len(src) and src[self.pos].get('role') == 'user':
@@ -179,7 +182,9 @@ def _match_tool_results(self: RowJob, replaced, msg) -> bool:
         return True
     self.notes.append(f'tool_mismatch: turn {len(self.out)} called {new} instead of {old}; '
                       'conversation ends here')
-    self.out.append(msg); self.pos = len(self.src); self._tail_asked = True
+    self.out.append(msg)
+    self.pos = len(self.src)
+    self._tail_asked = True
     return False
 
 
@@ -188,7 +193,9 @@ def _match_tool_results(self: RowJob, replaced, msg) -> bool:
 def accept(self: RowJob, res: GenResult, gen: GenConfig, opened_think: bool | None = None):
     "Take the result of the last request back."
     replaced, self._pending = self._pending, None
-    if res.error: self.error = res.error; return
+    if res.error:
+        self.error = res.error
+        return
     msg, problems = make_turn(res, gen, tools_offered=bool(self.row.get('tools')), opened_think=opened_think)
     self.notes += problems
     k = len(self.out)
@@ -240,8 +247,11 @@ def _chunks(path, size: int, limit: int | None = None) -> Iterator[list]:
     buf, n = [], 0
     for r in iter_jsonl(path, errors='yield'):
         if limit is not None and n >= limit: break
-        buf.append(r); n += 1
-        if len(buf) == size: yield buf; buf = []
+        buf.append(r)
+        n += 1
+        if len(buf) == size:
+            yield buf
+            buf = []
     if buf: yield buf
 
 def _count_rows(path, limit=None) -> int:
@@ -277,7 +287,8 @@ def _run_jobs(jobs: dict, backend, gen: GenConfig, progress=None):
     while active:
         reqs = {i: j.next_request() for i, j in active.items()}
         for i in [i for i, r in reqs.items() if r is None]:
-            active.pop(i); reqs.pop(i)
+            active.pop(i)
+            reqs.pop(i)
             if progress: progress(1, 0)
         if not reqs: break
         tokens = (lambda n, t: progress(0, t)) if progress else None
@@ -493,7 +504,8 @@ def _watch(procs, todo, parts, meter):
     done = set()
     while any(p.is_alive() for p in procs) or len(done) < len(todo):
         for k in [k for k in todo if k not in done and _part(parts, k).exists()]:
-            done.add(k); meter(sum(1 for _ in iter_jsonl(_part(parts, k))), 0)
+            done.add(k)
+            meter(sum(1 for _ in iter_jsonl(_part(parts, k))), 0)
         if not any(p.is_alive() for p in procs): break
         time.sleep(1)
     bad = [w for w, p in enumerate(procs) if p.exitcode != 0]
@@ -507,7 +519,9 @@ def _run_here(backend, input_path, parts: Path, gen, opts: RegenOptions, meter) 
     seen, resumed, run = set(), 0, 0
     for k, rows in enumerate(_chunks(input_path, opts.chunk_size, opts.limit)):
         if _part(parts, k).exists():
-            seen |= _ids_taken(_part(parts, k)); resumed += 1; meter.skip(len(rows))
+            seen |= _ids_taken(_part(parts, k))
+            resumed += 1
+            meter.skip(len(rows))
             continue
         write_jsonl(_part(parts, k), regenerate_chunk(rows, backend, gen, opts, seen_ids=seen, progress=meter))
         run += 1
@@ -519,7 +533,8 @@ class _Meter:
         self.t0, self.rows, self.tokens = time.time(), 0, 0
         self.bar = progress_bar(total=total, desc='regenerate', unit='row') if show else None
     def __call__(self, rows: int, tokens: int):
-        self.rows += rows; self.tokens += tokens
+        self.rows += rows
+        self.tokens += tokens
         if self.bar is None: return
         if rows: self.bar.update(rows)
         self.bar.set_postfix_str(f'{self.tokens / max(time.time() - self.t0, 1e-9):.1f} tok/s', refresh=False)
@@ -546,18 +561,22 @@ def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
         for rec in recs():
             counts['sampled' if rec.get('sample') else 'synthesized' if _synthesized(rec) else 'rows_in'] += 1
             if rec['kind'] != 'row': continue
-            counts['rows_out'] += 1; counts[rec['status']] += 1
+            counts['rows_out'] += 1
+            counts[rec['status']] += 1
             reg = (rec['row'].get('meta') or {}).get('regenerated') if rec['status'] == 'regenerated' else None
             if reg:
-                counts['generated_turns'] += len(reg['turns']); counts['new_tokens'] += sum(reg['new_tokens'])
+                counts['generated_turns'] += len(reg['turns'])
+                counts['new_tokens'] += sum(reg['new_tokens'])
                 counts['truncated_kept'] += bool(reg['truncated'])
             yield rec['row']
     def failed_rows():
         for rec in (r for r in recs() if r['kind'] == 'failed'):
             counts['failed'] += 1
-            kind = rec['reason'].split(':', 1)[0].strip(); reasons[kind] = reasons.get(kind, 0) + 1
+            kind = rec['reason'].split(':', 1)[0].strip()
+            reasons[kind] = reasons.get(kind, 0) + 1
             yield {k: v for k, v in rec.items() if k != 'kind'}
-    write_jsonl(output_path, ok_rows()); write_jsonl(failures_path, failed_rows())
+    write_jsonl(output_path, ok_rows())
+    write_jsonl(failures_path, failed_rows())
     return counts, reasons
 
 # %% ../nbs/40_regenerate.ipynb #62324d1e
@@ -582,7 +601,9 @@ def _with_synthesized(input_path: Path, output_path: Path, backend, o: RegenOpti
     if not (synth.exists() and dropped.exists() and state.exists() and read_json(state) == how):
         rows, lost = synthesize_prompts(backend, o.synthesize, o.synthesize_temperature, o.synthesize_max_tokens, gen.seed,
                                         gen.enable_thinking, progress, _input_keys(input_path, o.limit), evals)
-        write_jsonl(dropped, lost); write_jsonl(synth, rows); write_json(state, how)
+        write_jsonl(dropped, lost)
+        write_jsonl(synth, rows)
+        write_json(state, how)
     both = output_path.with_name(f'.{output_path.name}.input.jsonl')
     with open(input_path, encoding='utf-8') as f, atomic_write(both) as out:
         lines = (l for l in f if l.strip())
@@ -670,7 +691,9 @@ def length_histogram(new_tokens: list,               # generated tokens per turn
     if max_new_tokens:
         ax.axvline(max_new_tokens, color='#c44e52', ls='--', label=f'max_new_tokens={max_new_tokens}')
         ax.legend()
-    ax.set_xlabel('new tokens'); ax.set_ylabel('turns'); ax.set_title(title)
+    ax.set_xlabel('new tokens')
+    ax.set_ylabel('turns')
+    ax.set_title(title)
     fig.tight_layout()
     with atomic_write(path, 'wb') as f: fig.savefig(f, format='png', dpi=100)
     plt.close(fig)
