@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 import torch
 from fastcore.basics import patch
 
-from .drafter import DraftCache, draft_block
+from .drafter import DraftCache, block_hidden
+from .kinds import draft_from_hidden
 from .models import decoder_layers, text_config
 # transformers is imported where first used
 
@@ -271,12 +272,14 @@ class DFlashDraftSession:
 def draft(self: DFlashDraftSession, anchor: int, # the last committed token
           features: torch.Tensor,                 # `[S, n, H]`: the new context tokens' features
           positions: torch.Tensor,                # `[S]`: their positions (the anchor's: `positions[-1] + 1`)
-         ) -> tuple:                              # `(tokens [B-1], logits [B-1, V])`
-    "One block of drafts from the anchor; the new context goes into the drafter's cache."
+         ) -> tuple:                              # `(tokens [B-1], unary logits [B-1, V])`
+    "One block of drafts from the anchor, as the drafter's kind drafts; the new context goes into the drafter's cache."
     dev = self.drafter.fc.weight.device
-    logits = draft_block(self.drafter, self.embed, self.lm_head, torch.tensor([int(anchor)], device=dev),
-                         features[None].to(dev), positions[None].to(dev), self.cache)[0][:self.block_size - 1]
-    return logits.argmax(-1), logits
+    a = torch.tensor([int(anchor)], device=dev)
+    h = block_hidden(self.drafter, self.embed, a, features[None].to(dev), positions[None].to(dev), self.cache)
+    out = draft_from_hidden(self.drafter, self.lm_head, h, a)
+    return out['tokens'][0][:self.block_size - 1], out['unary'][0][:self.block_size - 1]
+
 
 # %% ../nbs/85_decoding.ipynb #f0975a2b
 class ZeroedFeatures:

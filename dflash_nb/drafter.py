@@ -75,6 +75,27 @@ def default_gamma(block_size: int) -> float:
     "Loss decay gamma for a block size: the paper's values (16 -> 7, 10 -> 5, 8 -> 4), else `7 * B / 16`."
     return DEFAULT_GAMMA.get(int(block_size), 7.0 * int(block_size) / 16)
 
+# %% ../nbs/70_drafter.ipynb #dbef8f81
+def _check_config(self):
+    "The checks of a `DFlashConfig` (its `__post_init__`): a ValueError names the field and why."
+    if self.layer_types is None: self.layer_types = ['full_attention'] * self.num_hidden_layers
+    self.layer_types = list(self.layer_types)
+    if len(self.layer_types) != self.num_hidden_layers:
+        raise ValueError(f'layer_types has {len(self.layer_types)} entries for {self.num_hidden_layers} draft layers')
+    bad = [t for t in self.layer_types if t not in LAYER_TYPES]
+    if bad: raise ValueError(f'unknown layer types {bad}; known: {LAYER_TYPES}')
+    if 'sliding_attention' in self.layer_types and not (isinstance(self.sliding_window, int) and self.sliding_window > 0):
+        raise ValueError('sliding_attention layers need a positive integer sliding_window')
+    self.target_layer_ids = check_target_layer_ids(self.target_layer_ids, self.num_target_layers)
+    if not self.target_layer_ids: raise ValueError('target_layer_ids is empty')
+    if self.block_size < 2: raise ValueError(f'block_size must be >= 2, got {self.block_size}')
+    if not 0 <= int(self.mask_token_id) < self.vocab_size:
+        raise ValueError(f'mask_token_id {self.mask_token_id} outside the vocabulary [0, {self.vocab_size})')
+    if self.num_attention_heads % self.num_key_value_heads:
+        raise ValueError('num_attention_heads must be a multiple of num_key_value_heads')
+    check_kind(self)
+
+
 # %% ../nbs/70_drafter.ipynb #d846435d
 @dataclass
 class DFlashConfig:
@@ -108,23 +129,7 @@ class DFlashConfig:
     selector_top_k: int = 16               # dflash2: unary candidates the selector scores per slot
     markov_rank: int = 256                 # dspark: rank of the Markov head
 
-    def __post_init__(self):
-        if self.layer_types is None: self.layer_types = ['full_attention'] * self.num_hidden_layers
-        self.layer_types = list(self.layer_types)
-        if len(self.layer_types) != self.num_hidden_layers:
-            raise ValueError(f'layer_types has {len(self.layer_types)} entries for {self.num_hidden_layers} draft layers')
-        bad = [t for t in self.layer_types if t not in LAYER_TYPES]
-        if bad: raise ValueError(f'unknown layer types {bad}; known: {LAYER_TYPES}')
-        if 'sliding_attention' in self.layer_types and not (isinstance(self.sliding_window, int) and self.sliding_window > 0):
-            raise ValueError('sliding_attention layers need a positive integer sliding_window')
-        self.target_layer_ids = check_target_layer_ids(self.target_layer_ids, self.num_target_layers)
-        if not self.target_layer_ids: raise ValueError('target_layer_ids is empty')
-        if self.block_size < 2: raise ValueError(f'block_size must be >= 2, got {self.block_size}')
-        if not 0 <= int(self.mask_token_id) < self.vocab_size:
-            raise ValueError(f'mask_token_id {self.mask_token_id} outside the vocabulary [0, {self.vocab_size})')
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError('num_attention_heads must be a multiple of num_key_value_heads')
-        check_kind(self)
+    def __post_init__(self): _check_config(self)
 
     @property
     def n_features(self) -> int: return len(self.target_layer_ids)
@@ -868,7 +873,7 @@ def _with_selector(drafter, lm_head, loss, h, s, ids, pos, y, gamma: float, o):
     sl, _ = position_loss(sel['loss'][sel['keep']], keep, gamma, 'decay', loss_norm=o.loss_norm)
     return loss + o.selector_alpha * sl, sel['pred']
 
-# %% ../nbs/70_drafter.ipynb #6ecf28f1
+# %% ../nbs/70_drafter.ipynb #fcefaba9
 def inference_masks(cfg: DFlashConfig, ctx_positions, start):
     "Masks for one block at positions `start + 0..B-1` over cached context keys at `ctx_positions [b, S]`."
     if 'sliding_attention' not in cfg.layer_types: return None
@@ -883,6 +888,8 @@ def inference_masks(cfg: DFlashConfig, ctx_positions, start):
     swa = torch.cat([ctx, blk.expand(ctx.shape[0], B, B)], -1)[:, None]
     return {'full_attention': None, 'sliding_attention': swa}
 
+
+# %% ../nbs/70_drafter.ipynb #cf957d9f
 @torch.no_grad()
 def block_hidden(drafter: DFlashDrafter, embed, anchor_ids, new_features, new_positions, cache: DraftCache, start=None):
     """The drafter's states `[b, B, H]` of the block `[anchor, MASK...]` at `start` (default: one past the last context
@@ -904,12 +911,15 @@ def block_hidden(drafter: DFlashDrafter, embed, anchor_ids, new_features, new_po
     blk_pos = start[:, None] + torch.arange(B, device=dev)
     return drafter(noise, new_features.to(dev), new_positions.to(dev), blk_pos, masks, cache=cache)
 
+
+# %% ../nbs/70_drafter.ipynb #4132a91e
 @torch.no_grad()
 def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features, new_positions, cache: DraftCache,
                 start=None):
     "The unary logits `[b, B-1, V]` of slots 1..B-1 (DFlash's drafts) of `block_hidden`'s block."
     h = block_hidden(drafter, embed, anchor_ids, new_features, new_positions, cache, start)
     return lm_head(h[:, 1:].to(lm_head.weight.dtype)).float()
+
 
 # %% ../nbs/70_drafter.ipynb #ace1e701
 def draft_weight_names(cfg: DFlashConfig) -> list[str]:

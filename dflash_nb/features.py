@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Iterator
 
+from fastcore.basics import patch
+
 from .core import check_target_layer_ids, read_json
 from .models import decoder_layers
 
@@ -128,19 +130,24 @@ class FeatureStore:
         if self._pid != os.getpid(): self._handles, self._pid = {}, os.getpid()
         if name not in self._handles: self._handles[name] = safe_open(str(self.path / name), framework='pt')
         return self._handles[name]
-    def __getitem__(self, key) -> dict:
-        sid = self.ids[key] if isinstance(key, int) else key
-        if sid not in self._samples: raise KeyError(f'sample {sid!r} has no stored features')
-        e = self._samples[sid]
-        f = self._open(e['shard'])
-        a, b = e['offset'], e['offset'] + e['length']
-        out = {'id': sid, 'hidden_states': f.get_slice('hidden_states')[a:b],
-               'input_ids': f.get_slice('input_ids')[a:b].long(), 'loss_mask': f.get_slice('loss_mask')[a:b].long()}
-        if self.include_last: out['last_hidden'] = f.get_slice('last_hidden')[a:b]
-        if self.label_topk:
-            out['target_ids'], out['target_logp'] = f.get_slice('target_ids')[a:b].long(), f.get_slice('target_logp')[a:b]
-        return out
     def __iter__(self) -> Iterator[dict]:
         for sid in self.ids: yield self[sid]
     def __repr__(self): return (f"FeatureStore({str(self.path)!r}: {len(self)} samples, {self.meta['n_tokens']} tokens, "
                                 f"layers {self.layer_ids}, D={self.hidden_size}, {self.meta['dtype']})")
+
+# %% ../nbs/08_features.ipynb #a3a32345
+@patch
+def __getitem__(self: FeatureStore, key) -> dict:
+    "The stored row of sample `key` (its id, or its position in `ids`): a dict of tensors."
+    sid = self.ids[key] if isinstance(key, int) else key
+    if sid not in self._samples: raise KeyError(f'sample {sid!r} has no stored features')
+    e = self._samples[sid]
+    f = self._open(e['shard'])
+    a, b = e['offset'], e['offset'] + e['length']
+    out = {'id': sid, 'hidden_states': f.get_slice('hidden_states')[a:b],
+           'input_ids': f.get_slice('input_ids')[a:b].long(), 'loss_mask': f.get_slice('loss_mask')[a:b].long()}
+    if self.include_last: out['last_hidden'] = f.get_slice('last_hidden')[a:b]
+    if self.label_topk:
+        out['target_ids'], out['target_logp'] = f.get_slice('target_ids')[a:b].long(), f.get_slice('target_logp')[a:b]
+    return out
+

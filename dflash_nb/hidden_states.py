@@ -234,6 +234,8 @@ class _Writer:
         self.t.join()
         if self.err: raise self.err
 
+
+# %% ../nbs/60_hidden_states.ipynb #7a4e52a5
 def _write_shard(out_dir, k, plan, tensors, record, ds_ids_check):
     from safetensors import safe_open
     from safetensors.torch import save_file

@@ -85,6 +85,11 @@ _HUB = [
     Source('agentic-coding-trajectories', 'agentic_trajectories', 'agentic',
            'other (derivative, upstream licences)', hf_id='thoughtworks/agentic-coding-trajectories',
            data_files='sessions.parquet', notes='identity inferred from the name'),
+]
+
+
+# %% ../nbs/10_sources.ipynb #bd2d1db3
+_HUB += [   # tool calling, and ShareGPT
     Source('glaive-v2', 'glaive_v2', 'tool-calling', 'Apache-2.0',
            hf_id='glaiveai/glaive-function-calling-v2', size=112960),
     Source('qwen35-toolcalling-v2', 'qwen35_toolcalling', 'tool-calling', 'Apache-2.0',

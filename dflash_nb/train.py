@@ -27,19 +27,64 @@ from .drafter import (LossOptions, DFlashConfig, DFlashDrafter, anchor_candidate
                                bucket_size, flex_compiles, ensure_recompile_limit, compile_count)
 
 # %% auto #0
-__all__ = ['CKPT_RE', 'TrainConfig', 'load_target_head', 'target_features', 'load_target_norm', 'FinalNormed', 'labels_needed',
-           'online_features', 'TokenRows', 'eligible_rows', 'collate', 'pad_batch', 'max_row_length', 'ScalarWriters',
-           'Metrics', 'plot_curves', 'latest_checkpoint', 'Checkpointer', 'shard_drafter', 'muon_split',
-           'newton_schulz', 'muon_lr_scale', 'Muon', 'build_optimizers', 'build_schedulers', 'Trainer',
-           'init_drafter_from_target', 'placement_roles', 'RemoteFeatures', 'serve_features', 'bench_drafter_config',
-           'benchmark_step', 'stage_inputs', 'target_side', 'check_label_source', 'quarantine_rows', 'train_summary',
-           'finish_train_stage', 'serve_feature_rank', 'train_stage', 'register_cli']
+__all__ = ['CKPT_RE', 'OptimSettings', 'LossSettings', 'TrainerSettings', 'TrainConfig', 'load_target_head', 'target_features',
+           'load_target_norm', 'FinalNormed', 'labels_needed', 'online_features', 'TokenRows', 'eligible_rows',
+           'collate', 'pad_batch', 'max_row_length', 'ScalarWriters', 'Metrics', 'plot_curves', 'latest_checkpoint',
+           'Checkpointer', 'shard_drafter', 'muon_split', 'newton_schulz', 'muon_lr_scale', 'Muon', 'build_optimizers',
+           'build_schedulers', 'Trainer', 'init_drafter_from_target', 'placement_roles', 'RemoteFeatures',
+           'serve_features', 'bench_drafter_config', 'benchmark_step', 'stage_inputs', 'target_side',
+           'check_label_source', 'quarantine_rows', 'train_summary', 'finish_train_stage', 'serve_feature_rank',
+           'train_stage', 'register_cli']
 
-# %% ../nbs/80_train.ipynb #163d863f
+# %% ../nbs/80_train.ipynb #7cec0287
 _S = '80_train'
 
 @dataclass
-class TrainConfig:
+class OptimSettings:
+    "How the drafter's weights move: optimizer, learning rate and its schedule, clipping (80_train parameters)."
+    lr: float = declared(_S, 'lr')
+    warmup_ratio: float = declared(_S, 'warmup_ratio')
+    max_grad_norm: float = declared(_S, 'max_grad_norm')
+    lr_schedule: str = declared(_S, 'lr_schedule')
+    optimizer: str = declared(_S, 'optimizer')
+    weight_decay: float = declared(_S, 'weight_decay')
+    muon_lr: float | None = declared(_S, 'muon_lr')
+    muon_momentum: float = declared(_S, 'muon_momentum')
+    muon_weight_decay: float = declared(_S, 'muon_weight_decay')
+    ns_steps: int = declared(_S, 'ns_steps')
+    muon_adjust_lr: str = declared(_S, 'muon_adjust_lr')
+
+
+# %% ../nbs/80_train.ipynb #8a7951e4
+@dataclass
+class LossSettings:
+    "What the drafter learns from: the kind, the labels, the loss and its position weights (80_train parameters)."
+    gamma: float | None = declared(_S, 'gamma')
+    loss_slots: int | None = declared(_S, 'loss_slots')
+    labels: str = declared(_S, 'labels')
+    loss: str = declared(_S, 'loss')
+    kind: str = declared(_S, 'kind')
+    kl_topk: int = declared(_S, 'kl_topk')
+    position_weights: str = declared(_S, 'position_weights')
+    dpace_alpha: float = declared(_S, 'dpace_alpha')
+    repeat_weight: float = declared(_S, 'repeat_weight')
+    loss_norm: str = declared(_S, 'loss_norm')
+
+
+# %% ../nbs/80_train.ipynb #9adda254
+@dataclass
+class TrainerSettings:
+    "The trainer's own settings (not stage parameters)."
+    full_block_anchors: bool = True
+    max_len: int | None = None          # truncate longer rows
+    bucketing: str = 'auto'             # pad length / anchor count to buckets: auto = when flex runs compiled (CUDA); 'on' | 'off'
+    buckets: int = 4                    # buckets per dimension (linear_buckets of the longest row and of num_anchors)
+    tensorboard: bool = True            # rank 0 also writes the logged scalars to `out_dir/tensorboard` (when installed)
+
+
+# %% ../nbs/80_train.ipynb #f3518776
+@dataclass
+class TrainConfig(OptimSettings, LossSettings, TrainerSettings):
     """Training settings: each one the stage declares defaults to its parameters cell (below; read when a TrainConfig
     is made, not at import), the others are the trainer's own."""
     epochs: int = declared(_S, 'epochs')
@@ -50,48 +95,27 @@ class TrainConfig:
     schedule_to_budget: bool = declared(_S, 'schedule_to_budget')
     batch_size: int = declared(_S, 'batch_size')
     grad_accum: int = declared(_S, 'grad_accum')
-    lr: float = declared(_S, 'lr')
-    warmup_ratio: float = declared(_S, 'warmup_ratio')
-    max_grad_norm: float = declared(_S, 'max_grad_norm')
-    gamma: float | None = declared(_S, 'gamma')
     max_steps: int | None = declared(_S, 'max_steps')
     keep_checkpoints: int = declared(_S, 'keep_checkpoints')
     seed: int = declared(_S, 'seed')
     attn_backend: str = declared(_S, 'attn_backend')
     amp: str = declared(_S, 'amp')
-    loss_slots: int | None = declared(_S, 'loss_slots')
     grad_checkpointing: bool = declared(_S, 'grad_checkpointing')
     parallel: str = declared(_S, 'parallel')
     placement: str = declared(_S, 'placement')
     feature_ranks: int = declared(_S, 'feature_ranks')
-    labels: str = declared(_S, 'labels')
-    loss: str = declared(_S, 'loss')
-    kind: str = declared(_S, 'kind')
-    kl_topk: int = declared(_S, 'kl_topk')
     wandb_project: str | None = declared(_S, 'wandb_project')
-    optimizer: str = declared(_S, 'optimizer')
-    weight_decay: float = declared(_S, 'weight_decay')
-    muon_lr: float | None = declared(_S, 'muon_lr')
-    muon_momentum: float = declared(_S, 'muon_momentum')
-    muon_weight_decay: float = declared(_S, 'muon_weight_decay')
-    ns_steps: int = declared(_S, 'ns_steps')
-    muon_adjust_lr: str = declared(_S, 'muon_adjust_lr')
-    lr_schedule: str = declared(_S, 'lr_schedule')
-    position_weights: str = declared(_S, 'position_weights')
-    dpace_alpha: float = declared(_S, 'dpace_alpha')
-    repeat_weight: float = declared(_S, 'repeat_weight')
-    loss_norm: str = declared(_S, 'loss_norm')
-    full_block_anchors: bool = True     # trainer-only settings (not stage parameters) from here on
-    max_len: int | None = None          # truncate longer rows
-    bucketing: str = 'auto'             # pad length / anchor count to buckets: auto = when flex runs compiled (CUDA); 'on' | 'off'
-    buckets: int = 4                    # buckets per dimension (linear_buckets of the longest row and of num_anchors)
-    tensorboard: bool = True            # rank 0 also writes the logged scalars to `out_dir/tensorboard` (when installed)
 
     def __post_init__(self): check_fields(self)   # each declared field by its declaration: a ConfigError names it
 
-    def backend(self, device) -> str:
-        if self.attn_backend != 'auto': return self.attn_backend
-        return 'flex' if str(device).startswith('cuda') and flex_available() else 'sdpa'
+
+# %% ../nbs/80_train.ipynb #70eca9e1
+@patch
+def backend(self: TrainConfig, device) -> str:
+    "The attention backend on `device`: `attn_backend`, or for `auto` flex attention on CUDA (when it runs) and SDPA elsewhere."
+    if self.attn_backend != 'auto': return self.attn_backend
+    return 'flex' if str(device).startswith('cuda') and flex_available() else 'sdpa'
+
 
 # %% ../nbs/80_train.ipynb #85ced142
 def load_target_head(path, device='cpu', dtype=torch.float32):

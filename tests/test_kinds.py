@@ -119,3 +119,30 @@ def test_kind_losses_backpropagate_into_their_heads():
         assert out['count'].shape == ((4,) if kind == 'dspark' else (3,))
     with pytest.raises(ValueError, match='target_last'):
         dflash_loss(DFlashDrafter(cfg('dspark')), emb, head, {k: v for k, v in bt.items() if k != 'target_last'})
+
+
+@pytest.mark.parametrize('kind', ['dflash2', 'dspark'])
+def test_each_kind_drafts_its_own_walk_and_decodes_losslessly(kind):
+    """The evaluation's draft session drafts with the kind's own walk (DFlash2's selector, DSpark's Markov head, given
+    non-trivial weights), and speculative decoding with it equals plain decoding, greedy and sampled (T = 0.8)."""
+    from dflash_nb.decoding import DFlashDraftSession, Sampler, plain_generate, speculative_generate
+    from dflash_nb.drafter import build_config
+    from dflash_nb.models import load_target
+    model, tok = load_target('tiny-qwen3')
+    c = build_config(model.config, mask_token_id=model.config.vocab_size - 1, num_hidden_layers=1, block_size=6,
+                     target_layer_ids=[0, 1], kind=kind, selector_rank=8, selector_top_k=4, markov_rank=8)
+    d = DFlashDrafter(c).init_weights(0).eval()
+    with torch.no_grad():   # a selector / Markov head that moves the drafts away from the unary argmax
+        for name, p in d.named_parameters():
+            if 'codebook' in name or 'markov' in name: p.normal_(0, 1.0, generator=torch.Generator().manual_seed(1))
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    s = DFlashDraftSession(d, emb, head)
+    feats, pos = torch.randn(5, 2, model.config.hidden_size), torch.arange(5)
+    toks, unary = s.draft(7, feats, pos)
+    ref = draft_from_hidden(d, head, block_hidden(d, emb, torch.tensor([7]), feats[None], pos[None], DraftCache()), torch.tensor([7]))
+    assert toks.tolist() == ref['tokens'][0][:5].tolist() and unary.shape == (5, model.config.vocab_size)
+    assert toks.tolist() != unary.argmax(-1).tolist()      # the kind's walk, not the unary argmax
+    prompt = tok('Write a short poem about the sea')['input_ids']
+    for sampler in (Sampler(), Sampler(temperature=0.8, seed=3)):
+        want = plain_generate(model, prompt, 12, sampler=sampler).tokens
+        assert speculative_generate(model, DFlashDraftSession(d, emb, head), prompt, 12, sampler=sampler).tokens == want
