@@ -1064,14 +1064,18 @@ def precision_warnings(prec: dict,     # `stage_precision`'s result
     return [v['warning'] for v in prec.values() if v.get('warning')]
 
 # %% ../nbs/95_plan.ipynb #9f7aa6d7
+# Calibrated on this project's idle 2-core AMD EPYC (avx2 fma f16c, no native bf16; probe ~80 GFLOP/s float32): the demo
+# ran the same code in 264 s at 03:05 and 372-416 s at 19:10 the same day (the host's other tenants: every stage, the
+# Python-only ones too, 1.4-1.8x slower, which the probe's in-cache matmul does not see). The constants sit between the
+# two (today's measured / 1.18), so a prediction lands within about +-20% of either state.
 EFFICIENCY = {        # a stage's achieved GFLOP/s over the probe's (in its dtype, on its share of the probe's threads)
-    'prefill': 0.91,     # 60_hidden_states: the idle demo here, 264.7 tokens/s in float32
-    'regenerate': 0.72,  # 40_regenerate: the idle demo here, 2,263 prompt + new tokens in 21.6 s on 1 of 2 threads
-    'train': 1.39,       # 80_train: the quality run's steps/s over its features' rate, times 'prefill' (1.14 then)
-    'decode': 0.040,     # 90_evaluate: the idle demo here, 1,143 plain-decoding tokens in 97.7 s
+    'prefill': 0.64,     # 60_hidden_states: 7,381 tokens at 191 tokens/s in float32 (the slow state)
+    'regenerate': 0.46,  # 40_regenerate: 953 new tokens (16 rows, batch 16) at 25.2 tokens/s on 1 of 2 threads
+    'train': 0.94,       # 80_train: 200 AdamW steps in 79 s (the quality run's ratio to 'prefill' kept)
+    'decode': 0.027,     # 90_evaluate: batch-1 decoding is memory-bound (~0.1 s a SmolLM2 token on 1 or 2 threads)
 }
-OVERHEAD_S = {'01_targets': 14.1, '10_sources': 4.7, '20_templates': 7.9, '30_convert': 1.4, '40_regenerate': 10.5,
-              '50_tokenization': 11.1, '60_hidden_states': 7.6, '80_train': 13.5, '90_evaluate': 7.1}   # seconds: the idle demo
+OVERHEAD_S = {'01_targets': 19.1, '10_sources': 7.1, '20_templates': 11.9, '30_convert': 1.8, '40_regenerate': 16.5,
+              '50_tokenization': 14.4, '60_hidden_states': 10.9, '80_train': 19.9, '90_evaluate': 10.5}   # seconds: the idle demo
 TOKENIZE_PER_S = 100_000   # 50_tokenization: the quality run's 1.09M tokens in 10.9 s
 
 # %% ../nbs/95_plan.ipynb #1820fb4d
@@ -1381,9 +1385,11 @@ def make_plan(config=None,            # a run config: path, shipped name's path,
     cfg['train'] = {**cfg['train'], 'num_feature_layers': len(ids)}   # the drafter reads len(ids) layers
     free = shutil.disk_usage(_disk_probe(runs_dir, cfg)).free
     tok = _tokenizer(tokenizer, required=True) or _tokenizer(section.get('tokenizer')) or target_tokenizer(cfg['run'].get('target'))
+    kept = _kept_probe(probe_file, cfg, runs_dir)
+    if kept is None: machine_probe(cfg)   # measured (and kept for the process) before the estimate's tokenizer threads
     est = estimate(cfg, dims, section, free, tok)
     checks = validate(cfg, dims, tok) + mix_checks(est['per_source'], cfg['sources'])
-    here = machine_plan(cfg, dims, est['totals'], probe_result=_kept_probe(probe_file, cfg, runs_dir))
+    here = machine_plan(cfg, dims, est['totals'], probe_result=kept)
     est['warnings'] += here.pop('warnings')
     fit = fit_budget(cfg, here['minutes'], est['rows'])
     plan = {'config': cfg['run'], 'target': dims, 'checks': checks, 'estimates': est, 'budget': fit,

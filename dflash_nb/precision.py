@@ -56,6 +56,7 @@ def matmul_gflops(dtype: str, device: str = 'cpu', shape=PROBE_SHAPE, seconds: f
         a @ b
         sync()
         return time.perf_counter() - t
+    call()                                               # warm-up: a process's first call also starts its threads
     best = call()                                        # slow (emulated): this call tells
     if best < seconds:                                   # fast: timed after the warm-up, the fastest kept
         best, end = call(), time.perf_counter() + seconds
