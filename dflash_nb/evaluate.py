@@ -18,6 +18,7 @@ from .core import (Quarantine, Stage, check_target_layer_ids, expand_path, file_
 from .precision import PROBE_FILE, choose_dtype, record_precision
 from .drafter import DFlashDrafter, load_drafter
 from .models import load_target, resolve_target, target_fingerprint, text_config
+from .mtp import MTPDraftSession, load_mtp
 from .decoding import (Sampler, DFlashDraftSession, ZeroedFeatures, LateFeatures, PromptLookupDrafter, Generation,
                                 plain_generate, speculative_generate, WithLookup, LosslessError, check_lossless)
 from .promptsets import (PROMPT_SETS, load_prompt_file, load_prompt_set, held_out_prompts, trained_row_ids,
@@ -31,9 +32,9 @@ __all__ = ['MIN_TIMED_PROMPTS', 'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_P
            'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend', 'results_table', 'control_gap',
            'set_verdict', 'lossless_verdict', 'drafter_facts', 'drafter_line', 'training_line', 'advice_line',
            'caveats', 'verdict', 'report_md', 'recorded_target', 'drafter_target', 'check_drafter_fits', 'open_drafter',
-           'load_pair', 'check_variants', 'build_variants', 'load_controls', 'gather_prompt_sets', 'RecordLog',
-           'run_sets', 'EvalSettings', 'default_out_dir', 'write_outputs', 'evaluate_drafter', 'register_cli',
-           'finish_evaluate_stage', 'evaluate_stage', 'smoke_stage']
+           'load_pair', 'check_variants', 'target_mtp', 'build_variants', 'load_controls', 'gather_prompt_sets',
+           'RecordLog', 'run_sets', 'EvalSettings', 'default_out_dir', 'write_outputs', 'evaluate_drafter',
+           'register_cli', 'finish_evaluate_stage', 'evaluate_stage', 'smoke_stage']
 
 # %% ../nbs/90_evaluate.ipynb #b5915b6e
 def _quantile(xs: list, q: float) -> float:
@@ -605,13 +606,21 @@ VARIANTS = {
     'zeroed': "the trained drafter fed zeros instead of the target's features",
     'served_late': 'the trained drafter served the features one position late (position p gets p-1\'s)',
     'prompt_lookup': 'no drafter: n-gram lookup in prompt + output',
-    'trained+lookup': "the trained drafter's block and prompt lookup's continuation, verified as one tree (`WithLookup`)"}
+    'trained+lookup': "the trained drafter's block and prompt lookup's continuation, verified as one tree (`WithLookup`)",
+    'mtp': "no drafter: the target's own multi-token-prediction layer (`mtp.*` of Qwen3-Next/3.5/3.6 checkpoints), chained"}
 CONTROLS = ('untrained', 'zeroed', 'served_late')   # like the control drafters: the first `control_prompts` only
 
 def check_variants(names):
     "Raise ValueError (one line) on a variant name not in `VARIANTS`."
     bad = [n for n in names if n not in VARIANTS]
     if bad: raise ValueError(f'unknown variants {bad}; known: {", ".join(VARIANTS)}')
+
+def target_mtp(model):
+    "The target's MTP block (`mtp.load_mtp`); a ValueError (one line) when its checkpoint has no `mtp.*` tensors."
+    block = load_mtp(model)
+    if block is None: raise ValueError(f'variant mtp: the target {model.name_or_path} has no mtp.* weights (Qwen3-Next, '
+                                       'Qwen3.5 and Qwen3.6 checkpoints carry them; transformers drops them on load)')
+    return block
 
 def build_variants(drafter, model, names,        # a loaded drafter, the target, variant names (`VARIANTS`)
                    block_size: int | None = None, # verify only the first B-1 drafts; None: each drafter's own
@@ -626,7 +635,8 @@ def build_variants(drafter, model, names,        # a loaded drafter, the target,
     make = {'trained': lambda: (session(drafter), 0), 'served_late': lambda: (LateFeatures(session(drafter)), 0),
             'zeroed': lambda: (ZeroedFeatures(session(drafter)), 0), 'untrained': lambda: (session(fresh()), 0),
             'prompt_lookup': lambda: (PromptLookupDrafter(block_size or drafter.config.block_size), 0),
-            'trained+lookup': lambda: (WithLookup(session(drafter), PromptLookupDrafter(block_size or drafter.config.block_size)), 0)}
+            'trained+lookup': lambda: (WithLookup(session(drafter), PromptLookupDrafter(block_size or drafter.config.block_size)), 0),
+            'mtp': lambda: (MTPDraftSession(model, target_mtp(model)), 0)}
     return {**{n: make[n]() for n in names}, **{n: (session(d), 0) for n, d in (controls or {}).items()}}
 
 # %% ../nbs/90_evaluate.ipynb #f959f301

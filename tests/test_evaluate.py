@@ -8,7 +8,7 @@ from dflash_nb.promptsets import held_out_prompts, load_prompt_set
 from dflash_nb.evaluate import summarize
 from dflash_nb.core import fixtures_dir
 from dflash_nb.drafter import DFlashDrafter, build_config
-from dflash_nb.models import load_target
+from dflash_nb.models import load_target, resolve_target
 
 _MODELS = {}
 
@@ -381,3 +381,23 @@ def test_prompt_file_from_the_package_data():
     items, src = load_prompt_file('pkg:unseen_prompts.jsonl', 3)
     assert len(items) == 3 and src.endswith('dflash_nb/data/unseen_prompts.jsonl')
     assert prompt_set_name(expand_path('pkg:unseen_prompts.jsonl')) == 'unseen_prompts'
+
+
+def test_mtp_variant_drafts_with_the_targets_own_layer(tmp_path, capsys):
+    """Issue 48.6: `--variants mtp` drafts with the target's multi-token-prediction layer (a tiny Qwen3.5-shaped target
+    given a seeded one: the fixtures have none), losslessly beside the trained drafter; a target without one is refused
+    in one line naming what it lacks."""
+    from dflash_nb.mtp import with_mtp_weights
+    tgt = with_mtp_weights(resolve_target('tiny-qwen3_5'), tmp_path / 'tiny_mtp')
+    d = tiny_drafter_dir(tmp_path / 'drafter', 'tiny-qwen3_5')
+    write_jsonl(tmp_path / 'p.jsonl', [{'prompt': 'Hello there'}, {'id': 'rep', 'prompt': REPETITIVE}])
+    code, out, err = run_cli(capsys, d, '--target', tgt, '--prompts', tmp_path / 'p.jsonl', '--max-new-tokens', 10,
+                             '--device', 'cpu', '--out', tmp_path / 'out', '--variants', 'trained,mtp')
+    assert code == 0, err
+    m = json.loads((tmp_path / 'out' / 'eval.json').read_text())['sets']['p']['variants']
+    assert set(m) == {'trained', 'mtp'} and m['mtp']['identical'] == 1.0 and m['mtp']['tau'] >= 1.0, m
+    recs = [json.loads(l) for l in (tmp_path / 'out' / 'records.jsonl').read_text().splitlines()]
+    assert {len(r['drafted']) and max(r['drafted']) for r in recs if r['variant'] == 'mtp'} == {3}   # MTP_STEPS a cycle
+    code, out, err = run_cli(capsys, d, '--target', 'tiny-qwen3_5', '--prompts', tmp_path / 'p.jsonl', '--max-new-tokens', 4,
+                             '--device', 'cpu', '--out', tmp_path / 'out2', '--variants', 'mtp')
+    assert code != 0 and 'has no mtp.* weights' in err + out, (out, err)
