@@ -12,20 +12,23 @@ import torch
 from datasets import Dataset, Features, Sequence, Value, load_from_disk
 from safetensors.torch import save_file
 
-from .core import (PKG_DIR, atomic_dir, iter_jsonl, read_json, to_aux_layer_ids, write_json,
+from .core import (PKG_DIR, atomic_dir, iter_jsonl, read_json, to_aux_layer_ids, weight_map, write_json,
                             write_jsonl, write_text)
-from .drafter import engine_problems, hub_like, load_drafter
+from .drafter import DFlashConfig, engine_problems, hub_like, load_drafter
+from .kinds import KIND_FIELDS, drafted_slots
 from .features import FeatureStore
 from .schema import to_speculators
-from .models import load_tokenizer
+from .models import load_tokenizer, resolve_target
 from .vocab import build_vocab_mapping, count_tokens, freq_dict, save_token_freq
 
 # %% auto #0
-__all__ = ['STAGE_DIRS', 'SPECULATORS_VERSIONS', 'SPECFORGE_TEMPLATES', 'KNOWN_BASE_MODELS', 'stage_dir', 'mapping_names',
-           'open_features', 'aligned_rows', 'check_tokens', 'export_speculators', 'specforge_template',
-           'training_conversations', 'consecutive_supervised', 'export_specforge', 'serving_commands', 'base_model_id',
-           'target_token_ids', 'eval_table', 'data_mix', 'model_card', 'hub_model_source', 'hub_config',
-           'export_hub_drafter', 'register_cli']
+__all__ = ['STAGE_DIRS', 'SPECULATORS_VERSIONS', 'SPECFORGE_TEMPLATES', 'KNOWN_BASE_MODELS', 'ARCH_TITLES',
+           'SPECULATORS_ARCHITECTURES', 'DSPARK_NOTE', 'stage_dir', 'mapping_names', 'open_features', 'aligned_rows',
+           'check_tokens', 'export_speculators', 'specforge_template', 'training_conversations',
+           'consecutive_supervised', 'export_specforge', 'serving_commands', 'base_model_id', 'target_token_ids',
+           'eval_table', 'data_mix', 'model_card', 'hub_model_source', 'hub_config', 'export_hub_drafter',
+           'transformer_layer_config', 'speculators_drafter_config', 'export_speculators_drafter', 'target_embed_head',
+           'kind_hub_layout', 'register_cli']
 
 # %% ../nbs/96_export.ipynb #3dfc41d9
 STAGE_DIRS = {'targets': '01_targets', 'sources': '10_sources', 'convert': '30_convert',
@@ -326,11 +329,20 @@ def data_mix(run_dir,  # a finished run folder
     return '\n'.join(rows) if len(rows) > 2 else '_no rows kept in the survey_'
 
 # %% ../nbs/96_export.ipynb #174c09ff
-def _card_usage(base_model: str, commands: dict) -> list[str]:
-    "The card's usage section: the two serving commands and `spec_generate` from Python."
-    return ['## Use', '', '```bash', commands['vllm'], '```', '', '```bash', commands['sglang'], '```', '',
-            '```python', 'from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer',
-            'draft = AutoModel.from_pretrained("THIS_REPO", trust_remote_code=True, dtype="auto").eval()',
+_KIND_LOADERS = {  # (import line, loading call) of the reader of each kind's hub folder
+    'dflash': ('from transformers import AutoModel',
+               'AutoModel.from_pretrained("THIS_REPO", trust_remote_code=True, dtype="auto")'),
+    'dflash2': ("from dflash import DFlash2DraftModel  # z-lab's reader: pip install dflash",
+                'DFlash2DraftModel.from_pretrained("THIS_REPO", dtype="auto")'),
+    'dspark': ('from specforge.modeling.draft.dspark import DSparkDraftModel  # SpecForge 0.2 (see the warnings)',
+               'DSparkDraftModel.from_pretrained("THIS_REPO", dtype="auto")')}
+
+def _card_usage(base_model: str, commands: dict, kind: str = 'dflash') -> list[str]:
+    "The card's usage section: the serving commands (where an engine serves the kind) and `spec_generate` from Python."
+    imp, load = _KIND_LOADERS[kind]
+    return ['## Use', '', *[x for c in commands.values() for x in ('```bash', c, '```', '')],
+            '```python', imp, 'from transformers import AutoModelForCausalLM, AutoTokenizer',
+            f'draft = {load}.eval()',
             f'target = AutoModelForCausalLM.from_pretrained("{base_model}", dtype="auto").eval()',
             f'tok = AutoTokenizer.from_pretrained("{base_model}")',
             'ids = tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True, '
@@ -339,6 +351,8 @@ def _card_usage(base_model: str, commands: dict) -> list[str]:
             'stop_token_ids=[tok.eos_token_id])', '```', '']
 
 # %% ../nbs/96_export.ipynb #a3576d75
+ARCH_TITLES = {'dflash': 'DFlash', 'dflash2': 'DFlash2', 'dspark': 'DSpark'}
+
 def model_card(run_dir,                     # a finished run folder
                cfg,                         # the drafter's `DFlashConfig`
                base_model: str,             # the target's hub id
@@ -353,11 +367,11 @@ def model_card(run_dir,                     # a finished run folder
     m = read_json(d / 'metrics.json') if (d / 'metrics.json').exists() else {}
     lines = ['---', f'license: {license}', f'base_model: {base_model}', 'library_name: transformers',
              'tags: [dflash, speculative-decoding, block-diffusion, dflash_nb]', '---', '',
-             f'# DFlash drafter for {base_model}', '',
-             f'A DFlash block-diffusion drafter (block size {cfg.block_size}, {cfg.num_hidden_layers} '
+             f'# {ARCH_TITLES[cfg.kind]} drafter for {base_model}', '',
+             f'A {ARCH_TITLES[cfg.kind]} block-diffusion drafter (block size {cfg.block_size}, {cfg.num_hidden_layers} '
              f'layers, target layers {cfg.target_layer_ids}, mask token {cfg.mask_token_id}) for speculative '
              f'decoding of `{base_model}`, trained with dflash_nb. Lossless: the target verifies every '
-             'drafted token.', '', *_card_usage(base_model, commands), '## Data mix', '', data_mix(run_dir),
+             'drafted token.', '', *_card_usage(base_model, commands, cfg.kind), '## Data mix', '', data_mix(run_dir),
              '',
              '## Training recipe', '', *[f'- `{k}`: `{v}`' for k, v in recipe.items()], '',
              f"Final training metrics: tau {m.get('tau')}, per-slot accuracy {m.get('acc')}, "
@@ -399,8 +413,8 @@ def hub_config(run_dir,                             # a finished run folder
                          'exports anyway, with this warning in the card)')
     for k, v in target_token_ids(run_dir).items():
         if getattr(cfg, k) is None: setattr(cfg, k, v)
-    conf = {**cfg.to_json_dict(read_json(src / 'config.json').get('dtype', 'bfloat16')),
-            'auto_map': {'AutoModel': 'modeling_dflash.DFlashDraftModel'}}
+    conf = cfg.to_json_dict(read_json(src / 'config.json').get('dtype', 'bfloat16'))
+    if cfg.kind == 'dflash': conf['auto_map'] = {'AutoModel': 'modeling_dflash.DFlashDraftModel'}   # our model file
     conf.pop('dflash_nb_target', None)   # this machine's spec and fingerprint: the card names the base model instead
     _no_paths(conf)
     return cfg, conf, [f'{e}: {"; ".join(r)}' for e, r in problems.items()]
@@ -413,19 +427,134 @@ def export_hub_drafter(run_dir,                     # a finished run folder (a t
                        allow_engine_mismatch: bool = False,  # export even if an engine serves it otherwise
                        echo=print,                  # where the serving commands are printed
                       ) -> dict:                    # base_model, block_size, commands, warnings
-    "Write a hub-ready folder of `run_dir`'s trained drafter into `out_dir`; prints the serving commands."
+    "Write a hub-ready folder of `run_dir`'s trained drafter (its kind's layout) into `out_dir`; prints the serving commands."
     cfg, conf, notes = hub_config(run_dir, allow_engine_mismatch)
     for n in notes: warnings.warn(n)
+    notes = notes + ([DSPARK_NOTE] if cfg.kind == 'dspark' else [])
     base = base_model_id(run_dir, base_model)
-    cmds = serving_commands(base, Path(out_dir), cfg.block_size)
-    card = model_card(run_dir, cfg, base, serving_commands(base, 'THIS_REPO', cfg.block_size), license, notes)
+    serve = (lambda d: serving_commands(base, d, cfg.block_size)) if cfg.kind != 'dspark' else (lambda d: {})
+    cmds, card = serve(Path(out_dir)), model_card(run_dir, cfg, base, serve('THIS_REPO'), license, notes)
+    conf, weights = _hub_weights(run_dir, cfg, conf)
     with atomic_dir(Path(out_dir)) as tmp:
-        shutil.copy2(stage_dir(run_dir, 'train') / 'drafter' / 'model.safetensors', tmp / 'model.safetensors')
+        if weights is not None: save_file(weights, str(tmp / 'model.safetensors'), metadata={'format': 'pt'})
+        else: shutil.copy2(stage_dir(run_dir, 'train') / 'drafter' / 'model.safetensors', tmp / 'model.safetensors')
+        if cfg.kind == 'dflash': write_text(tmp / 'modeling_dflash.py', hub_model_source())
         write_json(tmp / 'config.json', conf)
-        write_text(tmp / 'modeling_dflash.py', hub_model_source())
         write_text(tmp / 'README.md', card)
     for k, c in cmds.items(): echo(f'[export] serve with {k}:\n  {c}')
     return {'base_model': base, 'block_size': cfg.block_size, 'commands': cmds, 'warnings': notes}
+
+# %% ../nbs/96_export.ipynb #caa93a2c
+SPECULATORS_ARCHITECTURES = {'dflash': 'DFlashSpeculator', 'dflash2': 'DFlash2DraftModel', 'dspark': 'DSparkSpeculator'}
+_QWEN3_KEYS = ('hidden_size', 'intermediate_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads',
+               'head_dim', 'hidden_act', 'attention_bias', 'attention_dropout', 'rms_norm_eps', 'max_position_embeddings',
+               'vocab_size', 'tie_word_embeddings', 'initializer_range', 'layer_types', 'sliding_window',
+               'use_sliding_window', 'max_window_layers', 'bos_token_id', 'eos_token_id')
+
+def transformer_layer_config(cfg,  # a `DFlashConfig`
+                            ) -> dict:  # speculators' `transformer_layer_config` (a Qwen3 config dict)
+    "The draft decoder's Qwen3 config of `cfg`, as speculators nests it."
+    d = cfg.to_json_dict('float32')
+    return {'model_type': 'qwen3', **{k: d[k] for k in _QWEN3_KEYS},
+            'rope_parameters': {'rope_type': 'default', 'rope_theta': float(cfg.rope_theta)}}
+
+
+# %% ../nbs/96_export.ipynb #d04f1145
+def speculators_drafter_config(cfg,                # a `DFlashConfig` of any kind
+                               verifier: str,      # the verifier's hub id or folder
+                               verifier_architectures=(),  # the verifier's `architectures`
+                              ) -> dict:           # speculators 0.9's config.json
+    "speculators 0.9's `config.json` for a drafter of `cfg`: `speculators_model_type` = the kind, its fields top level."
+    ids = [int(i) + 1 for i in cfg.target_layer_ids]   # speculators counts the embedding as layer 0
+    if cfg.num_target_layers in ids:
+        raise ValueError(f"target layer {cfg.num_target_layers - 1} is the target's last: speculators passes it "
+                         'apart (verifier_last_hidden_states), not as a feature layer')
+    extra = {k: getattr(cfg, k) for k in KIND_FIELDS[cfg.kind]}
+    if cfg.kind == 'dspark':
+        extra.update(markov_head_type='vanilla', enable_confidence_head=True, confidence_head_with_markov=True)
+    greedy = {'proposal_type': 'greedy', 'speculative_tokens': drafted_slots(cfg)}
+    return {'speculators_model_type': cfg.kind, 'architectures': [SPECULATORS_ARCHITECTURES[cfg.kind]],
+            'transformer_layer_config': transformer_layer_config(cfg), 'draft_vocab_size': cfg.vocab_size,
+            'block_size': cfg.block_size, 'aux_hidden_state_layer_ids': ids, 'mask_token_id': int(cfg.mask_token_id),
+            'sliding_window_non_causal': not cfg.sliding_window_causal, 'sample_from_anchor': cfg.kind == 'dspark',
+            **extra, 'speculators_config': {
+                'algorithm': cfg.kind, 'proposal_methods': [greedy], 'default_proposal_method': 'greedy',
+                'verifier': {'name_or_path': str(verifier), 'architectures': list(verifier_architectures)}}}
+
+
+# %% ../nbs/96_export.ipynb #9c1aca4c
+def _drafter_config(run_dir):
+    "The `DFlashConfig` of the run's trained drafter (its config.json only)."
+    return DFlashConfig.from_json_dict(read_json(stage_dir(run_dir, 'train') / 'drafter' / 'config.json'))
+
+def export_speculators_drafter(run_dir,                    # a finished run folder (a trained drafter)
+                               out_dir,                    # the folder to write (replaced atomically)
+                               verifier: str | None = None,  # the verifier's hub id or folder (default: the run's target)
+                              ) -> dict:                   # kind, block_size, verifier, speculative_tokens
+    "Write `run_dir`'s trained drafter, any kind, as a speculators 0.9 checkpoint (same tensor names, no embed / lm_head)."
+    cfg, src = _drafter_config(run_dir), stage_dir(run_dir, 'train') / 'drafter'
+    name = verifier or base_model_id(run_dir)
+    vc = Path(name) / 'config.json'
+    arch = (read_json(vc) if vc.exists() else _target_config(_target_record(run_dir))).get('architectures') or []
+    conf = speculators_drafter_config(cfg, name, arch)
+    with atomic_dir(Path(out_dir)) as tmp:
+        shutil.copy2(src / 'model.safetensors', tmp / 'model.safetensors')
+        write_json(tmp / 'config.json', conf)
+    return {'format': 'speculators-0.9', 'kind': cfg.kind, 'block_size': cfg.block_size, 'verifier': name,
+            'speculative_tokens': drafted_slots(cfg)}
+
+
+# %% ../nbs/96_export.ipynb #cc5e7b3b
+def target_embed_head(folder,  # the target's model folder (safetensors)
+                     ) -> dict:  # {'embed_tokens.weight': E, 'lm_head.weight': W}
+    "The target's input embedding and output head (the embedding when tied) read from its safetensors."
+    from safetensors import safe_open
+    wmap = weight_map(folder)
+    emb = min((k for k in wmap if k.endswith('embed_tokens.weight')), key=len, default=None)
+    if emb is None: raise KeyError(f'{folder}: no embed_tokens.weight among the weights')
+    head = next((k for k in ('lm_head.weight', 'model.lm_head.weight') if k in wmap), emb)
+    def get(k):
+        with safe_open(str(Path(folder) / wmap[k]), 'pt') as f: return f.get_tensor(k).contiguous()
+    return {'embed_tokens.weight': get(emb), 'lm_head.weight': get(head).clone()}
+
+
+# %% ../nbs/96_export.ipynb #262e5a6c
+_DSPARK_FIELDS = ('markov_rank', 'markov_head_type', 'enable_confidence_head', 'confidence_head_with_markov')
+
+def kind_hub_layout(cfg,        # the drafter's `DFlashConfig` (kind dflash2 or dspark)
+                    conf: dict,  # its hub config.json (`hub_config`)
+                    weights: dict,  # its tensors
+                    target_dir=None,  # dspark: the target's model folder (for the embed / lm_head copies)
+                   ) -> tuple[dict, dict]:  # (config.json, tensors)
+    "The hub layout of a DFlash2 (z-lab) or DSpark (DeepSpec + SpecForge) drafter: block_size top level and in `dflash_config`."
+    conf = {k: v for k, v in conf.items() if k != 'auto_map'}
+    dc = {**conf['dflash_config'], 'block_size': cfg.block_size}
+    if cfg.kind == 'dspark':
+        if target_dir is None: raise ValueError("a DSpark hub folder carries the target's embed_tokens / lm_head: name the target")
+        mode = 'gqa' if cfg.num_key_value_heads < cfg.num_attention_heads else 'mha'
+        dc.update({k: conf[k] for k in _DSPARK_FIELDS}, projector_type='dspark', attention_mode=mode)
+        conf.update(mask_token_id=dc['mask_token_id'], target_layer_ids=dc['target_layer_ids'], tie_word_embeddings=False)
+        weights = {**weights, **{k: v.to(next(iter(weights.values())).dtype) for k, v in target_embed_head(target_dir).items()}}
+    return {**conf, 'block_size': cfg.block_size, 'dflash_config': dc}, weights
+
+
+# %% ../nbs/96_export.ipynb #3b944896
+DSPARK_NOTE = ("SpecForge 0.2's DSparkDraftModel loads these weights, but its spec_generate drafts block_size - 1 slots "
+               "in DFlash's alignment; this drafter was trained DeepSpec's way (block_size slots, slot 0 predicts the "
+               "next token, the Markov head conditioned on the token before each slot)")
+
+def _target_folder(run_dir) -> Path:
+    "The run's target model folder (`01_targets/target.json`, else the train stage's target spec resolved)."
+    p = _target_record(run_dir).get('path')
+    return Path(p) if p else Path(resolve_target(read_json(stage_dir(run_dir, 'train') / 'manifest.json')['params']['target']))
+
+def _hub_weights(run_dir, cfg, conf: dict) -> tuple:
+    "`(config.json, tensors)` of the hub folder for the drafter's kind; tensors None for DFlash (the file is copied)."
+    if cfg.kind == 'dflash': return conf, None
+    from safetensors.torch import load_file
+    w = load_file(str(stage_dir(run_dir, 'train') / 'drafter' / 'model.safetensors'))
+    return kind_hub_layout(cfg, conf, w, _target_folder(run_dir) if cfg.kind == 'dspark' else None)
+
 
 # %% ../nbs/96_export.ipynb #9141a5fa
 def _add_run_out(p):
@@ -434,7 +563,7 @@ def _add_run_out(p):
 
 def register_cli(sub,  # the `dflash-nb` sub-parsers action
                 ):
-    "Add `dflash-nb export speculators|specforge|drafter RUN_DIR OUT` to the CLI."
+    "Add `dflash-nb export speculators|specforge|drafter|speculators-drafter RUN_DIR OUT` to the CLI."
     p = sub.add_parser('export', help='translate a finished run into speculators / SpecForge data or a '
                        'hub-ready drafter folder')
     es = p.add_subparsers(dest='export_cmd', required=True)
@@ -457,3 +586,7 @@ def register_cli(sub,  # the `dflash-nb` sub-parsers action
                    help='export even if vLLM or SGLang would serve it otherwise than trained (card warns)')
     d.set_defaults(func=lambda a: export_hub_drafter(a.run_dir, a.out, a.base_model, a.license,
                                                      a.allow_engine_mismatch) and 0)
+    k = es.add_parser('speculators-drafter', help="the trained drafter (any kind) as a speculators 0.9 checkpoint")
+    _add_run_out(k)
+    k.add_argument('--verifier', help="the verifier's hub id or folder (default: the run's target)")
+    k.set_defaults(func=lambda a: print(json.dumps(export_speculators_drafter(a.run_dir, a.out, a.verifier), indent=1)) or 0)

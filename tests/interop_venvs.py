@@ -1,5 +1,5 @@
-"""Small virtual environments holding other tools' readers (speculators 0.7.0.1 and 0.9.0, SpecForge 0.2.0, and
-transformers 4.57.1), for the interop tests in test_export.py.
+"""Small virtual environments holding other tools' readers (speculators 0.7.0.1 and 0.9.0, SpecForge 0.2.0,
+transformers 4.57.1 and z-lab's dflash 0.1.0), for the interop tests in test_export.py and test_export_kinds.py.
 
 Each venv is built once per cache (`$DFLASH_NB_CACHE/venvs/<key>`, key = a hash of its pins) and reused by every
 later test session, so CI builds each one once. Torch and the rest come from the running interpreter's env: a `.pth`
@@ -18,6 +18,8 @@ VENVS = {
     # speculators 0.9.0 (its file transfer lives in hs-connectors) and SpecForge 0.2.0, on the main env's transformers
     'spec09': ['speculators==0.9.0', 'hs-connectors==0.9.0', 'loguru==0.7.3', 'pydantic-settings==2.16.3',
                'specforge==0.2.0'],
+    # z-lab's own DFlash / DFlash2 reader (`dflash.model.DFlash2DraftModel`), on the main env's transformers
+    'zlab': ['dflash==0.1.0'],
 }
 
 def _cache() -> Path:
