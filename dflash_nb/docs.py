@@ -28,10 +28,10 @@ from .core import PKG_DIR, build_lock, cache_dir, fixtures_dir, nbs_dir, obj_has
 __all__ = ['ASSETS', 'GROUPS', 'MAX_PAGE_BYTES', 'site_settings', 'repo_url', 'cell_link', 'params_table', 'signature',
            'DocsRenderer', 'should_run', 'docs_should_run', 'exec_cells', 'order_show_docs', 'docs_procs',
            'nbdev_settings_dir', 'process_notebook', 'notebook_key', 'build_notebook', 'docs_notebook', 'docs_cache',
-           'merge_record', 'scrub_context', 'local_paths', 'scrub_paths', 'find_local_path', 'plain_cells', 'outline',
-           'unique_ids', 'toc_html', 'search_entries', 'asset', 'site_css', 'DocPage', 'inline_md', 'fix_anchors',
-           'check_page', 'is_table', 'doc_files', 'tables_named', 'relative_paths', 'markdown_notebook', 'md_links',
-           'render_docs']
+           'recorded_cells', 'merge_record', 'scrub_context', 'local_paths', 'scrub_paths', 'find_local_path',
+           'plain_cells', 'outline', 'unique_ids', 'toc_html', 'search_entries', 'asset', 'site_css', 'DocPage',
+           'inline_md', 'fix_anchors', 'check_page', 'is_table', 'doc_files', 'tables_named', 'relative_paths',
+           'markdown_notebook', 'md_links', 'render_docs']
 
 # %% ../nbs/04_docs.ipynb #c467790f
 def site_settings() -> dict:
@@ -173,7 +173,7 @@ def docs_should_run(cell  # a notebook cell, its directives parsed by nbdev
 # %% ../nbs/04_docs.ipynb #80a35e39
 class exec_cells(exec_show_docs):
     "nbdev's `exec_show_docs`, running the cells `should_run` selects (`execute`) or what `show_doc` needs."
-    execute, skip_flags = True, ('slow',)
+    execute, skip_flags, skip_ids = True, ('slow',), frozenset()   # skip_ids: cells a run's record shows
     def begin(self):
         self.k, self.errors = CaptureShell(getattr(self.nb, 'path_', None), mpl_format='png'), []
         self.k.run_cell('from nbdev.showdoc import show_doc')
@@ -182,6 +182,7 @@ class exec_cells(exec_show_docs):
 @patch
 def __call__(self: exec_cells, cell):
     "Run `cell` if selected; after a failure, only the cells `show_doc` needs are selected."
+    if cell.get('id') in self.skip_ids: return      # its output comes from a run's record
     whole = self.execute and not self.errors
     if not (should_run(cell, self.skip_flags) if whole else docs_should_run(cell)): return
     self.k.cell(cell)
@@ -222,10 +223,12 @@ class order_show_docs(Processor):
         self.nb.cells = out + run[::-1]
 
 def docs_procs(execute: bool = True,  # run the whole notebook, else only what `show_doc` needs
-               skip_flags=('slow',)  # cells `nbdev_test` skips
+               skip_flags=('slow',),  # cells `nbdev_test` skips
+               skip_ids=(),  # ids of cells not run (a run's record shows them)
               ) -> list:  # processors for `NBProcessor`
     "nbdev's docs processors: `exec_cells` for `exec_show_docs`, `order_show_docs` after `add_show_docs`."
-    run = type('exec_cells', (exec_cells,), {'execute': execute, 'skip_flags': tuple(skip_flags)})
+    run = type('exec_cells', (exec_cells,), {'execute': execute, 'skip_flags': tuple(skip_flags),
+                                                   'skip_ids': frozenset(skip_ids)})
     out = []
     for p in FilterDefaults().procs():
         out.append(run if p is exec_show_docs else p)
@@ -266,7 +269,8 @@ def _table_renderer():
     finally: nbdev.showdoc.BasicMarkdownRenderer = old
 
 def process_notebook(path,  # the notebook
-                     execute: bool = True  # run every cell, else only what `show_doc` needs
+                     execute: bool = True,  # run every cell, else only what `show_doc` needs
+                     skip_ids=(),  # ids of cells not run (a run's record shows them)
                     ):  # the processed notebook (execnb's `AttrDict`)
     "nbdev's docs processing of the notebook at `path`, executed in its folder."
     path, t0, c0 = Path(path).resolve(), time.time(), _cpu()
@@ -276,7 +280,7 @@ def process_notebook(path,  # the notebook
     stage = any(_tagged(c, 'parameters') for c in nb.cells)
     with _cwd(path.parent), _table_renderer(), warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='Found cells containing imports')
-        NBProcessor(nb=nb, procs=docs_procs(execute, flags)).process()
+        NBProcessor(nb=nb, procs=docs_procs(execute, flags, skip_ids)).process()
     fm = dict(getattr(nb, 'frontmatter_', {}) or {})
     took = dict(seconds=round(time.time() - t0, 1), cpu_seconds=round(_cpu() - c0, 1))
     nb.metadata['dflash_nb_docs'].update(frontmatter=fm, is_stage=stage, executed=execute, **took)
@@ -288,26 +292,29 @@ def _package_hash() -> str:
     return obj_hash({str(p.relative_to(PKG_DIR)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files})
 
 def notebook_key(path,  # the source notebook
-                 execute: bool = True  # whether the build executes it
+                 execute: bool = True,  # whether the build executes it
+                 skip_ids=(),  # cells it does not run
                 ) -> str:  # a hash of its cells, the package, and `execute`
     "The cache key of a notebook's docs build."
     cells = [(c['cell_type'], c['source'], c.get('metadata', {}).get('tags')) for c in read_nb(path).cells]
-    return obj_hash({'cells': cells, 'package': _package_hash(), 'execute': execute})
+    skip = {'skip': sorted(skip_ids)} if skip_ids else {}
+    return obj_hash({'cells': cells, 'package': _package_hash(), 'execute': execute, **skip})
 
 # %% ../nbs/04_docs.ipynb #b0aec598
 def build_notebook(src,  # the source notebook
                    dest,  # where to write the processed, executed notebook
                    execute: bool = True,  # run every cell, else only what `show_doc` needs
-                   key: str | None = None  # the cache key to record
+                   key: str | None = None,  # the cache key to record
+                   skip_ids=(),  # ids of cells not run (a run's record shows them)
                   ) -> Path:  # `dest`
     "Process (and execute) `src` and write the result to `dest` as a notebook."
-    nb = process_notebook(src, execute)
-    nb.metadata['dflash_nb_docs']['key'] = key or notebook_key(src, execute)
+    nb = process_notebook(src, execute, skip_ids)
+    nb.metadata['dflash_nb_docs']['key'] = key or notebook_key(src, execute, skip_ids)
     return write_text(dest, json.dumps(nb2dict(nb), ensure_ascii=False, default=str))
 
 # %% ../nbs/04_docs.ipynb #a36ab196
 _BUILD = ('import sys; from dflash_nb.docs import build_notebook as b; '
-          'b(*sys.argv[1:3], sys.argv[3] == "1", *sys.argv[4:])')
+          'b(*sys.argv[1:3], sys.argv[3] == "1", sys.argv[4], [i for i in sys.argv[5].split(",") if i])')
 
 def _cached(dest: Path, key: str):
     "The notebook at `dest` if it was built with `key`, else None."
@@ -315,9 +322,10 @@ def _cached(dest: Path, key: str):
     nb = dict2nb(json.loads(dest.read_text(encoding='utf-8')))
     return nb if nb.metadata.get('dflash_nb_docs', {}).get('key') == key else None
 
-def _build_elsewhere(src: Path, dest: Path, execute: bool, key: str, timeout, echo):
+def _build_elsewhere(src: Path, dest: Path, execute: bool, key: str, timeout, echo, skip_ids=()):
     "Run `build_notebook` in a new Python process; its warnings go to `echo`, a crash raises naming `src`."
-    args = [sys.executable, '-c', _BUILD, str(src.resolve()), str(dest.resolve()), str(int(execute)), key]
+    args = [sys.executable, '-c', _BUILD, str(src.resolve()), str(dest.resolve()), str(int(execute)), key,
+            ','.join(sorted(skip_ids))]
     env = {**os.environ, 'IN_TEST': '1'}   # as under nbdev_test
     r = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
     for line in r.stderr.splitlines():
@@ -329,16 +337,17 @@ def docs_notebook(src,  # the source notebook
                   cache,  # folder of executed notebooks
                   execute: bool = True,  # run every cell, else only what `show_doc` needs
                   timeout: float | None = 3600,  # seconds allowed for one notebook
-                  echo=print  # where progress lines go (None: nowhere)
+                  echo=print,  # where progress lines go (None: nowhere)
+                  skip_ids=(),  # ids of cells not run: a run's record shows them (`recorded_cells`)
                  ):  # the processed notebook
     "The processed, executed notebook for `src`: from `cache` when still valid, else built in a new process."
-    src, key = Path(src), notebook_key(src, execute)
-    dest = Path(cache) / f'{src.stem}.ipynb'
+    src, key = Path(src), notebook_key(src, execute, skip_ids)
+    dest = Path(cache) / f"{src.stem}{'.beside-a-run' if skip_ids else ''}.ipynb"
     if (nb := _cached(dest, key)) is not None: return nb
     with build_lock(dest):   # another process building it (a second docs build, a test worker): wait, then read it
         if (nb := _cached(dest, key)) is not None: return nb
         if echo: echo(f'docs: executing {src.name} ...')
-        _build_elsewhere(src, dest, execute, key, timeout, echo)
+        _build_elsewhere(src, dest, execute, key, timeout, echo, skip_ids)
     nb = _cached(dest, key)
     m = nb.metadata['dflash_nb_docs']
     if echo: echo(f"docs: {src.name} done in {m['seconds']:.1f} s ({m['cpu_seconds']:.1f} CPU-s)")
@@ -352,6 +361,14 @@ def docs_cache(nbs=None  # folder of notebooks (default: the project's `nbs/`)
     return cache_dir() / 'docs' / hashlib.sha256(str(nbs).encode()).hexdigest()[:12]
 
 # %% ../nbs/04_docs.ipynb #56afa76c
+def recorded_cells(record  # the executed notebook of a run (papermill's output) or its path
+                  ) -> frozenset:  # ids of the code cells it executed, its exported ones (the imports) apart
+    "The cells a run executed: the docs build leaves them to the record (the stage's work is not done twice)."
+    rec = read_nb(record) if isinstance(record, (str, Path)) else record
+    export = lambda c: re.match(r'\s*#\|\s*export', c.source or '')   # definitions later cells need: still run
+    return frozenset(c.get('id') for c in rec.cells if c.cell_type == 'code' and c.get('execution_count') is not None
+                     and not export(c))
+
 def merge_record(nb,  # a processed notebook (from `docs_notebook`)
                  record  # the executed notebook of a run (papermill's output) or its path
                 ) -> int:  # the number of cells whose outputs were taken from the record
@@ -838,9 +855,10 @@ def _pages(nbs: Path, cache: Path, run_dir, names, execute: bool, echo) -> list[
     keep = lambda p: not p.name.startswith('_') and (names is None or p.stem in set(names) | {'index'})
     pages = []
     for src in filter(keep, srcs):
-        nb = docs_notebook(src, cache, execute, echo=echo)
         rec = Path(run_dir) / src.stem / f'{src.stem}.ipynb' if run_dir is not None else None
-        pages.append(DocPage(src, nb, rec, merge_record(nb, rec) if rec is not None and rec.is_file() else 0))
+        rec = rec if rec is not None and rec.is_file() else None   # its cells are not run again: the record shows them
+        nb = docs_notebook(src, cache, execute, echo=echo, skip_ids=recorded_cells(rec) if rec is not None else ())
+        pages.append(DocPage(src, nb, rec, merge_record(nb, rec) if rec is not None else 0))
     if not pages or pages[0].stem != 'index':   # no index notebook: an index page with the table only
         pages.insert(0, DocPage(nbs / 'index.ipynb', dict2nb({'cells': [], 'metadata': {
             'dflash_nb_docs': {'frontmatter': {'title': 'dflash_nb'}}}})))
