@@ -19,8 +19,6 @@ EXCEPTIONS = {
     ('hidden_states', 'extract_dataset'): 'open: takes ExtractOptions next (issue 47.3)',
     ('hidden_states', 'extract_to_disk'): 'open: takes ExtractOptions next (issue 47.3)',
     ('hidden_states', 'make_plan'): 'open: takes ExtractOptions next (issue 47.3)',
-    ('tokenization', 'tokenize_conversations'): 'open: takes TokenizeOptions next (issue 47.3)',
-    ('tokenization', 'encode_file'): 'open: takes TokenizeOptions next (issue 47.3)',
     ('regenerate', 'regenerate_file'): 'open: takes GenConfig next (issue 47.3)',
     ('regenerate', 'synthesize_prompts'): 'open: takes GenConfig next (issue 47.3)',
 }
