@@ -16,9 +16,6 @@ EXCEPTIONS = {
     ('evaluate', 'evaluate_prompts'): 'open: the evaluation loops take EvalSettings next (issue 47.3)',
     ('evaluate', 'evaluate_set'): 'open: the evaluation loops take EvalSettings next (issue 47.3)',
     ('evaluate', 'evaluate_drafter'): 'open: the evaluation loops take EvalSettings next (issue 47.3)',
-    ('hidden_states', 'extract_dataset'): 'open: takes ExtractOptions next (issue 47.3)',
-    ('hidden_states', 'extract_to_disk'): 'open: takes ExtractOptions next (issue 47.3)',
-    ('hidden_states', 'make_plan'): 'open: takes ExtractOptions next (issue 47.3)',
     ('regenerate', 'regenerate_file'): 'open: takes GenConfig next (issue 47.3)',
     ('regenerate', 'synthesize_prompts'): 'open: takes GenConfig next (issue 47.3)',
 }
