@@ -16,8 +16,6 @@ EXCEPTIONS = {
     ('evaluate', 'evaluate_prompts'): 'open: the evaluation loops take EvalSettings next (issue 47.3)',
     ('evaluate', 'evaluate_set'): 'open: the evaluation loops take EvalSettings next (issue 47.3)',
     ('evaluate', 'evaluate_drafter'): 'open: the evaluation loops take EvalSettings next (issue 47.3)',
-    ('regenerate', 'regenerate_file'): 'open: takes GenConfig next (issue 47.3)',
-    ('regenerate', 'synthesize_prompts'): 'open: takes GenConfig next (issue 47.3)',
 }
 
 def _params(fn: ast.FunctionDef) -> list[str]:
