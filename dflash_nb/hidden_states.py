@@ -18,8 +18,8 @@ from .features import FeatureStore, target_outputs
 # %% auto #0
 __all__ = ['log', 'STORAGE_DTYPES', 'PLAN_VERSION', 'DECLARED_OPTIONS', 'resolve_layer_ids', 'InsufficientDiskError',
            'bytes_per_token', 'storage_estimate', 'check_disk', 'plan_shards', 'make_batches', 'batch_checks',
-           'sample_problems', 'row_problems', 'dataset_fingerprint', 'make_plan', 'shard_complete', 'prepare_out_dir',
-           'label_checks', 'collate', 'extract_dataset', 'merge_index', 'ExtractOptions', 'init_distributed',
+           'sample_problems', 'row_problems', 'ExtractOptions', 'dataset_fingerprint', 'make_plan', 'shard_complete',
+           'prepare_out_dir', 'label_checks', 'collate', 'extract_dataset', 'merge_index', 'init_distributed',
            'extract_to_disk', 'plot_layer_norms', 'register_cli', 'synthetic_dataset', 'hidden_states_stage']
 
 # %% ../nbs/60_hidden_states.ipynb #677ac590
@@ -136,6 +136,26 @@ def row_problems(row: dict, vocab_size: int, max_len: int | None = None) -> list
     if lo < 0 or hi >= vocab_size: out.append(f'token_range: ids span [{lo}, {hi}], the target vocabulary is [0, {vocab_size})')
     if max_len is not None and len(ids) > max_len: out.append(f'too_long: {len(ids)} tokens > {max_len}')
     return out
+
+# %% ../nbs/60_hidden_states.ipynb #b784a587
+_H = '60_hidden_states'
+
+@dataclass(kw_only=True)
+class ExtractOptions:
+    "What to extract, store and how to batch it; defaults and checks: the stage's declaration."
+    layer_ids: list | None = declared(_H, 'target_layer_ids')   # DFlash ids; None: the DFlash rule for `num_features`
+    num_features: int = declared(_H, 'num_features')           # feature layers of the DFlash rule
+    include_last: bool = declared(_H, 'include_last')          # also store the last layer's raw output
+    storage_dtype: str = declared(_H, 'storage_dtype')         # bfloat16, float16 or float32 on disk
+    label_topk: int = declared(_H, 'label_topk')               # the target's top-k labels per position (0: none)
+    shard_mb: float = declared(_H, 'shard_mb')                 # shard size in MB
+    max_samples: int | None = declared(_H, 'max_samples')      # the first rows only (None: all)
+    device: str = declared(_H, 'device')                       # where the target runs when it is loaded here
+    dtype: str | None = declared(_H, 'dtype')                  # its compute dtype (auto: bf16 on CUDA, fp32 elsewhere)
+    max_batch_tokens: int = declared(_H, 'max_batch_tokens')   # padded tokens per forward pass
+    max_batch_size: int = declared(_H, 'max_batch_size')       # rows per forward pass at most
+
+    def __post_init__(self): check_fields(self)
 
 # %% ../nbs/60_hidden_states.ipynb #0079ecc7
 PLAN_VERSION = 1
@@ -466,26 +486,6 @@ def merge_index(out_dir) -> dict:
     write_json(out_dir / 'stats.json', _features_stats(plan, acc), indent=None)
     write_json(out_dir / 'index.json', index, indent=None)
     return index
-
-# %% ../nbs/60_hidden_states.ipynb #b784a587
-_H = '60_hidden_states'
-
-@dataclass(kw_only=True)
-class ExtractOptions:
-    "What to extract, store and how to batch it; defaults and checks: the stage's declaration."
-    layer_ids: list | None = declared(_H, 'target_layer_ids')   # DFlash ids; None: the DFlash rule for `num_features`
-    num_features: int = declared(_H, 'num_features')           # feature layers of the DFlash rule
-    include_last: bool = declared(_H, 'include_last')          # also store the last layer's raw output
-    storage_dtype: str = declared(_H, 'storage_dtype')         # bfloat16, float16 or float32 on disk
-    label_topk: int = declared(_H, 'label_topk')               # the target's top-k labels per position (0: none)
-    shard_mb: float = declared(_H, 'shard_mb')                 # shard size in MB
-    max_samples: int | None = declared(_H, 'max_samples')      # the first rows only (None: all)
-    device: str = declared(_H, 'device')                       # where the target runs when it is loaded here
-    dtype: str | None = declared(_H, 'dtype')                  # its compute dtype (auto: bf16 on CUDA, fp32 elsewhere)
-    max_batch_tokens: int = declared(_H, 'max_batch_tokens')   # padded tokens per forward pass
-    max_batch_size: int = declared(_H, 'max_batch_size')       # rows per forward pass at most
-
-    def __post_init__(self): check_fields(self)
 
 # %% ../nbs/60_hidden_states.ipynb #1f184c00
 def init_distributed(backend: str | None = None) -> tuple[int, int, int]:
