@@ -93,7 +93,7 @@ def extract(run, n):
             t = time.time()
             opts = ExtractOptions(layer_ids=[1, 8, 14, 20, 27], device='cpu', dtype=dt, max_batch_tokens=4096,
                                   max_batch_size=32, shard_mb=64, label_topk=0)
-            extract_to_disk(ds, 'smollm2', Path(d) / 'f', opts, rank=0, world_size=1, progress=False)
+            extract_to_disk(ds, 'smollm2', Path(d) / 'f', opts, ranks=(0, 1), progress=False)
             el = time.time() - t
         r = {'stage': 'hidden_states', 'setting': f'{dt} compute, 2 threads', 'dtype': dt, 'rows': len(ds), 'tokens': tokens,
              'seconds': round(el, 1), 'tokens_per_s': round(tokens / el, 1)}

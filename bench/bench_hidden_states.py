@@ -123,7 +123,7 @@ def main():
             n2, t2 = features_only(model, ds, ids, dev, 4096, 32)
             t = time.time()
             opts = H.ExtractOptions(layer_ids=ids, max_batch_tokens=4096, max_batch_size=32, shard_mb=16, label_topk=0)
-            r = H.extract_to_disk(ds, 'smollm2', tmp / 'f', opts, model=model, rank=0, world_size=1, progress=False)
+            r = H.extract_to_disk(ds, 'smollm2', tmp / 'f', opts, model=model, ranks=(0, 1), progress=False)
             t3, n3 = time.time() - t, r['index']['n_tokens']
             rows = [('naive loop (1 sample, logits, output_hidden_states)', n1, t1),
                     ('feature function, batched (no disk)', n2, t2),
@@ -144,7 +144,7 @@ def main():
             n2, t2 = features_only(model, ds, ids, dev, 65536, 64)
             t = time.time()
             opts = H.ExtractOptions(layer_ids=ids, max_batch_tokens=65536, max_batch_size=64, shard_mb=1024, label_topk=0)
-            r = H.extract_to_disk(ds, 'random-qwen3-1.5b', tmp / 'f', opts, model=model, rank=0, world_size=1, progress=False)
+            r = H.extract_to_disk(ds, 'random-qwen3-1.5b', tmp / 'f', opts, model=model, ranks=(0, 1), progress=False)
             t3, n3 = time.time() - t, r['index']['n_tokens']
             fl = lambda d: sum(flops_per_sample(cfg, len(x), max(ids)) for x in d['input_ids'])
             fl_naive = sum(flops_per_sample(cfg, len(x), cfg.num_hidden_layers - 1) + 2 * cfg.hidden_size * cfg.vocab_size * len(x)

@@ -66,7 +66,7 @@ def main():
         for k in (0, 16):
             c0 = cpu()
             out = extract_to_disk(ds, 'smollm2', d / f'f{k}', ExtractOptions(label_topk=k, max_batch_tokens=4096, max_batch_size=32),
-                                  model=model, rank=0, world_size=1, progress=False)
+                                  model=model, ranks=(0, 1), progress=False)
             c = cpu() - c0
             res[f'features_top{k}_cpu_s_per_token'] = round(c / out['index']['n_tokens'], 7)
             res['feature_tokens'] = out['index']['n_tokens']

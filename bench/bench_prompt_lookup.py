@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from dflash_nb.core import fixtures_dir, prompt_set_name
-from dflash_nb.evaluate import PromptLookupDrafter, evaluate_prompts, load_prompt_file, summarize
+from dflash_nb.evaluate import Bookkeeping, EvalGeneration, PromptLookupDrafter, evaluate_prompts, load_prompt_file, summarize
 from dflash_nb.models import load_target
 
 
@@ -46,7 +46,8 @@ def main():
             if 'turns' in it: it['turns'] = it['turns'][:1]
         t, cpu = time.time(), time.process_time()
         gens = evaluate_prompts(model, tok, items, {'prompt_lookup': (PromptLookupDrafter(a.block_size, a.max_ngram), 0)},
-                                a.max_new_tokens, 0.0, 0, False, set_name=prompt_set_name(f), enforce_lossless=True, log=None)
+                                EvalGeneration(max_new_tokens=a.max_new_tokens, temperature=0.0, seed=0, enable_thinking=False, lossless='enforce'),
+                                set_name=prompt_set_name(f), book=Bookkeeping(log=None))
         m = summarize(gens['prompt_lookup'], gens['plain'], a.block_size)
         rows.append({'set': prompt_set_name(f), 'prompts': m['prompts'], 'tokens': m['tokens'], 'tau': m['tau'],
                      'accept_at_1': m['accept_at'][0], 'fwd_per_token': m['target_forwards_per_token'],

@@ -57,7 +57,7 @@ def train_tokens_per_step(run: Path) -> float:
 
 
 def tau_curve(run: Path, n: int, max_new_tokens: int, max_checkpoints: int | None = None, log=print) -> list:
-    from dflash_nb.evaluate import DFlashDraftSession, evaluate_prompts, load_prompt_set, summarize
+    from dflash_nb.evaluate import Bookkeeping, DFlashDraftSession, EvalGeneration, evaluate_prompts, load_prompt_set, summarize
     from dflash_nb.models import load_target
     model, tok = load_target('smollm2', device='cpu')
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
@@ -72,7 +72,8 @@ def tau_curve(run: Path, n: int, max_new_tokens: int, max_checkpoints: int | Non
         items, _ = load_prompt_set(sname, n, allow_hub=False)
         for it in items: it['turns'] = it['turns'][:1]
         t = time.time()
-        gens = evaluate_prompts(model, tok, items, variants, max_new_tokens, 0.0, 0, False, set_name=sname, log=None)
+        gens = evaluate_prompts(model, tok, items, variants, EvalGeneration(max_new_tokens=max_new_tokens, temperature=0.0, seed=0, enable_thinking=False, lossless='report'),
+                                set_name=sname, book=Bookkeeping(log=None))
         for s, _ in ck:
             m = summarize(gens[f'step-{s}'], gens['plain'], 16)
             curve[s][sname] = {'tau': m['tau'], 'identical': m['identical'], 'accept_at': m['accept_at'][:6]}

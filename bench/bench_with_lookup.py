@@ -18,15 +18,15 @@ def main(argv=None):
     p.add_argument('--out', default=str(ROOT / 'bench/results/with_lookup.json'))
     a = p.parse_args(argv)
     from dflash_nb.core import read_json, write_json, busy_cores, expand_path
-    from dflash_nb.evaluate import EvalSettings, evaluate_drafter
+    from dflash_nb.evaluate import EvalJob, EvalSettings, evaluate_drafter
     from dflash_nb.params import from_declared
     run = Path(a.run)
     P, before = read_json(run / '90_evaluate' / 'manifest.json')['params'], read_json(run / '90_evaluate' / 'eval.json')
     busy = busy_cores()
     s = from_declared(EvalSettings, {**P, 'variants': ['trained+lookup']})
-    ev = evaluate_drafter(run / '80_train' / 'drafter', s, target=P['target'], prompt_sets=P['prompt_sets'],
-                          prompt_files=[expand_path(f) for f in P['prompt_files']],
-                          out_dir=run / 'bench_with_lookup', resume=True, log=print)
+    ev = evaluate_drafter(run / '80_train' / 'drafter', s,
+                          EvalJob(target=P['target'], prompt_sets=P['prompt_sets'], prompt_files=[expand_path(f) for f in P['prompt_files']],
+                                  out_dir=run / 'bench_with_lookup', resume=True), log=print)
     rows = []
     for name, r in ev['sets'].items():
         old = before['sets'][name]['variants']

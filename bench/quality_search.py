@@ -69,7 +69,7 @@ def load_items(name, n):
 
 def cmd_eval(a):
     from dflash_nb.drafter import load_drafter
-    from dflash_nb.evaluate import DFlashDraftSession, evaluate_prompts, summarize
+    from dflash_nb.evaluate import Bookkeeping, DFlashDraftSession, EvalGeneration, evaluate_prompts, summarize
     from dflash_nb.models import load_target
     torch.set_num_threads(a.threads)
     model, tok = load_target('smollm2', device='cpu')
@@ -85,7 +85,8 @@ def cmd_eval(a):
     for sname in a.sets:
         items = load_items(sname, a.n)
         t0 = time.time()
-        gens = evaluate_prompts(model, tok, items, variants, a.max_new_tokens, 0.0, 0, False, set_name=sname, log=None)
+        gens = evaluate_prompts(model, tok, items, variants, EvalGeneration(max_new_tokens=a.max_new_tokens, temperature=0.0, seed=0, enable_thinking=False, lossless='report'),
+                                set_name=sname, book=Bookkeeping(log=None))
         for v in variants:
             m = summarize(gens[v], gens['plain'], 16)
             rec = {'drafter': v, 'set': sname, 'n': len(items), 'max_new_tokens': a.max_new_tokens, 'shift': a.shift,

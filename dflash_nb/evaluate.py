@@ -5,7 +5,8 @@
 # %% ../nbs/90_evaluate.ipynb #3344aa3e
 from __future__ import annotations
 import argparse, contextlib, json, statistics, sys, time
-from dataclasses import dataclass, asdict
+from collections.abc import Callable
+from dataclasses import dataclass, asdict, field
 from pathlib import Path
 
 import torch
@@ -29,12 +30,13 @@ from .promptsets import (PROMPT_SETS, load_prompt_file, load_prompt_set, held_ou
 __all__ = ['MIN_TIMED_PROMPTS', 'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'MIN_CONTROL_PROMPTS', 'CONTROL_WORDS',
            'NEAR_ONE', 'USEFUL_RUN', 'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE',
            'UPSTREAM_STAGES', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated',
-           'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend', 'results_table', 'control_gap',
-           'set_verdict', 'lossless_verdict', 'drafter_facts', 'drafter_line', 'training_line', 'advice_line',
-           'caveats', 'verdict', 'report_md', 'recorded_target', 'drafter_target', 'check_drafter_fits', 'open_drafter',
-           'load_pair', 'check_variants', 'target_mtp', 'build_variants', 'load_controls', 'gather_prompt_sets',
-           'RecordLog', 'run_sets', 'EvalSettings', 'default_out_dir', 'write_outputs', 'evaluate_drafter',
-           'register_cli', 'finish_evaluate_stage', 'evaluate_stage', 'smoke_stage']
+           'EvalGeneration', 'Bookkeeping', 'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend',
+           'results_table', 'control_gap', 'set_verdict', 'lossless_verdict', 'drafter_facts', 'drafter_line',
+           'training_line', 'advice_line', 'caveats', 'verdict', 'report_md', 'recorded_target', 'drafter_target',
+           'check_drafter_fits', 'open_drafter', 'load_pair', 'check_variants', 'target_mtp', 'build_variants',
+           'load_controls', 'gather_prompt_sets', 'RecordLog', 'run_sets', 'EvalSettings', 'EvalJob', 'default_out_dir',
+           'write_outputs', 'evaluate_drafter', 'register_cli', 'finish_evaluate_stage', 'evaluate_stage',
+           'smoke_stage']
 
 # %% ../nbs/90_evaluate.ipynb #b5915b6e
 def _quantile(xs: list, q: float) -> float:
@@ -182,36 +184,60 @@ def _eos_ids(model, tokenizer) -> list:
     e = getattr(model.generation_config, 'eos_token_id', None) or tokenizer.eos_token_id
     return [e] if isinstance(e, int) else list(e or [])
 
+# %% ../nbs/90_evaluate.ipynb #c535a3ac
+_E = '90_evaluate'
+
+@dataclass(kw_only=True)
+class EvalGeneration:
+    "How every prompt of an evaluation is generated (hashed into the records' key); the declared ones: the stage's defaults and checks."
+    max_new_tokens: int = declared(_E, 'max_new_tokens')
+    temperature: float = declared(_E, 'temperature')           # 0: greedy; above: keyed Gumbel sampling
+    seed: int = declared(_E, 'seed')
+    enable_thinking: bool | None = declared(_E, 'enable_thinking')   # None: the template's default
+    max_prompt_tokens: int = declared(_E, 'max_prompt_tokens') # longer prompts are quarantined
+    max_context_tokens: int | None = declared(_E, 'max_context_tokens')  # conversations: the last user turn after the latest turns that fit
+    lossless: str = declared(_E, 'lossless')                   # enforce: `LosslessError` at T=0 on an output unlike plain's (not a tie); report
+    limits: dict | None = None        # the evaluation's own from here: `{name: n}`, a variant on the first n items only
+    tree: dict | None = None          # DDTree's `{'budget', 'topk'}`; None: no tree runs
+    block_size: int | None = None     # slots of `accept_at` for variants without a `block_size`
+
+    def __post_init__(self): check_fields(self)
+
+# %% ../nbs/90_evaluate.ipynb #c0cef5ff
+@dataclass(kw_only=True)
+class Bookkeeping:
+    "What the prompt sets of one evaluation share: the quarantine, the records reused and written, the runs warmed up, the log."
+    quarantine: Quarantine = field(default_factory=lambda: Quarantine(None))  # unusable prompts (None: kept in memory)
+    done: dict = field(default_factory=dict)   # records of an earlier run, by key: reused
+    on_record: Callable | None = None          # receives one record per new generation
+    warm: set = field(default_factory=set)     # runs warmed up already (updated; shared across sets)
+    log: Callable | None = print               # None: silent
+
 # %% ../nbs/90_evaluate.ipynb #97e1d92e
 def evaluate_prompts(model, tokenizer, items: list, # each `{'id'}` and `turns`, `messages` or `input_ids`
                      variants: dict,                 # `{name: (drafter, feature_shift)}`
-                     max_new_tokens: int, temperature: float, seed: int,
-                     enable_thinking: bool | None,   # None: the template's default
-                     eos_ids=None, set_name: str = 'prompts',
-                     done: dict | None = None,       # records of an earlier run, by key: reused
-                     on_record=None,                 # receives one record per new generation
-                     tree: dict | None = None, log=print,
-                     enforce_lossless: bool = False, # raise `LosslessError` at an output unlike plain's (not a tie)
-                     limits: dict | None = None,     # `{name: n}`: a variant on the first n items only
-                     warm: set | None = None,        # runs warmed up already (updated; shared across sets)
+                     gen: EvalGeneration,            # new tokens, sampling, template, lossless (at T=0), limits, tree
+                     *, set_name: str = 'prompts',
+                     book: Bookkeeping | None = None, # records reused and written, runs warmed up, the log; None: fresh
+                     eos_ids=None,                   # None: the target's
                     ) -> dict:                       # `{'plain': [Generation], name: [Generation]}`, item order
     "Plain and speculative generations of every item (one entry per turn), runs rotated from item to item."
-    ctx = dict(model=model, max_new_tokens=max_new_tokens, sampler=lambda: Sampler(temperature, seed),
-               eos_ids=_eos_ids(model, tokenizer) if eos_ids is None else eos_ids, done=dict(done or {}),
-               on_record=on_record, warm=set() if warm is None else warm,
-               lossless=None if temperature > 0 else 'enforce' if enforce_lossless else 'report')
-    runs, limits = variant_runs(variants, tree), dict(limits or {})
+    book = book or Bookkeeping()
+    ctx = dict(model=model, max_new_tokens=gen.max_new_tokens, sampler=lambda: Sampler(gen.temperature, gen.seed),
+               eos_ids=_eos_ids(model, tokenizer) if eos_ids is None else eos_ids, done=dict(book.done),
+               on_record=book.on_record, warm=book.warm, lossless=None if gen.temperature > 0 else gen.lossless)
+    runs, limits = variant_runs(variants, gen.tree), dict(gen.limits or {})
     out = {r[0]: [] for r in runs}
     for i, it in enumerate(progress(items, desc=f'evaluate {set_name}', unit='prompt')):
         mine, history = rotated([r for r in runs if i < (limits.get(r[0].split('+')[0]) or len(items))], i), []
         for ti, turn in enumerate(_turns(it)):
-            prompt = _prompt_ids(tokenizer, it, turn, history, enable_thinking)
+            prompt = _prompt_ids(tokenizer, it, turn, history, gen.enable_thinking)
             gens = _run_turn(mine, prompt, {'set': set_name, 'id': it['id'], 'turn': ti}, **ctx)
             for name, g in gens.items(): out[name].append(g)
             answer = tokenizer.decode(gens['plain'].tokens, skip_special_tokens=True)
             history.append({'role': 'assistant', 'content': answer})
         taus = ', '.join(f'{v} tau {gens[v].tau:.2f}' for v in out if v in gens and v != 'plain')
-        if log: log(f"[evaluate] {set_name} {it['id']}: {taus}")
+        if book.log: book.log(f"[evaluate] {set_name} {it['id']}: {taus}")
     return out
 
 def _check_turn(gens: dict, names: list, prompt: list, where: dict, model, enforce: bool):
@@ -247,27 +273,21 @@ def _summaries(gens: dict, variants: dict, block_size: int) -> dict:
 
 # %% ../nbs/90_evaluate.ipynb #ed391860
 def evaluate_set(model, tokenizer, set_name: str, items: list, variants: dict,
-                 block_size: int,        # slots of `accept_at` for variants without a `block_size`
-                 max_new_tokens: int,
-                 quarantine,             # a `core.Quarantine` for unusable prompts
+                 gen: EvalGeneration,             # how each prompt is generated (`block_size`: for variants without one)
+                 book: Bookkeeping | None = None, # the quarantine for unusable prompts, the records, the log; None: fresh
                  source: str = '',
-                 *, temperature: float, seed: int, enable_thinking: bool | None, max_prompt_tokens: int,
-                 max_context_tokens: int | None,  # conversations: the last user turn after the latest turns that fit
-                 lossless: str,             # enforce: fail at T=0 on an output unlike plain decoding's; report
-                 **kw,                      # to `evaluate_prompts` (done, on_record, tree, log, limits)
                 ) -> tuple[dict, dict]:     # `(result, generations)`
     "Evaluate one prompt set: cap conversations, quarantine, generate, enforce losslessness, summarize."
-    if lossless not in ('enforce', 'report'): raise ValueError(f'lossless: enforce or report, not {lossless!r}')
-    items, cap = cap_items(tokenizer, items, max_context_tokens, enable_thinking)
-    if cap_note(cap) and kw.get('log'): kw['log'](f'[evaluate] {set_name}: {cap_note(cap)}')
+    book = book or Bookkeeping()
+    items, cap = cap_items(tokenizer, items, gen.max_context_tokens, gen.enable_thinking)
+    if cap_note(cap) and book.log: book.log(f'[evaluate] {set_name}: {cap_note(cap)}')
 
-    ok, t0 = _usable(tokenizer, set_name, items, quarantine, enable_thinking, max_prompt_tokens), time.time()
-    gens = evaluate_prompts(model, tokenizer, ok, variants, max_new_tokens, temperature, seed, enable_thinking,
-                            set_name=set_name, enforce_lossless=lossless == 'enforce', **kw)   # checked at T=0 only
+    ok, t0 = _usable(tokenizer, set_name, items, book.quarantine, gen.enable_thinking, gen.max_prompt_tokens), time.time()
+    gens = evaluate_prompts(model, tokenizer, ok, variants, gen, set_name=set_name, book=book)   # lossless: checked at T=0 only
     res = {'source': source, 'prompts': len(ok), 'quarantined': len(items) - len(ok), 'turns': len(gens['plain']),
            'seconds': round(time.time() - t0, 2),
            'plain_tokens_per_s': timing_stats(gens['plain'], gens['plain'])['tokens_per_s'],
-           'variants': _summaries(gens, variants, block_size), **({'context_cap': cap} if cap_note(cap) else {})}
+           'variants': _summaries(gens, variants, gen.block_size), **({'context_cap': cap} if cap_note(cap) else {})}
     return res, gens
 
 # %% ../nbs/90_evaluate.ipynb #84e2494d
@@ -707,23 +727,21 @@ class RecordLog:
 
 # %% ../nbs/90_evaluate.ipynb #0129b242
 def run_sets(model, tokenizer, sets: dict, # `gather_prompt_sets`
-             variants: dict, quarantine, records: RecordLog, **kw, # to `evaluate_set` (max_new_tokens, ...)
+             variants: dict, gen: EvalGeneration,
+             book: Bookkeeping,             # shared by the sets: the quarantine, the records, the runs warmed up, the log
             ) -> dict:                      # `{set: result}`
     "Evaluate every prompt set; a set without items is skipped with its reason."
-    results, warm = {}, set()
+    results = {}
     for name, (items, source, rejected) in sets.items():
-        for row, why in rejected: quarantine.add({'set': name, **row}, why)
+        for row, why in rejected: book.quarantine.add({'set': name, **row}, why)
         if not items:
             results[name] = {'skipped': source, 'source': source, 'quarantined': len(rejected)}
             continue
-        results[name], _ = evaluate_set(model, tokenizer, name, items, variants, quarantine=quarantine,
-                                        source=source, done=records.done, on_record=records, warm=warm, **kw)
+        results[name], _ = evaluate_set(model, tokenizer, name, items, variants, gen, book, source)
         results[name]['quarantined'] += len(rejected)
     return results
 
 # %% ../nbs/90_evaluate.ipynb #373968c1
-_E = '90_evaluate'
-
 @dataclass(kw_only=True)
 class EvalSettings:
     "How an evaluation generates and measures; the defaults and checks of those the stage declares: its declaration's."
@@ -754,13 +772,14 @@ class EvalSettings:
 
 # %% ../nbs/90_evaluate.ipynb #d362dfe1
 @patch
-def generation(self: EvalSettings, limited=()) -> dict:
-    "The keywords of `evaluate_set` (hashed into the records' key): the variants in `limited` on the first `control_prompts` prompts."
-    return dict(max_new_tokens=self.max_new_tokens, temperature=self.temperature, seed=self.seed,
+def generation(self: EvalSettings, limited=(), block_size: int | None = None) -> EvalGeneration:
+    "The `EvalGeneration` of every prompt set: the variants in `limited` on the first `control_prompts` prompts."
+    return EvalGeneration(max_new_tokens=self.max_new_tokens, temperature=self.temperature, seed=self.seed,
                 enable_thinking=self.enable_thinking, max_prompt_tokens=self.max_prompt_tokens,
                 max_context_tokens=self.max_context_tokens, lossless=self.lossless,
                 limits=dict.fromkeys(limited, self.control_prompts),
-                tree={'budget': self.ddtree_budget, 'topk': self.ddtree_topk} if self.ddtree_budget else None)
+                tree={'budget': self.ddtree_budget, 'topk': self.ddtree_topk} if self.ddtree_budget else None,
+                block_size=block_size)
 
 # %% ../nbs/90_evaluate.ipynb #aa5a08fb
 def _evaluation_sets(s: EvalSettings, prompt_files=(), prompt_sets=None, held_out=None) -> dict:
@@ -778,6 +797,19 @@ def _load_variants(drafter_dir, spec: str, s: EvalSettings, controls: dict) -> t
     if s.cpu_threads and get_device(s.device) == 'cpu': torch.set_num_threads(int(s.cpu_threads))
     model, tok, dr = load_pair(drafter_dir, spec, s.device, s.dtype)
     return model, tok, dr, build_variants(dr, model, s.variants, s.block_size, s.untrained_seed, load_controls(controls, model))
+
+# %% ../nbs/90_evaluate.ipynb #b4a1506a
+@dataclass(kw_only=True)
+class EvalJob:
+    "What an evaluation runs on and where it writes: the target, the prompts, the control drafters, the output folder."
+    target: str | None = None             # target spec; None: the one the drafter's config.json names
+    prompt_files: list | tuple = ()       # JSONL prompt files, one set each
+    prompt_sets: list | None = None       # built-in sets; None: mt_bench and humaneval unless prompt files are given
+    held_out: tuple | None = None         # `(dataset_dir, training row ids)` for 'held_out'
+    control_drafters: dict | None = None  # `{name: drafter folder}` trained elsewhere
+    out_dir: str | Path | None = None     # the output folder; None: `default_out_dir(drafter_dir)`
+    resume: bool = False                  # reuse the records of an earlier, identical run
+    extra: dict | None = None             # more keys for eval.json
 
 # %% ../nbs/90_evaluate.ipynb #f61ce2a4
 WARMUP = 'each run generated its first prompt once, untimed, before its timed generations'
@@ -802,33 +834,26 @@ def write_outputs(out: Path, ev: dict):
 # %% ../nbs/90_evaluate.ipynb #352cf65a
 def evaluate_drafter(drafter_dir,                          # a drafter folder (DFlash checkpoint format)
                      settings: EvalSettings | None = None, # how to generate and measure; None: the declared defaults
-                     *, target: str | None = None,         # target spec; None: the one the drafter names
-                     prompt_files=(),                      # JSONL prompt files, one set each
-                     prompt_sets=None,                     # built-in sets; None: mt_bench, humaneval without files
-                     held_out=None,                        # `(dataset_dir, training row ids)` for 'held_out'
-                     control_drafters: dict | None = None, # `{name: drafter folder}` trained elsewhere
-                     out_dir=None,                         # the output folder; None: `default_out_dir(drafter_dir)`
-                     resume: bool = False,                 # reuse the records of an earlier, identical run
-                     extra: dict | None = None,            # more keys for eval.json
-                     log=print) -> dict:                   # the evaluation, as written to eval.json
-    "Evaluate a drafter folder against its target on prompt sets; write the outputs and `report.md` to `out_dir`."
-    s = settings or EvalSettings()
-    out = Path(out_dir) if out_dir is not None else default_out_dir(drafter_dir)
-    sets = _evaluation_sets(s, prompt_files, prompt_sets, held_out)
-    spec, check = drafter_target(drafter_dir, target)
-    controls = dict(control_drafters or {})
+                     job: EvalJob | None = None,           # the target, the prompts, the controls, the output folder
+                     *, log=print) -> dict:                # the evaluation, as written to eval.json
+    "Evaluate a drafter folder against its target on prompt sets; write the outputs and `report.md` to `job.out_dir`."
+    s, j = settings or EvalSettings(), job or EvalJob()
+    out = Path(j.out_dir) if j.out_dir is not None else default_out_dir(drafter_dir)
+    sets = _evaluation_sets(s, j.prompt_files, j.prompt_sets, j.held_out)
+    spec, check = drafter_target(drafter_dir, j.target)
+    controls = dict(j.control_drafters or {})
     model, tok, dr, built = _load_variants(drafter_dir, spec, s, controls)
     limited, B = [v for v in built if v in CONTROLS or v in controls], dr.config.block_size
-    gen = s.generation(limited)
-    key = {**gen, 'block_size': s.block_size, 'init_seed': s.untrained_seed, 'variants': list(built),
+    gen = s.generation(limited, s.block_size or B)
+    key = {**asdict(gen), 'block_size': s.block_size, 'init_seed': s.untrained_seed, 'variants': list(built),
            'dtype': str(dr.fc.weight.dtype)}
     out.mkdir(parents=True, exist_ok=True)
-    records = RecordLog(out, _records_key(drafter_dir, spec, sets, controls, key), resume)
+    records = RecordLog(out, _records_key(drafter_dir, spec, sets, controls, key), j.resume)
     q = Quarantine(out / 'quarantine.jsonl')
-    try: results = run_sets(model, tok, sets, built, q, records, block_size=s.block_size or B, log=log, **gen)
+    try: results = run_sets(model, tok, sets, built, gen, Bookkeeping(quarantine=q, done=records.done, on_record=records, log=log))
     finally: records.close()
     q.save()
-    ev = {**(extra or {}), 'drafter': str(drafter_dir), 'target': spec, 'target_check': check,
+    ev = {**(j.extra or {}), 'drafter': str(drafter_dir), 'target': spec, 'target_check': check,
           'device': str(dr.fc.weight.device), 'dtype': str(dr.fc.weight.dtype), 'temperature': s.temperature,
           'max_new_tokens': s.max_new_tokens, 'lossless': s.lossless, 'block_size': s.block_size or B,
           'target_layer_ids': dr.config.target_layer_ids, 'drafter_layers': dr.config.num_hidden_layers,
@@ -849,8 +874,8 @@ def _cli_run(a) -> int:
     "`dflash-nb evaluate`: print the report (the verdict last); a lossless failure: one `error:` line, exit status 1."
     settings = from_declared(EvalSettings, vars(a), block_size=a.block_size)
     try:
-        ev = evaluate_drafter(a.drafter_dir, settings, target=a.target, prompt_files=a.prompts, out_dir=a.out,
-                              control_drafters=dict(a.control), resume=a.resume, log=None)
+        ev = evaluate_drafter(a.drafter_dir, settings, EvalJob(target=a.target, prompt_files=a.prompts, out_dir=a.out,
+                                                               control_drafters=dict(a.control), resume=a.resume), log=None)
     except LosslessError as e:
         print(f'error: {e}', file=sys.stderr)
         return 1
@@ -884,7 +909,7 @@ def register_cli(sub):
 
 # %% ../nbs/90_evaluate.ipynb #3a694655
 def _stage_inputs(stage: Stage) -> tuple:
-    "`(drafter folder, evaluate_drafter keywords)` of the run folder, each declared to `stage` as an input."
+    "`(drafter folder, `EvalJob` fields)` of the run folder, each declared to `stage` as an input."
     P, run = stage.params, stage.run_dir
     ds = run / '50_tokenization' / 'dataset'
     held = (stage.input(ds), trained_row_ids(run / '60_hidden_states' / 'features')) \
@@ -921,9 +946,8 @@ def evaluate_stage(stage: Stage) -> dict:
     s.dtype = choose_dtype(s.dtype, dev, stage.run_dir / PROBE_FILE)
     record_precision(stage, dev, slog.info, compute=s.dtype)
     with stage.timer('evaluate'):
-        ev = evaluate_drafter(drafter, s, target=P['target'],
-                              prompt_sets=P['prompt_sets'], out_dir=stage.dir, resume=True, extra=extra,
-                              log=slog.info, **inputs)
+        ev = evaluate_drafter(drafter, s, EvalJob(target=P['target'], prompt_sets=P['prompt_sets'], out_dir=stage.dir,
+                                                  resume=True, extra=extra, **inputs), log=slog.info)
     finish_evaluate_stage(stage, ev)
     return ev
 

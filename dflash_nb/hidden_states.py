@@ -18,8 +18,8 @@ from .features import FeatureStore, target_outputs
 # %% auto #0
 __all__ = ['log', 'STORAGE_DTYPES', 'PLAN_VERSION', 'DECLARED_OPTIONS', 'resolve_layer_ids', 'InsufficientDiskError',
            'bytes_per_token', 'storage_estimate', 'check_disk', 'plan_shards', 'make_batches', 'batch_checks',
-           'sample_problems', 'row_problems', 'dataset_fingerprint', 'make_plan', 'shard_complete', 'prepare_out_dir',
-           'label_checks', 'collate', 'extract_dataset', 'merge_index', 'ExtractOptions', 'init_distributed',
+           'sample_problems', 'row_problems', 'ExtractOptions', 'dataset_fingerprint', 'make_plan', 'shard_complete',
+           'prepare_out_dir', 'label_checks', 'collate', 'extract_dataset', 'merge_index', 'init_distributed',
            'extract_to_disk', 'plot_layer_norms', 'register_cli', 'synthetic_dataset', 'hidden_states_stage']
 
 # %% ../nbs/60_hidden_states.ipynb #677ac590
@@ -137,6 +137,26 @@ def row_problems(row: dict, vocab_size: int, max_len: int | None = None) -> list
     if max_len is not None and len(ids) > max_len: out.append(f'too_long: {len(ids)} tokens > {max_len}')
     return out
 
+# %% ../nbs/60_hidden_states.ipynb #b784a587
+_H = '60_hidden_states'
+
+@dataclass(kw_only=True)
+class ExtractOptions:
+    "What to extract, store and how to batch it; defaults and checks: the stage's declaration."
+    layer_ids: list | None = declared(_H, 'target_layer_ids')   # DFlash ids; None: the DFlash rule for `num_features`
+    num_features: int = declared(_H, 'num_features')           # feature layers of the DFlash rule
+    include_last: bool = declared(_H, 'include_last')          # also store the last layer's raw output
+    storage_dtype: str = declared(_H, 'storage_dtype')         # bfloat16, float16 or float32 on disk
+    label_topk: int = declared(_H, 'label_topk')               # the target's top-k labels per position (0: none)
+    shard_mb: float = declared(_H, 'shard_mb')                 # shard size in MB
+    max_samples: int | None = declared(_H, 'max_samples')      # the first rows only (None: all)
+    device: str = declared(_H, 'device')                       # where the target runs when it is loaded here
+    dtype: str | None = declared(_H, 'dtype')                  # its compute dtype (auto: bf16 on CUDA, fp32 elsewhere)
+    max_batch_tokens: int = declared(_H, 'max_batch_tokens')   # padded tokens per forward pass
+    max_batch_size: int = declared(_H, 'max_batch_size')       # rows per forward pass at most
+
+    def __post_init__(self): check_fields(self)
+
 # %% ../nbs/60_hidden_states.ipynb #0079ecc7
 PLAN_VERSION = 1
 
@@ -155,9 +175,11 @@ def _seq_lengths(ds) -> list[int]:
 
 def _shard_name(k: int) -> str: return f'shard-{k:05d}'
 
-def make_plan(ds, layer_ids, hidden_size: int, num_layers: int, storage_dtype: str, include_last: bool, shard_mb: float,
-              target: str, label_topk: int) -> dict:
+def make_plan(ds, layer_ids, hidden_size: int, num_layers: int,
+              opts: ExtractOptions,  # its storage fields: `storage_dtype`, `include_last`, `shard_mb`, `label_topk`
+              target: str) -> dict:
     "The extraction plan of dataset `ds`: settings, length-sorted shards of sample indices, planning-time quarantine."
+    storage_dtype, include_last, shard_mb, label_topk = opts.storage_dtype, opts.include_last, opts.shard_mb, opts.label_topk
     lengths = _seq_lengths(ds)
     ids = [str(x) for x in ds['id']] if 'id' in ds.column_names else [str(i) for i in range(len(ds))]
     bpt = bytes_per_token(len(layer_ids), hidden_size, storage_dtype, include_last, label_topk)
@@ -350,11 +372,13 @@ def _shard_payload(ent: list, out: dict, names: list, include_last: bool, topk: 
     return t, stats
 
 # %% ../nbs/60_hidden_states.ipynb #a2c98df0
-def extract_dataset(model, ds, out_dir, plan: dict, *, max_batch_tokens: int, max_batch_size: int, rank: int = 0,
-                    world_size: int = 1, on_shard=None, progress: bool = True) -> dict:
-    """Compute, validate and store the features of `plan`'s shards assigned to `rank` (`k % world_size == rank`);
-    complete shards are skipped. `on_shard(k)` is called after each shard is written (tests inject crashes there).
-    Returns {'shards_done', 'shards_skipped', 'samples', 'quarantined', 'tokens', 'seconds'}."""
+def extract_dataset(model, ds, out_dir, plan: dict,
+                    opts: ExtractOptions,  # its batching: `max_batch_tokens`, `max_batch_size`
+                    *, ranks: tuple = (0, 1), on_shard=None, progress: bool = True) -> dict:
+    """Compute, validate and store the features of `plan`'s shards assigned to `rank` of `ranks = (rank, world_size)`
+    (`k % world_size == rank`); complete shards are skipped. `on_shard(k)` is called after each shard is written
+    (tests inject crashes there). Returns {'shards_done', 'shards_skipped', 'samples', 'quarantined', 'tokens', 'seconds'}."""
+    (rank, world_size), max_batch_tokens, max_batch_size = ranks, opts.max_batch_tokens, opts.max_batch_size
     out_dir, vocab, t0 = Path(out_dir), text_config(model).vocab_size, time.time()
     names = [f'layer{L}' for L in plan['target_layer_ids']] + (['last'] if plan['include_last'] else [])
     mine = [k for k in range(len(plan['shards'])) if k % world_size == rank]
@@ -463,26 +487,6 @@ def merge_index(out_dir) -> dict:
     write_json(out_dir / 'index.json', index, indent=None)
     return index
 
-# %% ../nbs/60_hidden_states.ipynb #b784a587
-_H = '60_hidden_states'
-
-@dataclass(kw_only=True)
-class ExtractOptions:
-    "What to extract, store and how to batch it; defaults and checks: the stage's declaration."
-    layer_ids: list | None = declared(_H, 'target_layer_ids')   # DFlash ids; None: the DFlash rule for `num_features`
-    num_features: int = declared(_H, 'num_features')           # feature layers of the DFlash rule
-    include_last: bool = declared(_H, 'include_last')          # also store the last layer's raw output
-    storage_dtype: str = declared(_H, 'storage_dtype')         # bfloat16, float16 or float32 on disk
-    label_topk: int = declared(_H, 'label_topk')               # the target's top-k labels per position (0: none)
-    shard_mb: float = declared(_H, 'shard_mb')                 # shard size in MB
-    max_samples: int | None = declared(_H, 'max_samples')      # the first rows only (None: all)
-    device: str = declared(_H, 'device')                       # where the target runs when it is loaded here
-    dtype: str | None = declared(_H, 'dtype')                  # its compute dtype (auto: bf16 on CUDA, fp32 elsewhere)
-    max_batch_tokens: int = declared(_H, 'max_batch_tokens')   # padded tokens per forward pass
-    max_batch_size: int = declared(_H, 'max_batch_size')       # rows per forward pass at most
-
-    def __post_init__(self): check_fields(self)
-
 # %% ../nbs/60_hidden_states.ipynb #1f184c00
 def init_distributed(backend: str | None = None) -> tuple[int, int, int]:
     "Join the torchrun process group when `WORLD_SIZE` > 1; returns `(rank, world_size, local_rank)`."
@@ -535,8 +539,7 @@ def extract_to_disk(
     opts: ExtractOptions | None = None,  # the settings (None: the stage's declared defaults)
     *,
     model=None,  # the target, already loaded (None: loaded from `target` on `opts.device` in `opts.dtype`)
-    rank: int | None = None,  # this process's rank (None: torchrun's, else 0)
-    world_size: int | None = None,  # the number of ranks (None: torchrun's, else 1)
+    ranks: tuple | None = None,  # `(rank, world_size)` of this process (None: torchrun's, else `(0, 1)`)
     on_shard=None,  # called with each written shard's number (tests inject crashes there)
     progress: bool = True,  # print progress
 ) -> dict:  # {'index' (rank 0, else None), 'plan', 'estimate', 'summary'}
@@ -544,23 +547,19 @@ def extract_to_disk(
     position when it is > 0. Resumes when `out_dir` holds shards of the same plan; refuses to start when the estimate
     exceeds the free disk."""
     opts = opts or ExtractOptions()
-    if rank is None or world_size is None:
-        r, w, local = init_distributed()
-        rank, world_size = (r if rank is None else rank), (w if world_size is None else world_size)
-    else: local = rank
+    if ranks is None: rank, world_size, local = init_distributed()
+    else: (rank, world_size), local = ranks, ranks[0]
     ds = _load_dataset(dataset)
     if opts.max_samples is not None: ds = ds.select(range(min(int(opts.max_samples), len(ds))))
     if model is None: model = _load_model(target, opts, local, world_size)
     cfg = text_config(model)
     ids = resolve_layer_ids(cfg.num_hidden_layers, opts.layer_ids, opts.num_features)
-    plan = make_plan(ds, ids, cfg.hidden_size, cfg.num_hidden_layers, opts.storage_dtype, opts.include_last, opts.shard_mb,
-                     str(target), opts.label_topk)
+    plan = make_plan(ds, ids, cfg.hidden_size, cfg.num_hidden_layers, opts, str(target))
     est = _estimate(plan, ids, cfg, opts, out_dir)
     if rank == 0: _announce(len(ds), plan, ids, cfg, opts, est)
     check_disk(est)
     prepare_out_dir(out_dir, plan, rank)
-    summary = extract_dataset(model, ds, out_dir, plan, max_batch_tokens=opts.max_batch_tokens,
-                              max_batch_size=opts.max_batch_size, rank=rank, world_size=world_size, on_shard=on_shard,
+    summary = extract_dataset(model, ds, out_dir, plan, opts, ranks=(rank, world_size), on_shard=on_shard,
                               progress=progress)
     _barrier()
     index = merge_index(out_dir) if rank == 0 else None
@@ -681,7 +680,7 @@ def hidden_states_stage(
     opts, dev = from_declared(ExtractOptions, p), get_device(p['device'])
     opts.dtype = choose_dtype(opts.dtype, dev, stage.run_dir / PROBE_FILE)
     record_precision(stage, dev, log.info, compute=opts.dtype)
-    with stage.timer('extract'): res = extract_to_disk(dataset_dir, p['target'], feat_dir, opts, rank=0, world_size=1)
+    with stage.timer('extract'): res = extract_to_disk(dataset_dir, p['target'], feat_dir, opts, ranks=(0, 1))
     stats = read_json(feat_dir / 'stats.json')
     plot_layer_norms(stats, stage.path('norms.png'))
     _finish(stage, res, stats, log)

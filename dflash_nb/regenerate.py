@@ -27,8 +27,8 @@ _R = '40_regenerate'   # the stage whose declarations the settings below read
 # %% auto #0
 __all__ = ['MODES', 'SELECTS', 'TOOL_TURNS', 'MAX_DRAWS', 'ROW_COUNTS', 'DECLARED_OPTIONS', 'split_reasoning', 'parse_tool_calls',
            'make_turn', 'is_selected', 'RowJob', 'planned_turns', 'RegenOptions', 'sample_row', 'user_header',
-           'synthesize_prompts', 'regenerate_chunk', 'regenerate_file', 'assistant_token_counts', 'token_stats',
-           'length_histogram', 'register_cli', 'regen_line', 'regenerate_stage']
+           'synthesize_prompts', 'regenerate_chunk', 'RegenFiles', 'regenerate_file', 'assistant_token_counts',
+           'token_stats', 'length_histogram', 'register_cli', 'regen_line', 'regenerate_stage']
 
 # %% ../nbs/40_regenerate.ipynb #5efce66a
 def split_reasoning(text: str,               # generated text
@@ -380,25 +380,24 @@ def _synth_row(text: str, k: int, how: dict) -> dict:
 
 # %% ../nbs/40_regenerate.ipynb #1b1fea24
 def synthesize_prompts(backend: HFBackend,         # the in-process target
-                       n: int,                     # prompts wanted
-                       temperature: float,         # the draws' temperature, no nucleus cut (`synthesize_temperature`)
-                       max_tokens: int,            # a prompt's cap in tokens (`synthesize_max_tokens`)
-                       seed: int = 0,              # the first batch's seed
-                       enable_thinking=None,       # passed to the template when not None
+                       o: RegenOptions,            # `synthesize` (prompts wanted), `synthesize_temperature` (no nucleus
+                                                   # cut), `synthesize_max_tokens` (a prompt's cap in tokens)
+                       gen: GenConfig,             # `seed` (the first batch's), `enable_thinking` (to the template if not None)
                        progress: bool = True,      # show a progress bar (kept prompts)
                        taken: dict | None = None,  # `_prompt_key` -> what it is, of the prompts already in the data
                        evals: EvalIndex | None = None,  # evaluation prompts a kept prompt must not hold
                       ) -> tuple[list, list]:      # (rows, dropped draws with the reason)
-    "`n` user prompts the target writes after its chat template's user header, as rows of source `synthesized`."
+    "`o.synthesize` user prompts the target writes after its chat template's user header, as rows of source `synthesized`."
+    n, temperature, max_tokens, seed = o.synthesize, o.synthesize_temperature, o.synthesize_max_tokens, gen.seed
     if not isinstance(backend, HFBackend): raise ValueError('synthesize needs the hf backend: a chat API closes every user turn')
     tok, how = backend.tok, {'model': backend.spec, 'temperature': float(temperature), 'seed': int(seed)}
-    header, stops = tok(user_header(tok, enable_thinking), add_special_tokens=False)['input_ids'], set(backend.stop_ids)
+    header, stops = tok(user_header(tok, gen.enable_thinking), add_special_tokens=False)['input_ids'], set(backend.stop_ids)
     rows, dropped, seen, drawn = [], [], dict(taken or {}), 0
     bar = progress_bar(total=n, desc='synthesize', unit='prompt') if progress else None
     while len(rows) < n and drawn < MAX_DRAWS * n:
         k = min(backend.batch_size, MAX_DRAWS * n - drawn, 2 * (n - len(rows)) + 8)
-        gen = GenConfig(max_new_tokens=max_tokens, temperature=temperature, top_p=1.0, seed=seed + drawn)
-        for toks in backend._new_tokens([header] * k, gen, drop_finished=True):
+        draw = GenConfig(max_new_tokens=max_tokens, temperature=temperature, top_p=1.0, seed=seed + drawn)
+        for toks in backend._new_tokens([header] * k, draw, drop_finished=True):
             text, why = _drawn_prompt(tok, toks, stops, seen, evals)
             if why: dropped.append({'draw': drawn, 'reason': why, 'text': text})
             elif len(rows) < n: rows.append(_synth_row(text, drawn, how))
@@ -599,8 +598,7 @@ def _with_synthesized(input_path: Path, output_path: Path, backend, o: RegenOpti
     how = json.loads(json.dumps(_synth_settings(o, gen, backend, input_path, evals), default=str))
     t0 = time.time()
     if not (synth.exists() and dropped.exists() and state.exists() and read_json(state) == how):
-        rows, lost = synthesize_prompts(backend, o.synthesize, o.synthesize_temperature, o.synthesize_max_tokens, gen.seed,
-                                        gen.enable_thinking, progress, _input_keys(input_path, o.limit), evals)
+        rows, lost = synthesize_prompts(backend, o, gen, progress, _input_keys(input_path, o.limit), evals)
         write_jsonl(dropped, lost)
         write_jsonl(synth, rows)
         write_json(state, how)
@@ -615,6 +613,18 @@ def _with_synthesized(input_path: Path, output_path: Path, backend, o: RegenOpti
                   'seconds': round(time.time() - t0, 3), 'file': str(synth), 'dropped_file': str(dropped),
                   'eval_sets': sorted(evals.sets) if evals else []}
 
+# %% ../nbs/40_regenerate.ipynb #050c296b
+@dataclass(kw_only=True)
+class RegenFiles:
+    "Where `regenerate_file` writes its failed rows and keeps its parts (None: beside the output)."
+    failures: str | Path | None = None   # failed rows JSONL (None: OUTPUT stem + `.failures.jsonl`)
+    parts: str | Path | None = None      # the parts folder (None: `.OUTPUT.parts` beside the output)
+
+    def paths(self, output_path: Path) -> tuple[Path, Path]:
+        "`(failures, parts)` of a regeneration into `output_path`."
+        return (Path(self.failures or output_path.with_name(output_path.stem + '.failures.jsonl')),
+                Path(self.parts) if self.parts else output_path.with_name(f'.{output_path.name}.parts'))
+
 # %% ../nbs/40_regenerate.ipynb #0810b285
 def regenerate_file(input_path,                 # canonical conversations JSONL
                     output_path,                # regenerated rows JSONL
@@ -622,8 +632,7 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
                     gen: GenConfig | None = None,     # generation settings (None: the declared defaults)
                     opts: RegenOptions | None = None, # rows, turns, chunks, workers (None: the declared defaults)
                     *,
-                    failures_path=None,         # failed rows JSONL (default: OUTPUT stem + `.failures.jsonl`)
-                    parts_dir=None,             # where the parts live (default: beside the output)
+                    files: RegenFiles | None = None,  # where the failed rows and the parts go (None: beside the output)
                     progress: bool = True,      # show a progress bar
                     eval_index: EvalIndex | None = None,  # synthesized prompts holding one of its prompts are dropped
                    ) -> dict:  # counts, failure reasons, tokens, timings, the backend (and per-server counts)
@@ -631,12 +640,12 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
     gen, o = gen or GenConfig(), opts or RegenOptions()
     input_path, output_path = Path(input_path), Path(output_path)
     if not input_path.exists(): raise FileNotFoundError(f'input {input_path} does not exist')
-    failures_path = Path(failures_path or output_path.with_name(output_path.stem + '.failures.jsonl'))
+    failures_path, parts_dir = (files or RegenFiles()).paths(output_path)
     every, total = _count_rows(input_path), _count_rows(input_path, o.limit)
     src, synth = _with_synthesized(input_path, output_path, backend, o, gen, progress, eval_index) if o.synthesize else (input_path, None)
     run = replace(o, limit=None) if o.synthesize else o          # the hidden file holds the first `limit` rows already
     key = _settings_key(src, chunk_size=o.chunk_size, gen=gen, how=o.how, limit=run.limit, backend=backend)
-    parts = _open_parts(Path(parts_dir) if parts_dir else output_path.with_name(f'.{output_path.name}.parts'), key)
+    parts = _open_parts(parts_dir, key)
     meter = _Meter(_count_rows(src, run.limit), progress)
     job = dict(backend=backend, input_path=src, parts=parts, gen=gen, opts=run, meter=meter)
     resumed, ran = _run_workers(**job) if o.workers > 1 else _run_here(**job)
@@ -732,7 +741,7 @@ def _cli_run(a) -> int:
     be = make_backend(from_declared(BackendOptions, v, backend='http' if a.endpoint else 'hf',
                                     **({'target': a.model} if a.model else {})))
     s = regenerate_file(a.input, a.output, be, from_declared(GenConfig, v), from_declared(RegenOptions, v),
-                        failures_path=a.failures, progress=not a.quiet,
+                        files=RegenFiles(failures=a.failures), progress=not a.quiet,
                         eval_index=EvalIndex(a.eval_prompt_files, a.eval_match) if a.synthesize else None)
     print(json.dumps(s, indent=2))
     return 0
@@ -765,7 +774,7 @@ def _stage_regenerate(stage: Stage, src: Path, backend, gen: GenConfig) -> dict:
     "`regenerate_file` of `src` into the stage's folder with the stage's settings (timed); its summary."
     with stage.timer('regenerate'):
         return regenerate_file(src, stage.path('regenerated.jsonl'), backend, gen, from_declared(RegenOptions, stage.params),
-                               failures_path=stage.path('failures.jsonl'), parts_dir=stage.path('parts'),
+                               files=RegenFiles(failures=stage.path('failures.jsonl'), parts=stage.path('parts')),
                                eval_index=_stage_evals(stage))
 
 # %% ../nbs/40_regenerate.ipynb #3aa0afb4

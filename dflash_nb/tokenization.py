@@ -51,6 +51,8 @@ class TokenizeJob:
     chunk_rows: int = declared(_T, 'chunk_rows')              # rows per resumable chunk
     shard_mb: float = declared(_T, 'shard_mb')                # target size of a dataset shard in MB
     draft_vocab_size: int = declared(_T, 'draft_vocab_size')  # the reduced draft vocabulary (0: the full target vocabulary)
+    max_chunks: int | None = None  # the job's own: stop after this many new chunks (then no outputs); None: all
+    keep_work: bool = False        # the job's own: keep the work folder
 
     def __post_init__(self): check_fields(self)
 
@@ -323,18 +325,16 @@ def encode_file(
     tokenizer,  # the loaded tokenizer
     tokenizer_spec: str,  # its spec (what a spawned worker loads)
     opts: TokenizeOptions,  # the options
-    num_proc: int,  # worker processes
-    chunk_rows: int,  # rows per chunk
-    max_chunks: int | None = None,  # stop after this many new chunks (None: all)
+    job: TokenizeJob,  # worker processes, rows per chunk, `max_chunks` (stop after that many new chunks)
     echo=print,  # where messages go
 ) -> dict:  # {'chunks', 'done_before', 'done_now', 'complete'}
     "Encode a JSONL file into `work/chunk-*.arrow|json`, skipping chunks already done under the same key."
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
-    key = _work_key(work, input_path, tokenizer, tokenizer_spec, opts, chunk_rows, echo)
+    key = _work_key(work, input_path, tokenizer, tokenizer_spec, opts, job.chunk_rows, echo)
     n = {'total': 0, 'before': 0}
     def todo():
-        for k, start, lines in _iter_chunks(input_path, chunk_rows):
+        for k, start, lines in _iter_chunks(input_path, job.chunk_rows):
             n['total'] += 1
             if all(p.exists() for p in _chunk_paths(work, k)):
                 n['before'] += 1
@@ -342,7 +342,7 @@ def encode_file(
             yield k, start, lines
     _W.update(tokenizer=tokenizer, key=key)
     base = todo()
-    done = _run_chunks(itertools.islice(base, max_chunks) if max_chunks is not None else base, num_proc,
+    done = _run_chunks(itertools.islice(base, job.max_chunks) if job.max_chunks is not None else base, job.num_proc,
                        {'tokenizer_spec': tokenizer_spec, 'opts': opts, 'work': work, 'key': key})
     rest = sum(1 for _ in base)   # chunks left undone (only after a max_chunks stop); also completes the total
     complete = rest == 0 and all(_chunk_paths(work, k)[1].exists() for k in range(n['total']))
@@ -470,12 +470,10 @@ def tokenize_conversations(
     out_dir,  # the output folder
     target: str,  # the target spec (tokenizer, template, vocabulary size)
     opts: TokenizeOptions | None = None,  # what decides the rows (None: the declared defaults)
-    job: TokenizeJob | None = None,  # processes, chunk rows, shard size, draft vocabulary (None: the declared defaults)
+    job: TokenizeJob | None = None,  # processes, chunks, shards, draft vocabulary, `max_chunks` (then `{'complete': False}`), `keep_work`
     *,
     tokenizer=None,  # the tokenizer, already loaded (None: loaded from `target`)
     vocab_size: int | None = None,  # the target vocabulary size (None: from its config)
-    max_chunks: int | None = None,  # stop after this many new chunks (then `{'complete': False}` and no outputs)
-    keep_work: bool = False,  # keep the work folder
     echo=print,  # where messages go
 ) -> dict:  # the report (also `report.json`), with `_lengths` (per-row lengths) for plotting
     "Tokenize a JSONL of conversations into `dataset/`, `token_freq.pt`, `d2t.npy`, `t2d.npy`, `quarantine.jsonl`, `report.json`."
@@ -483,8 +481,7 @@ def tokenize_conversations(
     out_dir.mkdir(parents=True, exist_ok=True)
     if tokenizer is None: tokenizer = load_tokenizer(target)
     t1 = time.time()
-    run = encode_file(input_path, out_dir / 'work', tokenizer, target, opts, job.num_proc, job.chunk_rows,
-                      max_chunks, echo)
+    run = encode_file(input_path, out_dir / 'work', tokenizer, target, opts, job, echo)
     if not run['complete']: return {'complete': False, **run}
     t2 = time.time()
     a = assemble(out_dir / 'work', out_dir / 'dataset', opts, job.shard_mb, out_dir / 'quarantine.jsonl')
@@ -495,7 +492,7 @@ def tokenize_conversations(
     rep = _report(input_path, opts, target, a, freq, d2t, t2d, V, run, job.num_proc, secs)
     rep['shards'] = [{'file': p.name, 'bytes': p.stat().st_size} for p in sorted((out_dir / 'dataset').glob('*.arrow'))]
     write_json(out_dir / 'report.json', rep)
-    if not keep_work: shutil.rmtree(out_dir / 'work', ignore_errors=True)
+    if not job.keep_work: shutil.rmtree(out_dir / 'work', ignore_errors=True)
     return {**rep, '_lengths': (a['seq_len'], a['supervised'])}
 
 # %% ../nbs/50_tokenization.ipynb #4466647d

@@ -187,7 +187,10 @@ from dflash_nb.cli import main as cli_main
 from dflash_nb.core import read_prompt_file, write_jsonl
 from dflash_nb.drafter import export_drafter
 from dflash_nb.decoding import LosslessError, PromptLookupDrafter
-from dflash_nb.evaluate import evaluate_prompts
+from dataclasses import replace
+from dflash_nb.evaluate import Bookkeeping, EvalGeneration, evaluate_prompts
+
+GREEDY8 = EvalGeneration(max_new_tokens=8, temperature=0.0, seed=0, enable_thinking=False, lossless='enforce')   # lossless enforced
 
 REPETITIVE = 'Repeat after me: red green blue, red green blue, red green blue, red green blue, red green'
 
@@ -274,14 +277,14 @@ def test_lossless_failure_is_detected_and_named(tmp_path, monkeypatch, capsys):
     model, tok = target('tiny-qwen3')
     items = [{'id': 'p0', 'messages': [{'role': 'user', 'content': 'Write a short poem about the sea'}]}]
     variants = {'trained': (dflash_session(model, block_size=4), 0)}
-    ok = evaluate_prompts(model, tok, items, variants, 8, 0.0, 0, False, enforce_lossless=True, log=None)      # unpatched: passes
+    ok = evaluate_prompts(model, tok, items, variants, GREEDY8, book=Bookkeeping(log=None))      # unpatched: passes
     assert ok['trained'][0].tokens == ok['plain'][0].tokens
     plain = ok['plain'][0].tokens
     bad = (plain[1] + 1) % model.config.vocab_size
     b = BrokenVerify(model, bad)
     try:
         with pytest.raises(LosslessError, match=r'prompts/p0 turn 0, variant trained: output differs from plain decoding at generated token (\d+) \(position \d+\)'):
-            evaluate_prompts(model, tok, items, variants, 8, 0.0, 0, False, enforce_lossless=True, log=None)
+            evaluate_prompts(model, tok, items, variants, GREEDY8, book=Bookkeeping(log=None))
         # the command fails too, with one line naming the prompt and the position
         d = tiny_drafter_dir(tmp_path / 'drafter')
         write_jsonl(tmp_path / 'one.jsonl', [{'id': 'p0', 'prompt': 'Write a short poem about the sea'}])
@@ -293,7 +296,7 @@ def test_lossless_failure_is_detected_and_named(tmp_path, monkeypatch, capsys):
         assert 'target logits there' in err and 'Traceback' not in err, err                   # plain's token is the target's choice
         assert len([l for l in err.splitlines() if 'error' in l]) == 1, err
         # report mode counts it instead of failing
-        r = evaluate_prompts(model, tok, items, variants, 8, 0.0, 0, False, enforce_lossless=False, log=None)
+        r = evaluate_prompts(model, tok, items, variants, replace(GREEDY8, lossless='report'), book=Bookkeeping(log=None))
         assert r['trained'][0].tokens != r['plain'][0].tokens
         d = r['trained'][0].difference                                   # classified: a real difference, not a tie
         assert d['tie'] is False and d['gap'] > 1e-3 and d['plain'] == r['plain'][0].tokens[d['at']], d
@@ -317,14 +320,14 @@ def test_a_numeric_tie_is_counted_not_failed():
     from dflash_nb.evaluate import lossless_verdict
     model, tok = target('tiny-qwen3')
     items = [{'id': 'p0', 'messages': [{'role': 'user', 'content': 'Write a short poem about the sea'}]}]
-    plain = evaluate_prompts(model, tok, items, {}, 8, 0.0, 0, False, log=None)['plain'][0].tokens
+    plain = evaluate_prompts(model, tok, items, {}, replace(GREEDY8, lossless='report'), book=Bookkeeping(log=None))['plain'][0].tokens
     twin = copy.deepcopy(model)
     b = plain[1]; a = b + 1                                              # argmax breaks the tie towards b (the lower id)
     with torch.no_grad(): twin.lm_head.weight[a] = twin.lm_head.weight[b]
     variants = {'trained': (dflash_session(twin, block_size=4), 0)}
     hook = RoundedVerify(twin, a)
     try:
-        r = evaluate_prompts(twin, tok, items, variants, 8, 0.0, 0, False, enforce_lossless=True, log=None)   # no raise
+        r = evaluate_prompts(twin, tok, items, variants, GREEDY8, book=Bookkeeping(log=None))   # no raise
     finally: hook.remove()
     g, p = r['trained'][0], r['plain'][0]
     assert p.tokens[:2] == plain[:2] and g.tokens[1] == a != p.tokens[1], (g.tokens, p.tokens)
@@ -365,9 +368,9 @@ def test_control_prompts_limit_a_variant_to_the_first_prompts():
     model, tok = target('tiny-qwen3')
     items = [{'id': f'p{i}', 'messages': [{'role': 'user', 'content': f'Count to {i + 3}'}]} for i in range(3)]
     variants = {'trained': (dflash_session(model, block_size=4), 0), 'untrained': (dflash_session(model, block_size=4), 0)}
-    res, gens = evaluate_set(model, tok, 'few', items, variants, 4, 6, Quarantine(None), temperature=0.0, seed=0,
-                             enable_thinking=False, max_prompt_tokens=4096, max_context_tokens=1024, lossless='enforce',
-                             limits={'untrained': 1}, log=None)
+    gen = EvalGeneration(max_new_tokens=6, temperature=0.0, seed=0, enable_thinking=False, max_prompt_tokens=4096,
+                         max_context_tokens=1024, lossless='enforce', limits={'untrained': 1}, block_size=4)
+    res, gens = evaluate_set(model, tok, 'few', items, variants, gen, Bookkeeping(quarantine=Quarantine(None), log=None))
     assert [len(gens[v]) for v in ('plain', 'trained', 'untrained')] == [3, 3, 1]
     assert res['variants']['trained']['prompts'] == 3 and res['variants']['untrained']['prompts'] == 1
     assert res['variants']['untrained']['identical'] == 1.0

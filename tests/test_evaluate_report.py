@@ -11,7 +11,7 @@ from dflash_nb.drafter import DFlashDrafter, build_config, export_drafter
 from dflash_nb import evaluate as E
 from dflash_nb.decoding import ScriptedDrafter
 from dflash_nb.evaluate import (COLUMNS, VARIANTS, Generation, LateFeatures, ZeroedFeatures,
-                                EvalSettings, evaluate_drafter, plain_generate, report_md, speculative_generate, summarize,
+                                EvalJob, EvalSettings, evaluate_drafter, plain_generate, report_md, speculative_generate, summarize,
                                 timing_verdict, verdict)
 from dflash_nb.models import load_target, target_fingerprint
 
@@ -112,26 +112,29 @@ def test_served_late_separates_a_drafter_that_uses_the_target_at_its_positions()
 def test_control_drafters_are_extra_variants_on_the_control_prompts(tmp_path):
     d, other = drafter_dir(tmp_path / 'drafter'), drafter_dir(tmp_path / 'shifted')
     ev = evaluate_drafter(d, EvalSettings(max_new_tokens=6, device='cpu', variants=['trained', 'zeroed'], control_prompts=1),
-                          target='tiny-qwen3', prompt_files=[prompts(tmp_path / 'few.jsonl', 3)], out_dir=tmp_path / 'out',
-                          control_drafters={'shifted': other}, log=None)
+                          EvalJob(target='tiny-qwen3', prompt_files=[prompts(tmp_path / 'few.jsonl', 3)],
+                                  out_dir=tmp_path / 'out', control_drafters={'shifted': other}), log=None)
     vs = ev['sets']['few']['variants']
     assert [vs[v]['prompts'] for v in ('trained', 'zeroed', 'shifted')] == [3, 1, 1]
     assert vs['shifted']['identical'] == 1.0 and 'trained_tau_paired' in vs['shifted']
     assert ev['variants']['shifted'] == f'control drafter {other}' and ev['control_prompts'] == 1
     with pytest.raises(ValueError, match="'zeroed' must be a new name"):
-        evaluate_drafter(d, EvalSettings(device='cpu'), target='tiny-qwen3', prompt_files=[tmp_path / 'few.jsonl'],
-                         out_dir=tmp_path / 'o2', control_drafters={'zeroed': other}, log=None)
+        evaluate_drafter(d, EvalSettings(device='cpu'),
+                         EvalJob(target='tiny-qwen3', prompt_files=[tmp_path / 'few.jsonl'],
+                                 out_dir=tmp_path / 'o2', control_drafters={'zeroed': other}), log=None)
     with pytest.raises(ValueError, match=r"evaluate.variants: \['shifted'\] is not allowed"):   # before a model loads
-        evaluate_drafter(d, EvalSettings(variants=['shifted']), target='tiny-qwen3', prompt_files=[tmp_path / 'few.jsonl'],
-                         out_dir=tmp_path / 'o3', log=None)
+        evaluate_drafter(d, EvalSettings(variants=['shifted']),
+                         EvalJob(target='tiny-qwen3', prompt_files=[tmp_path / 'few.jsonl'],
+                                 out_dir=tmp_path / 'o3'), log=None)
 
 
 # --- timing: interleaved, median and spread, noise flagged --------------------------------------------------------
 
 def test_runs_are_interleaved_in_a_rotated_order(tmp_path):
     d = drafter_dir(tmp_path / 'drafter')
-    evaluate_drafter(d, EvalSettings(max_new_tokens=4, device='cpu', variants=['trained', 'prompt_lookup']), target='tiny-qwen3',
-                     prompt_files=[prompts(tmp_path / 'p.jsonl', 3)], out_dir=tmp_path / 'out', log=None)
+    evaluate_drafter(d, EvalSettings(max_new_tokens=4, device='cpu', variants=['trained', 'prompt_lookup']),
+                     EvalJob(target='tiny-qwen3', prompt_files=[prompts(tmp_path / 'p.jsonl', 3)],
+                             out_dir=tmp_path / 'out'), log=None)
     recs = [json.loads(l) for l in (tmp_path / 'out' / 'records.jsonl').read_text().splitlines()]
     first = {r['id']: r['variant'] for r in recs if r['order'] == 0}
     assert first == {'p0': 'plain', 'p1': 'trained', 'p2': 'prompt_lookup'}   # each run goes first once
@@ -204,7 +207,8 @@ def test_verdict_in_words():
 def test_report_explains_each_column_once_and_ends_with_the_verdict(tmp_path):
     d = drafter_dir(tmp_path / 'drafter')
     ev = evaluate_drafter(d, EvalSettings(max_new_tokens=6, device='cpu', variants=['trained', 'zeroed', 'prompt_lookup']),
-                          target='tiny-qwen3', prompt_files=[prompts(tmp_path / 'few.jsonl', 3)], out_dir=tmp_path / 'out', log=None)
+                          EvalJob(target='tiny-qwen3', prompt_files=[prompts(tmp_path / 'few.jsonl', 3)],
+                                  out_dir=tmp_path / 'out'), log=None)
     md = (tmp_path / 'out' / 'report.md').read_text()
     assert md == report_md(ev)
     for col, text in COLUMNS.items():
@@ -259,13 +263,13 @@ def test_a_drafter_without_a_target_asks_for_one(tmp_path, capsys):
 def test_a_second_run_resumes_from_the_records(tmp_path):
     d, p = drafter_dir(tmp_path / 'drafter'), prompts(tmp_path / 'p.jsonl', 2)
     s = dict(max_new_tokens=4, device='cpu', variants=['trained'])
-    kw = dict(target='tiny-qwen3', prompt_files=[p], out_dir=tmp_path / 'out', resume=True, log=None)
-    a = evaluate_drafter(d, EvalSettings(**s), **kw)
+    job = EvalJob(target='tiny-qwen3', prompt_files=[p], out_dir=tmp_path / 'out', resume=True)
+    a = evaluate_drafter(d, EvalSettings(**s), job, log=None)
     lines = (tmp_path / 'out' / 'records.jsonl').read_text()
-    b = evaluate_drafter(d, EvalSettings(**s), **kw)                                # same settings: all reused
+    b = evaluate_drafter(d, EvalSettings(**s), job, log=None)                                # same settings: all reused
     assert (tmp_path / 'out' / 'records.jsonl').read_text() == lines
     assert a['sets']['p']['variants'] == b['sets']['p']['variants']               # the same timings too
-    evaluate_drafter(d, EvalSettings(**{**s, 'max_new_tokens': 5}), **kw)        # other settings: afresh
+    evaluate_drafter(d, EvalSettings(**{**s, 'max_new_tokens': 5}), job, log=None)        # other settings: afresh
     recs = [json.loads(l) for l in (tmp_path / 'out' / 'records.jsonl').read_text().splitlines()]
     assert len(recs) == 4 and {len(r['tokens']) for r in recs} == {5}
 
@@ -284,7 +288,8 @@ def test_evaluate_imports_no_other_stage():
 
 def test_the_stage_calls_the_command_s_function():
     """The stage section of 90_evaluate is `open_stage`, one call of `evaluate_stage`, display; `evaluate_stage` runs
-    `evaluate_drafter`, the function behind `dflash-nb evaluate`: one code path, its settings one keyword-only dataclass."""
+    `evaluate_drafter`, the function behind `dflash-nb evaluate`: one code path, its settings one keyword-only
+    dataclass, its inputs and output folder another (`EvalJob`)."""
     import inspect
     cells = json.loads((ROOT / 'nbs' / '90_evaluate.ipynb').read_text())['cells']
     i = next(k for k, c in enumerate(cells) if 'parameters' in c.get('metadata', {}).get('tags', []))
@@ -294,7 +299,7 @@ def test_the_stage_calls_the_command_s_function():
         assert inner not in stage, inner
     assert inspect.getsource(E.evaluate_stage).count('evaluate_drafter(') == 1
     assert [n for n, p in inspect.signature(evaluate_drafter).parameters.items()
-            if p.kind is not p.KEYWORD_ONLY] == ['drafter_dir', 'settings']
+            if p.kind is not p.KEYWORD_ONLY] == ['drafter_dir', 'settings', 'job']
 
 
 # --- an evaluation a newcomer reads right (issue 30.4) -------------------------------------------------------------
@@ -304,9 +309,9 @@ def test_warm_up_is_a_whole_untimed_first_prompt_once_per_run(tmp_path, monkeypa
     calls, real = [], E._generate
     monkeypatch.setattr(E, '_generate', lambda model, run, prompt, n, *a: calls.append((run[0], n)) or real(model, run, prompt, n, *a))
     d = drafter_dir(tmp_path / 'drafter')
-    ev = evaluate_drafter(d, EvalSettings(max_new_tokens=6, device='cpu', variants=['trained']), target='tiny-qwen3',
-                          prompt_files=[prompts(tmp_path / 'a.jsonl', 2), prompts(tmp_path / 'b.jsonl', 2)],
-                          out_dir=tmp_path / 'out', log=None)
+    ev = evaluate_drafter(d, EvalSettings(max_new_tokens=6, device='cpu', variants=['trained']),
+                          EvalJob(target='tiny-qwen3', prompt_files=[prompts(tmp_path / 'a.jsonl', 2), prompts(tmp_path / 'b.jsonl', 2)],
+                                  out_dir=tmp_path / 'out'), log=None)
     for run in ('plain', 'trained'):
         assert [n for r, n in calls if r == run] == [6] * 5, calls             # 1 warm-up + 4 timed, all full length
     recs = (tmp_path / 'out' / 'records.jsonl').read_text().splitlines()
@@ -328,8 +333,9 @@ def test_the_verdict_says_what_the_drafter_is_and_what_to_run(tmp_path):
     " tau near 1: the run that trains a useful drafter; what training bought on held-out prompts."
     d = drafter_dir(tmp_path / '80_train' / 'drafter')
     (tmp_path / '80_train' / 'metrics.json').write_text(json.dumps({'steps': 283, 'seconds': 60.4, 'rows_used': 38}))
-    ev = evaluate_drafter(d, EvalSettings(max_new_tokens=6, device='cpu', variants=['trained', 'untrained']), target='tiny-qwen3',
-                          prompt_files=[prompts(tmp_path / 'p.jsonl', 2)], out_dir=tmp_path / 'out', log=None)
+    ev = evaluate_drafter(d, EvalSettings(max_new_tokens=6, device='cpu', variants=['trained', 'untrained']),
+                          EvalJob(target='tiny-qwen3', prompt_files=[prompts(tmp_path / 'p.jsonl', 2)],
+                                  out_dir=tmp_path / 'out'), log=None)
     v = verdict(ev)
     assert (f"- **The drafter**: 1 layer, block size 4, trained 283 steps in 1 minute on 38 rows "
             f"(`{tmp_path / '80_train' / 'metrics.json'}`).") in v

@@ -100,7 +100,7 @@ def test_store_roundtrip_and_values(tiny, tmp_path):
     ds = _synth(tiny)
     res = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'features',
                             _opts(layer_ids=[0, 1, 3], include_last=True, storage_dtype='float32', shard_mb=0.05),
-                            model=model, rank=0, world_size=1, progress=False)
+                            model=model, ranks=(0, 1), progress=False)
     idx = res['index']
     assert idx['n_samples'] == len(ds) and idx['n_quarantined'] == 0 and len(idx['shards']) > 1
     assert idx['target_layer_ids'] == [0, 1, 3] and idx['aux_layer_ids'] == [1, 2, 4] and idx['include_last']
@@ -153,7 +153,7 @@ def test_validation_quarantines_bad_rows(tiny, tmp_path, monkeypatch):
     h1 = dec.register_forward_pre_hook(grab, with_kwargs=True); h2 = layers[1].register_forward_hook(corrupt)
     try:
         res = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'f', _opts(layer_ids=[1, 2], storage_dtype='float16'),
-                                model=model, rank=0, world_size=1, progress=False)
+                                model=model, ranks=(0, 1), progress=False)
     finally: h1.remove(); h2.remove()
     idx = res['index']
     q = [json.loads(l) for l in (tmp_path / 'f' / 'quarantine.jsonl').read_text().splitlines()]
@@ -172,7 +172,7 @@ def test_refuses_when_disk_is_full(tiny, tmp_path, monkeypatch):
     model, _ = tiny
     monkeypatch.setattr(H.shutil, 'disk_usage', lambda p: shutil._ntuple_diskusage(10**9, 10**9 - 100, 100))
     with pytest.raises(H.InsufficientDiskError, match='B/token'):
-        H.extract_to_disk(_synth(tiny), 'tiny-qwen3', tmp_path / 'f', _opts(layer_ids=[0, 1]), model=model, rank=0, world_size=1)
+        H.extract_to_disk(_synth(tiny), 'tiny-qwen3', tmp_path / 'f', _opts(layer_ids=[0, 1]), model=model, ranks=(0, 1))
     assert not (tmp_path / 'f' / 'plan.json').exists()
 
 class Crash(Exception): pass
@@ -181,7 +181,7 @@ def test_resume_after_crash_equals_uninterrupted(tiny, tmp_path):
     model, _ = tiny
     ds = _synth(tiny, n=14)
     opts = _opts(layer_ids=[0, 2], include_last=True, shard_mb=0.04, label_topk=3)
-    kw = dict(model=model, rank=0, world_size=1, progress=False)
+    kw = dict(model=model, ranks=(0, 1), progress=False)
     ref = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'a', opts, **kw)['index']
     n_shards = len(ref['shards']); assert n_shards >= 4
     out = tmp_path / 'b'
@@ -226,7 +226,7 @@ def test_two_process_sharding_with_torchrun(tiny, tmp_path):
     assert len(recs) >= 4 and {x['rank'] for x in recs} == {0, 1}
     assert all(x['rank'] == x['shard'] % 2 for x in recs)
     single = H.extract_to_disk(ds_dir, 'tiny-qwen3', tmp_path / 'one', _opts(layer_ids=[0, 2], shard_mb=0.03, max_batch_tokens=256),
-                               model=model, rank=0, world_size=1, progress=False)['index']
+                               model=model, ranks=(0, 1), progress=False)['index']
     dist_idx = json.loads((tmp_path / 'dist' / 'index.json').read_text())
     assert dist_idx['samples'] == single['samples'] and dist_idx['n_samples'] == len(ds)
     a, b = _store_tensors(tmp_path / 'one'), _store_tensors(tmp_path / 'dist')
@@ -254,7 +254,7 @@ def test_target_labels_equal_the_targets_greedy_text(spec, dtype, tmp_path):
                'Name three colours.', 'Explain recursion in one sentence.']
     ds = _greedy_rows(model, tok, prompts, 24)
     res = H.extract_to_disk(ds, spec, tmp_path / 'f', _opts(layer_ids=[0, 1], label_topk=4, storage_dtype='float32'),
-                            model=model, rank=0, world_size=1, progress=False)
+                            model=model, ranks=(0, 1), progress=False)
     s = F.FeatureStore(tmp_path / 'f')
     agree = total = 0
     for sid in s.ids:
@@ -280,7 +280,7 @@ def test_label_validation_quarantines(tiny, tmp_path, monkeypatch):
         return ids, lp
     monkeypatch.setattr(F, 'head_topk', bad)
     res = H.extract_to_disk(ds, 'tiny-qwen3', tmp_path / 'f', _opts(layer_ids=[0], label_topk=2, max_batch_size=3),
-                            model=model, rank=0, world_size=1, progress=False)
+                            model=model, ranks=(0, 1), progress=False)
     q = [json.loads(l) for l in (tmp_path / 'f' / 'quarantine.jsonl').read_text().splitlines()]
     assert len(q) == 2 and all(r['reason'].startswith('label_nonfinite') for r in q)
     assert res['index']['n_samples'] == 4 and res['index']['n_samples'] + res['index']['n_quarantined'] == len(ds)

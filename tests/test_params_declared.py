@@ -116,12 +116,12 @@ def test_settings_dataclasses_take_the_declared_defaults():
     from dflash_nb.tokenization import TokenizeJob, TokenizeOptions
     from dflash_nb.train import TrainConfig
     from dflash_nb.hidden_states import ExtractOptions
-    from dflash_nb.evaluate import EvalSettings
+    from dflash_nb.evaluate import EvalGeneration, EvalSettings
     for cls, stage, rename in ((MixOptions, '10_sources', {}), (ConvertOptions, '30_convert', {}),
                                (GenConfig, '40_regenerate', {}), (RegenOptions, '40_regenerate', {}),
                                (BackendOptions, '40_regenerate', {}),
                                (TokenizeOptions, '50_tokenization', {'dtype': 'ids_dtype'}), (TokenizeJob, '50_tokenization', {}),
-                               (TrainConfig, '80_train', {}), (EvalSettings, '90_evaluate', {}),
+                               (TrainConfig, '80_train', {}), (EvalSettings, '90_evaluate', {}), (EvalGeneration, '90_evaluate', {}),
                                (ExtractOptions, '60_hidden_states', {'layer_ids': 'target_layer_ids'})):
         st, obj = next(s for s in STAGES if s.name == stage), cls()
         for f in dataclasses.fields(cls):
@@ -157,9 +157,6 @@ OWN_DEFAULT = {
     ('evaluate', 'open_drafter', 'device'): 'where the drafter folder is read to (torch); `load_pair` moves it to the target',
     ('evaluate', 'open_drafter', 'dtype'): 'the torch dtype the drafter is read in; `load_pair` casts it to the target',
     ('evaluate', 'drafter_target', 'target'): "None: the target the drafter's config.json names (see OWN_MEANING)",
-    ('evaluate', 'evaluate_drafter', 'target'): "None: the target the drafter's config.json names (see OWN_MEANING)",
-    ('evaluate', 'evaluate_drafter', 'prompt_sets'): 'None: mt_bench and humaneval unless prompt files are given (no held_out '
-                                                     'without a run); the stage passes its declared sets',
     ('export', 'export_speculators', 'draft_vocab_size'): "None: the size the run's tokenization wrote (its d2t.npy), not a new one",
     **{('plan', fn, 'device'): "None: the config's `run.device`, resolved here; a device named instead (the plan of another machine)"
        for fn in ('run_device', 'machine_probe', 'stage_precision', 'predict_minutes', 'machine_plan')},

@@ -13,16 +13,6 @@ EXCEPTIONS = {
     ('drafter', 'forward'): "the drafter module's call (features, ids, positions, cache, masks): torch's module convention",
     ('explorer', 'template_report'): "the explorer's one entry point: each keyword a choice shown in its widgets",
     ('plan', 'train_memory'): 'the memory model of one training setting: open, a settings object is the next step (issue 47.3)',
-    ('evaluate', 'evaluate_prompts'): 'open: the evaluation loops take EvalSettings next (issue 47.3)',
-    ('evaluate', 'evaluate_set'): 'open: the evaluation loops take EvalSettings next (issue 47.3)',
-    ('evaluate', 'evaluate_drafter'): 'open: the evaluation loops take EvalSettings next (issue 47.3)',
-    ('hidden_states', 'extract_dataset'): 'open: takes ExtractOptions next (issue 47.3)',
-    ('hidden_states', 'extract_to_disk'): 'open: takes ExtractOptions next (issue 47.3)',
-    ('hidden_states', 'make_plan'): 'open: takes ExtractOptions next (issue 47.3)',
-    ('tokenization', 'tokenize_conversations'): 'open: takes TokenizeOptions next (issue 47.3)',
-    ('tokenization', 'encode_file'): 'open: takes TokenizeOptions next (issue 47.3)',
-    ('regenerate', 'regenerate_file'): 'open: takes GenConfig next (issue 47.3)',
-    ('regenerate', 'synthesize_prompts'): 'open: takes GenConfig next (issue 47.3)',
 }
 
 def _params(fn: ast.FunctionDef) -> list[str]:

@@ -196,15 +196,15 @@ def test_resume_after_interruption_gives_same_dataset(tok_spec, tmp_path):
     inp = write_jsonl(tmp_path / 'in.jsonl', fixture_rows())
     kw = dict(tokenizer=tok)
     ref = tokenize_conversations(inp, tmp_path / 'ref', spec, job=_job(draft_vocab_size=32, chunk_rows=8, num_proc=2), **kw)
-    part = tokenize_conversations(inp, tmp_path / 'res', spec, job=_job(draft_vocab_size=32, chunk_rows=8), max_chunks=2, **kw)
+    part = tokenize_conversations(inp, tmp_path / 'res', spec, job=_job(draft_vocab_size=32, chunk_rows=8, max_chunks=2), **kw)
     assert part['complete'] is False and not (tmp_path / 'res/dataset').exists()
     res = tokenize_conversations(inp, tmp_path / 'res', spec, job=_job(draft_vocab_size=32, chunk_rows=8, num_proc=2), **kw)
     assert res['chunks_resumed'] == 2
     for f in ('dataset', 'token_freq.pt', 'd2t.npy', 't2d.npy', 'quarantine.jsonl'):
         assert file_hash(tmp_path / 'ref' / f) == file_hash(tmp_path / 'res' / f), f
     # changed options discard the old work instead of mixing it in
-    other = tokenize_conversations(inp, tmp_path / 'res', spec, _opts(max_seq_len=64), _job(draft_vocab_size=32, chunk_rows=8),
-                                   max_chunks=1, **kw)
+    other = tokenize_conversations(inp, tmp_path / 'res', spec, _opts(max_seq_len=64), _job(draft_vocab_size=32, chunk_rows=8, max_chunks=1),
+                                   **kw)
     assert other['done_before'] == 0
 
 
