@@ -11,6 +11,9 @@ import torch
 from fastcore.basics import patch
 from torch import nn
 
+from .features import final_norm_and_head
+from .models import decoder_layers
+
 # %% auto #0
 __all__ = ['MTP_STEPS', 'mtp_weights', 'MTPBlock', 'load_mtp', 'with_mtp_weights', 'MTPDraftSession']
 
@@ -27,16 +30,14 @@ def mtp_weights(path,  # the target's folder (its `*.safetensors` files)
     return out
 
 # %% ../nbs/86_mtp.ipynb #901d1c3e
-def _inner(model): return getattr(model, 'model', model)   # the decoder stack of a `*ForCausalLM`
-
 class MTPBlock(nn.Module):
     "One multi-token-prediction layer: norms and `fc` over `[embedding, hidden]`, a full-attention decoder layer, a norm."
     def __init__(self, model, layers: int = 1):  # the target (its config and classes); MTP layers (1 in Qwen3.5/3.6)
         super().__init__()
-        c, inner = model.config, _inner(model)
+        c, layers_ = model.config, decoder_layers(model)[1]
         kinds = getattr(c, 'layer_types', None) or ['full_attention'] * c.num_hidden_layers
         j = kinds.index('full_attention')                       # the class built as a full-attention layer
-        Norm, Layer, H = type(inner.norm), type(inner.layers[j]), c.hidden_size
+        Norm, Layer, H = type(final_norm_and_head(model)[0]), type(layers_[j]), c.hidden_size
         self.pre_fc_norm_embedding, self.pre_fc_norm_hidden = Norm(H, eps=c.rms_norm_eps), Norm(H, eps=c.rms_norm_eps)
         self.fc = nn.Linear(2 * H, H, bias=False)
         self.layers = nn.ModuleList(Layer(c, j) for _ in range(layers))
@@ -92,10 +93,9 @@ class MTPDraftSession:
     needs_tokens = True                     # the tokens after each context position (`context`) feed the layer
     def __init__(self, model, block: MTPBlock, steps: int = MTP_STEPS):
         if steps < 1: raise ValueError(f'steps {steps}: at least 1 draft a cycle')
-        inner = _inner(model)
         self.block, self.steps, self.block_size = block, int(steps), int(steps) + 1
-        self.embed, self.lm_head, self.final_norm = model.get_input_embeddings(), model.get_output_embeddings(), inner.norm
-        self.rotary = inner.rotary_emb
+        self.final_norm, self.lm_head = final_norm_and_head(model)
+        self.embed, self.rotary = model.get_input_embeddings(), decoder_layers(model)[0].rotary_emb
         self.target_layer_ids = [model.config.num_hidden_layers - 1]   # its output, final-normed below
         self.reset()
 
