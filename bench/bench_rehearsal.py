@@ -23,11 +23,11 @@ def cpu_flags() -> str:
     return f"{model} [{' '.join(sorted(flags & {'avx2', 'avx512f', 'avx512_bf16', 'amx_bf16', 'fma', 'f16c'}))}]"
 
 def stage_facts(run: Path) -> dict:
-    "{stage: summary line} from each stage's manifest (what it did, in its own words)."
+    "{stage: what it did}: each stage's counts from its manifest (and regeneration's prompt tokens prefilled and reused)."
     out = {}
     for m in sorted(run.glob('*/manifest.json')):
         d = json.loads(m.read_text())
-        out[m.parent.name] = d.get('summary') or ''
+        out[m.parent.name] = json.dumps({**d.get('counts', {}), **({'prompt_tokens': d['prompt_tokens']} if d.get('prompt_tokens') else {})})
     return out
 
 def main():

@@ -4,7 +4,7 @@
 
 # %% ../nbs/41_backends.ipynb #7d4b01b2
 from __future__ import annotations
-import json, logging, os, random, threading, time, urllib.error, urllib.request
+import hashlib, json, logging, os, random, threading, time, urllib.error, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, asdict
 from pathlib import Path
@@ -106,6 +106,7 @@ class BackendOptions:
     batch_size: int = declared(_R, 'batch_size')             # hf: most rows per batch
     max_batch_tokens: int | None = declared(_R, 'max_batch_tokens')  # hf: most cache positions per batch
     threads: int | None = declared(_R, 'threads')            # hf: torch CPU threads (process-wide)
+    reuse_gb: float = declared(_R, 'reuse_gb')               # hf: keys and values kept from a row's turn to its next
     endpoint: Any = declared(_R, 'endpoint')                 # http: a URL, a comma-separated string or a list of URLs
     served_model: str | None = declared(_R, 'served_model')  # http: the model name sent (None: what the servers list)
     concurrency: int = declared(_R, 'concurrency')           # http: requests in flight per server
@@ -135,8 +136,9 @@ class HFBackend:
         if self.tok.pad_token_id is None: self.tok.pad_token = self.tok.eos_token
         self.stop_ids = self._stop_ids()
         self.reads_thinking = 'enable_thinking' in (self.tok.chat_template or '')
-        from dflash_nb.decoding import decoder_supported   # torch: imported when a model runs (see the import cell)
+        from dflash_nb.decoding import PrefixStore, decoder_supported   # torch: imported when a model runs (see imports)
         self.no_loop = 'turned off' if decoder == 'generate' else decoder_supported(self.model)   # why not
+        self.store = PrefixStore(o.reuse_gb * 2**30) if self.no_loop is None else None   # reuse_gb 0: it only counts
 
     def info(self) -> dict: return {'backend': self.name, 'model': self.spec}
 
@@ -160,11 +162,24 @@ def render(self: HFBackend, req: GenRequest, gen: GenConfig) -> str:
     return self.tok.apply_chat_template(req.messages, tools=req.tools or None, add_generation_prompt=True,
                                         tokenize=False, **kw)
 
+# %% ../nbs/41_backends.ipynb #d30cf498
+def _row_key(k) -> int: return int.from_bytes(hashlib.blake2b(str(k).encode(), digest_size=8).digest(), 'little') >> 1
+
+@patch
+def _keys(self: HFBackend, reqs: list) -> list:
+    "Per request, its key: its row's (hashed) when every request has its own, else its place; the store keeps only these."
+    names = [r.key for r in reqs]
+    own = None not in names and len(set(map(str, names))) == len(names)
+    keys = [_row_key(k) for k in names] if own else list(range(len(reqs)))
+    if self.store is not None:
+        for k in set(self.store.rows) - set(keys): self.store.drop(k)
+    return keys
+
 # %% ../nbs/41_backends.ipynb #cf354077
 @patch
 def generate(self: HFBackend, reqs: list, gen: GenConfig, progress=None) -> list:
     "Generate every request; returns one `GenResult` per request, in order."
-    out, enc = [None] * len(reqs), []
+    out, enc, keys = [None] * len(reqs), [], self._keys(reqs)
     for i, r in enumerate(reqs):
         try:
             text = self.render(r, gen)
@@ -175,31 +190,32 @@ def generate(self: HFBackend, reqs: list, gen: GenConfig, progress=None) -> list
     lengths = [len(ids) for _, ids, _ in enc]
     for idx in length_buckets(lengths, self.batch_size, self.max_batch_tokens, gen.max_new_tokens):
         b = [enc[k] for k in idx]
-        for (i, _, _), res in zip(b, self._run_batch(b, gen)): out[i] = res
+        for (i, _, _), res in zip(b, self._run_batch(b, gen, keys)): out[i] = res
         if progress: progress(len(b), sum(out[i].new_tokens for i, _, _ in b))
     return out
 
 # %% ../nbs/41_backends.ipynb #3a9058a7
 @patch
-def _run_batch(self: HFBackend, b: list, gen: GenConfig) -> list:
-    "One batch `[(index, ids, opened_think)]` -> its results (halved and retried on CUDA out of memory)."
+def _run_batch(self: HFBackend, b: list, gen: GenConfig, keys: list) -> list:
+    "One batch `[(index, ids, opened_think)]` (`keys`: per request) -> its results (halved and retried on CUDA out of memory)."
     import torch   # heavy: imported when a model runs (see the import cell)
-    try: return self._results(b, self._new_tokens([ids for _, ids, _ in b], gen, keys=[i for i, _, _ in b]), gen)
+    try: return self._results(b, self._new_tokens([ids for _, ids, _ in b], gen, keys=[keys[i] for i, _, _ in b]), gen)
     except torch.OutOfMemoryError:
         if len(b) == 1 or not str(self.device).startswith('cuda'): raise
         torch.cuda.empty_cache()
         h = len(b) // 2
-        return self._run_batch(b[:h], gen) + self._run_batch(b[h:], gen)
+        return self._run_batch(b[:h], gen, keys) + self._run_batch(b[h:], gen, keys)
 
 @patch
 def _new_tokens(self: HFBackend, prompts: list, gen: GenConfig, drop_finished: bool = False, keys=None) -> list:
     "The generated token ids of each prompt (padding and anything after a stop token included)."
     import torch   # heavy: imported when a model runs (see the import cell)
-    from dflash_nb.decoding import Sampler, greedy_decode, left_pad   # torch at import: loaded when a model runs
+    from dflash_nb.decoding import DecodeRows, Sampler, greedy_decode, left_pad   # torch at import: loaded when a model runs
     pad = self.tok.pad_token_id
     if not gen.stop and self.no_loop is None:
+        store = self.store if keys is not None and not drop_finished else None   # keyed rows: their conversations
         return greedy_decode(self.model, prompts, pad, self.stop_ids, int(gen.max_new_tokens),
-                             Sampler(gen.temperature, gen.seed, gen.top_p), drop_finished, keys)
+                             Sampler(gen.temperature, gen.seed, gen.top_p), DecodeRows(keys, store, drop_finished))
     ids, mask, _ = left_pad(prompts, pad)
     kw = dict(max_new_tokens=int(gen.max_new_tokens), eos_token_id=self.stop_ids, pad_token_id=pad, top_k=None)
     kw.update(do_sample=False, temperature=None, top_p=None) if gen.greedy else \

@@ -20,7 +20,7 @@ __all__ = ['TIE_FACTOR', 'keyed_uniform', 'gumbel_noise', 'Sampler', 'TargetSess
            'LateFeatures', 'ScriptedDrafter', 'PromptLookupDrafter', 'Generation', 'plain_generate',
            'speculative_generate', 'build_tree', 'tree_mask', 'chains_tree', 'WithLookup', 'LosslessError',
            'first_difference', 'tie_evidence', 'check_lossless', 'left_pad', 'slab_cache', 'keep_rows',
-           'decoder_supported', 'greedy_decode']
+           'decoder_supported', 'PrefixStore', 'DecodeRows', 'greedy_decode']
 
 # %% ../nbs/85_decoding.ipynb #64251329
 def _mix(seed: int, position: int) -> int:
@@ -657,10 +657,12 @@ def slab_cache(model,         # the causal LM whose keys and values it holds
     from transformers.cache_utils import Cache, DynamicLayer   # heavy: imported when a model runs (see imports)
     class SlabLayer(DynamicLayer):
         "Keys and values of one layer in preallocated slabs; `update` returns the filled part."
-        def lazy_initialization(self, k, v):
+        def lazy_initialization(self, k, v):   # k, v: any `[batch, heads, *, dim]` of the dtype and device
             self.n, self.device, self.is_initialized = 0, k.device, True
             self.kbuf = k.new_zeros(*k.shape[:2], capacity, k.shape[-1])
             self.vbuf = v.new_zeros(*v.shape[:2], capacity, v.shape[-1])
+        def filled(self, n):   # the first `n` positions hold keys and values written directly into the slabs
+            self.n, self.keys, self.values = n, self.kbuf[:, :, :n], self.vbuf[:, :, :n]
         def update(self, k, v, *args, **kwargs):
             if not self.is_initialized: self.lazy_initialization(k, v)
             end = self.n + k.shape[-2]
@@ -692,6 +694,77 @@ def decoder_supported(model  # a loaded causal LM
     if 'logits_to_keep' not in inspect.signature(model.forward).parameters: return 'no logits_to_keep argument'
     return None
 
+# %% ../nbs/85_decoding.ipynb #164d2010
+class PrefixStore:
+    "Per conversation key, the token ids a batch decoded for it and their keys and values, to start its next turn from."
+    def __init__(self, max_bytes: float):   # the most bytes of keys and values kept
+        self.max_bytes, self.rows, self.size = max_bytes, {}, 0    # rows: key -> (ids, [(keys, values)] per layer)
+        self.reused = self.prefilled = 0                            # prompt tokens taken from the store / computed
+
+    def __len__(self): return len(self.rows)
+
+# %% ../nbs/85_decoding.ipynb #9b0b2d07
+def _kv_bytes(kv) -> int: return sum(k.nbytes + v.nbytes for k, v in kv)
+
+@patch
+def put(self: PrefixStore, key, ids: list, kv: list):
+    "Keep `ids` and their keys and values `kv` for `key`; the oldest entries go past `max_bytes`."
+    self.drop(key)
+    self.rows[key], self.size = (list(ids), kv), self.size + _kv_bytes(kv)
+    while self.rows and self.size > self.max_bytes: self.drop(next(iter(self.rows)))
+
+@patch
+def drop(self: PrefixStore, key):
+    "Forget `key` (nothing if it is not kept)."
+    if key in self.rows: self.size -= _kv_bytes(self.rows.pop(key)[1])
+
+@patch
+def take(self: PrefixStore, key, ids: list) -> tuple:
+    "`(n, kv)`: the entry of `key` (removed) and how many leading tokens of `ids` it holds, the last token of `ids` apart."
+    old, kv = self.rows.get(key, (None, None))
+    self.drop(key)
+    n = next((i for i, (a, b) in enumerate(zip(old or [], ids[:-1])) if a != b), min(len(old or []), len(ids) - 1))
+    return n, kv
+
+# %% ../nbs/85_decoding.ipynb #773cc63b
+@patch
+def fill(self: PrefixStore, cache, prompts: list, keys: list) -> int:
+    "Write each row's stored prefix into the empty slab `cache` (rows left-padded as `left_pad`); the columns filled."
+    L, got = max(map(len, prompts)), [self.take(k, p) for k, p in zip(keys, prompts)]
+    start, ref = L - max(len(p) - n for p, (n, _) in zip(prompts, got)), next((kv for n, kv in got if n), None)
+    self.prefilled += sum(map(len, prompts))
+    if ref is None or start <= 0: return 0
+    for layer, (k, v) in zip(cache.layers, ref):
+        layer.lazy_initialization(k.new_empty(len(prompts), k.shape[0], 0, k.shape[-1]), v.new_empty(len(prompts), v.shape[0], 0, v.shape[-1]))
+    for j, (p, (n, kv)) in enumerate(zip(prompts, got)):
+        a = L - len(p)
+        if start <= a: continue                                     # this row's prompt lies in the computed part
+        for layer, (k, v) in zip(cache.layers, kv):
+            layer.kbuf[j, :, a:start], layer.vbuf[j, :, a:start] = k[:, :start - a], v[:, :start - a]
+        self.reused, self.prefilled = self.reused + start - a, self.prefilled - (start - a)
+    for layer in cache.layers: layer.filled(start)
+    return start
+
+@patch
+def save(self: PrefixStore, cache, prompts: list, keys: list, fed: list):
+    "Keep each row's prompt and the tokens `fed` back to the model after it, with their keys and values in `cache`."
+    if self.max_bytes <= 0: return                                  # a store of 0 bytes only counts
+    L = max(map(len, prompts))
+    for j, (p, key, f) in enumerate(zip(prompts, keys, fed)):
+        a, b = L - len(p), L + len(f)
+        self.put(key, list(p) + list(f), [(l.kbuf[j, :, a:b].clone(), l.vbuf[j, :, a:b].clone()) for l in cache.layers])
+
+# %% ../nbs/85_decoding.ipynb #c230bbc9
+@dataclass
+class DecodeRows:
+    "Who the rows of a `greedy_decode` batch are: sampling keys, the store of their conversations, dropping stopped rows."
+    keys: list | None = None             # per prompt, its sampling key and its name in `store` (None: its index)
+    store: PrefixStore | None = None     # earlier turns' keys and values, taken and kept by key (None: none)
+    drop_finished: bool = False          # drop stopped rows from the batch (other bfloat16 bits than `generate`)
+
+    def __post_init__(self):
+        if self.store is not None and self.drop_finished: raise ValueError('DecodeRows: a store keeps every row; drop_finished drops some')
+
 # %% ../nbs/85_decoding.ipynb #6294f87c
 def greedy_decode(model,               # a causal LM that `decoder_supported`
                   prompts: list,       # token id lists (the rendered chat prompts)
@@ -699,32 +772,35 @@ def greedy_decode(model,               # a causal LM that `decoder_supported`
                   stop_ids,            # token ids that end a row
                   max_new_tokens: int, # the most tokens to generate per row
                   sampler: Sampler | None = None,  # None: greedy
-                  drop_finished: bool = False,  # drop stopped rows from the batch (other bfloat16 bits than `generate`)
-                  keys=None,           # per prompt, its sampling key (None: its index)
+                  rows: DecodeRows | None = None,  # sampling keys, a prefix store, dropping stopped rows (None: the defaults)
                  ) -> list:  # per prompt, its new tokens (cut after the first stop token by the caller)
     "Greedy (or sampled) continuations of `prompts`: `generate`'s computation, with keys and values in a `slab_cache`."
     ids, mask, pos = (t.to(model.device) for t in left_pad(prompts, pad_id, max_new_tokens))
     L, stops, B, sampler = ids.shape[1], torch.tensor(sorted(stop_ids), device=model.device), len(prompts), sampler or Sampler()
-    cache, live, rows = slab_cache(model, L + max_new_tokens), torch.ones(B, dtype=torch.bool), torch.arange(B, device=model.device)
+    cache, live, at = slab_cache(model, L + max_new_tokens), torch.ones(B, dtype=torch.bool), torch.arange(B, device=model.device)
     new = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=model.device)
     last = torch.tensor([-1], device=model.device)   # the last position, gathered (a copy, not a strided view)
-    plen, keys = torch.tensor([len(p) for p in prompts]), torch.tensor(list(range(B)) if keys is None else list(keys))
+    rows = rows or DecodeRows()
+    plen, keys = torch.tensor([len(p) for p in prompts]), list(range(B)) if rows.keys is None else list(rows.keys)
+    s = 0 if rows.store is None else rows.store.fill(cache, prompts, keys)   # columns taken from earlier turns
+    keys = torch.tensor(keys)
     def step(x, n, p, t):
         out = model(input_ids=x, attention_mask=mask[:, :n], position_ids=p, past_key_values=cache,
                     use_cache=True, logits_to_keep=last)
         if sampler.greedy: return out.logits[:, -1].argmax(-1)
-        r = rows.cpu()
+        r = at.cpu()
         return sampler(out.logits[:, -1], (plen[r] + t).tolist(), keys[r].tolist())
     with torch.inference_mode():
-        nxt = step(ids, L, pos, 0)
+        nxt = step(ids[:, s:], L, pos[:, s:], 0)
         for t in range(1, max_new_tokens + 1):
-            new[rows, t - 1] = nxt
+            new[at, t - 1] = nxt
             live &= ~torch.isin(nxt, stops).cpu()
             if t == max_new_tokens or not live.any(): break
-            if drop_finished and 4 * int((~live).sum()) >= len(live):
+            if rows.drop_finished and 4 * int((~live).sum()) >= len(live):
                 keep = live.nonzero()[:, 0].to(model.device)
                 keep_rows(cache, keep)
-                rows, mask, pos, nxt, live = rows[keep], mask[keep], pos[keep], nxt[keep], live[live]
+                at, mask, pos, nxt, live = at[keep], mask[keep], pos[keep], nxt[keep], live[live]
             pos = pos[:, -1:] + 1
             nxt = step(nxt[:, None], L + t, pos, t)
+    if rows.store is not None: rows.store.save(cache, prompts, keys.tolist(), new[:, :t - 1].tolist())
     return new[:, :t].tolist()

@@ -403,16 +403,22 @@ def _turn_prompts(msgs: list,    # a row's messages
                   lens: list,    # each message's text tokens
                   extra: float,  # the template's tokens per message
                   cap: int,      # `regenerate.max_new_tokens`: a rewritten answer's most tokens
+                  reuse: bool = False,  # keys and values kept between turns: only what is new since the last turn
                  ) -> float:     # prompt tokens of all the turns
-    "The prompt tokens the target runs over for `turns`: each turn's conversation so far, rewritten answers at their new length."
-    mine, so_far, out = {id(m) for m in turns if m is not None}, 0.0, 0.0
+    "The prompt tokens the target prefills for `turns`: each turn's conversation so far (or, `reuse`, its new part)."
+    mine, so_far, out, pre, new = {id(m) for m in turns if m is not None}, 0.0, 0.0, 0.0, 0.0
     for m, n in zip(msgs, lens):
-        if id(m) in mine: out, n = out + so_far, min(n, cap)
-        so_far += n + extra
-    return out + so_far * sum(m is None for m in turns)   # an added answer: after the conversation
+        if id(m) in mine:   # a turn: its prompt is the conversation so far; its answer is decoded, not prefilled
+            n = min(n, cap)
+            out, pre, new = out + so_far, pre + new, -n
+        so_far, new = so_far + n + extra, new + n + extra
+    added = sum(m is None for m in turns)                # an added answer: after the conversation
+    return pre + new * (added > 0) if reuse else out + so_far * added
 
 
 # %% ../nbs/95_plan.ipynb #035aad4d
+def _reuses(rg: dict) -> bool: return rg.get('backend', 'hf') == 'hf' and (rg.get('reuse_gb') or 0) > 0   # `PrefixStore` on
+
 def row_measure(row: dict,   # a canonical row (`local_rows`' rows)
                 tokenizer,   # the target's tokenizer
                 rg: dict,    # the complete `regenerate` section (select, mode, tool_turns, max_new_tokens)
@@ -430,7 +436,7 @@ def row_measure(row: dict,   # a canonical row (`local_rows`' rows)
     lens = [size.get(id(m)) or _ntok(tokenizer, _msg_text(m)) for m in row['messages']]
     extra = max(0, total - sum(lens)) / max(1, len(lens))
     return {'tokens': total - old + gen, 'answer': sum(size.values()) - old + gen, 'generated': gen,
-            'runs_over': round(_turn_prompts(row['messages'], turns, lens, extra, rg['max_new_tokens'])) + gen,
+            'runs_over': round(_turn_prompts(row['messages'], turns, lens, extra, rg['max_new_tokens'], _reuses(rg))) + gen,
             'generated_if_all': regen('all')[1], 'regenerated': bool(turns), 'answers': len(size),
             'kept_answers': len(size) - sum(m is not None for m in turns)}
 

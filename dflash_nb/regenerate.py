@@ -625,6 +625,14 @@ class RegenFiles:
         return (Path(self.failures or output_path.with_name(output_path.stem + '.failures.jsonl')),
                 Path(self.parts) if self.parts else output_path.with_name(f'.{output_path.name}.parts'))
 
+# %% ../nbs/40_regenerate.ipynb #f0574ba8
+def _prompt_tokens(backend, since: dict | None = None) -> dict | None:
+    "The in-process backend's prompt tokens (since `since`): prefilled, and reused from the rows' earlier turns."
+    st = getattr(backend, 'store', None)
+    if st is None: return None
+    now = {'prefilled': st.prefilled, 'reused': st.reused}
+    return {k: v - (since or {}).get(k, 0) for k, v in now.items()}
+
 # %% ../nbs/40_regenerate.ipynb #0810b285
 def regenerate_file(input_path,                 # canonical conversations JSONL
                     output_path,                # regenerated rows JSONL
@@ -647,7 +655,7 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
     key = _settings_key(src, chunk_size=o.chunk_size, gen=gen, how=o.how, limit=run.limit, backend=backend)
     parts = _open_parts(parts_dir, key)
     meter = _Meter(_count_rows(src, run.limit), progress)
-    job = dict(backend=backend, input_path=src, parts=parts, gen=gen, opts=run, meter=meter)
+    job, before = dict(backend=backend, input_path=src, parts=parts, gen=gen, opts=run, meter=meter), _prompt_tokens(backend)
     resumed, ran = _run_workers(**job) if o.workers > 1 else _run_here(**job)
     meter.close()
     counts, reasons = _merge_parts(parts, output_path, failures_path)
@@ -663,7 +671,8 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
             'seconds': round(dt, 3), 'workers': o.workers,
             'rows_per_s': round((meter.rows or total) / dt, 3),
             'tokens_per_s': round((meter.tokens or counts['new_tokens']) / dt, 3), 'output': str(output_path),
-            'failures': str(failures_path), **backend.info(), **servers}
+            'failures': str(failures_path), 'prompt_tokens': _prompt_tokens(backend, before if o.workers == 1 else None),
+            **backend.info(), **servers}
 
 # %% ../nbs/40_regenerate.ipynb #f69b621b
 def assistant_token_counts(rows: Iterable[dict],  # canonical rows
@@ -719,7 +728,7 @@ def _bool(s):
 
 DECLARED_OPTIONS = ('served_model', 'mode', 'select', 'tool_turns', 'max_new_tokens', 'temperature', 'top_p', 'stop',
                     'enable_thinking', 'reasoning', 'keep_truncated', 'samples', 'sample_temperature', 'synthesize',
-                    'synthesize_temperature', 'synthesize_max_tokens', 'batch_size', 'max_batch_tokens', 'concurrency',
+                    'synthesize_temperature', 'synthesize_max_tokens', 'batch_size', 'max_batch_tokens', 'reuse_gb', 'concurrency',
                     'timeout_s', 'max_retries', 'chunk_size', 'limit', 'device', 'dtype', 'threads', 'workers', 'seed')
 
 def _cli_options(p):
@@ -804,9 +813,11 @@ def regen_line(s: dict,          # `regenerate_file`'s summary (or the stage's r
     fails = f" ({', '.join(f'{v} {k}' for k, v in s['failure_reasons'].items())})" if s['failed'] else ''
     left = f" + {s['limited']} left out by regenerate.limit {o.limit}" if o.limit is not None else ''
     cut = f"; {s['truncated_kept']} kept with a turn cut at max_new_tokens {gen.max_new_tokens}" if s['truncated_kept'] else ''
+    pt = s.get('prompt_tokens') or {}
+    pre = f"; prompts: {pt['prefilled']:,} tokens prefilled, {pt['reused']:,} taken from earlier turns" if pt else ''
     return (f"40_regenerate: {s['rows_in']} rows in{more} = {s['rows_out']} out + {s['failed']} failed{fails}{left}; out: "
             f"{s['regenerated']} regenerated ({s['generated_turns']} turns, {s['new_tokens']:,} new tokens{cut}), {s['passed']} "
-            f"passed through with answers the target did not write (select {o.select}); {s['tokens_per_s'] or 0:.1f} tok/s")
+            f"passed through with answers the target did not write (select {o.select}); {s['tokens_per_s'] or 0:.1f} tok/s{pre}")
 
 # %% ../nbs/40_regenerate.ipynb #29b33d11
 def _finish_stage(stage: Stage, report: dict) -> dict:
@@ -816,7 +827,7 @@ def _finish_stage(stage: Stage, report: dict) -> dict:
     synth = report.get('synthesis') or {}
     for f in filter(None, (synth.get('file'), synth.get('dropped_file'))): stage.output(Path(f))
     stage.count(**{k: report[k] for k in ROW_COUNTS})
-    return stage.finish(failure_reasons=report['failure_reasons'], tokens_per_s=report['tokens_per_s'],
+    return stage.finish(failure_reasons=report['failure_reasons'], tokens_per_s=report['tokens_per_s'], prompt_tokens=report.get('prompt_tokens'),
                         **({'synthesis': {k: synth[k] for k in ('wanted', 'kept', 'drawn', 'dropped', 'seconds', 'eval_sets')}} if synth else {}))
 
 def regenerate_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `params` holds its checked parameters

@@ -130,12 +130,27 @@ def test_multi_turn_all_mode_matches_generate(quality_backend):
     """`mode: all` over multi-turn rows, the quality run's dtype, batches cut around a long prompt: every turn of every
     row is `generate`'s, turn by turn (later turns see the earlier regenerated answers)."""
     from dflash_nb.regenerate import regenerate_chunk
-    be = quality_backend
+    be = HFBackend(quality_backend.model, quality_backend.tok, BackendOptions(batch_size=8, reuse_gb=0))   # every turn prefilled
     ref = HFBackend(be.model, be.tok, BackendOptions(batch_size=8), decoder='generate')
     g = GenConfig(max_new_tokens=12)
     got, want = (regenerate_chunk(MULTI, b, g, RegenOptions(mode='all', select='all')) for b in (be, ref))
     assert [r['row']['messages'] for r in got] == [r['row']['messages'] for r in want]
     assert [len(r['row']['meta']['regenerated']['turns']) for r in got] == [2, 3, 1, 1, 1, 1, 1, 1]
+
+def test_a_rows_next_turn_starts_from_its_last(hf_backend):
+    """Issue 46: with the prefix store each turn of a row prefills only what came since its last turn, and the answers
+    are the tokens of prefilling every turn's whole conversation (float32); the summary counts both."""
+    from dflash_nb.regenerate import regenerate_chunk, _prompt_tokens
+    rows = [*MULTI[:2], {'id': 'four', 'source': 's', 'messages': [_user(f'Question {k}: name a colour.') for k in range(4)]}]
+    whole = HFBackend(hf_backend.model, hf_backend.tok, BackendOptions(batch_size=8, reuse_gb=0))
+    kept = HFBackend(hf_backend.model, hf_backend.tok, BackendOptions(batch_size=8, reuse_gb=1))
+    g, o = GenConfig(max_new_tokens=16), RegenOptions(mode='all', select='all')
+    got, want = (regenerate_chunk(rows, b, g, o) for b in (kept, whole))
+    assert [r['row']['messages'] for r in got] == [r['row']['messages'] for r in want]
+    a, b = _prompt_tokens(kept), _prompt_tokens(whole)
+    assert b['reused'] == 0 and a['reused'] > 0 and a['prefilled'] + a['reused'] == b['prefilled'], (a, b)
+    assert a['prefilled'] < b['prefilled'] / 2, (a, b)
+    assert len(kept.store) == 1   # the rows that ended were forgotten; the last round's row is kept until the next call
 
 def test_a_long_prompt_gets_its_own_batch():
     """The quality run's chunk: one 744-token prompt among 127 of about 50 tokens, batch 128. Padding all of them
