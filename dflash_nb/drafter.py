@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from .core import default_target_layer_ids, check_target_layer_ids, write_json, read_json, atomic_dir, weight_map
 from .models import text_config
-from .kinds import (KIND_MODULES, add_kind_heads, check_kind, dspark_block_loss, dspark_labels, kind_config,
+from .kinds import (ARCHITECTURES, KIND_FIELDS, KIND_MODULES, KINDS, add_kind_heads, check_kind, dspark_block_loss, dspark_labels, kind_config,
                              kind_json, kind_weight_names, layer_convs, reset_kind, selector_loss, through)
 from fastcore.basics import patch
 
@@ -959,22 +959,32 @@ def _verifier_layers(d: dict):
         return text_config(vc).get('num_hidden_layers')
     return None
 
+# %% ../nbs/70_drafter.ipynb #3dafa84d
+def _from_speculators(d: dict, num_target_layers: int | None = None) -> dict:
+    "Our config.json layout of a speculators config of any kind."
+    kind, tl = d['speculators_model_type'], dict(d.get('transformer_layer_config') or {})
+    from transformers import AutoConfig        # speculators saves a diff against the config class's defaults
+    tl = {**AutoConfig.for_model(tl.get('model_type', 'qwen3'), **{k: v for k, v in tl.items() if k != 'model_type'}).to_dict(), **tl}
+    if d.get('draft_vocab_size') not in (None, tl.get('vocab_size')):
+        raise ValueError(f"speculators drafter with a reduced draft vocabulary ({d['draft_vocab_size']} of {tl.get('vocab_size')} "
+                         'tokens, own lm_head + d2t): dflash_nb drafts through the target head over the full vocabulary')
+    if bool(d.get('sample_from_anchor', kind == 'dspark')) != (kind == 'dspark'):
+        raise ValueError(f"speculators {kind} drafter with sample_from_anchor {d['sample_from_anchor']}: dflash_nb's {kind} drafts "
+                         + ('from the anchor' if kind == 'dspark' else 'after the anchor'))
+    if kind == 'dspark' and not (d.get('enable_confidence_head', True) and d.get('confidence_head_with_markov', True)):
+        raise ValueError("speculators dspark drafter without a confidence head over the Markov head: dflash_nb's DSpark has one")
+    ids = [int(a) - 1 for a in (d.get('aux_hidden_state_layer_ids') or [])]
+    if not ids: raise ValueError('speculators config lacks aux_hidden_state_layer_ids')
+    n = num_target_layers or tl.get('num_target_layers') or _verifier_layers(d) or max(ids) + 1
+    return {**tl, 'architectures': [ARCHITECTURES[kind]], 'block_size': d['block_size'], 'num_target_layers': n,
+            **{k: d[k] for k in (*KIND_FIELDS[kind], 'markov_head_type') if k in d},
+            'dflash_config': {'mask_token_id': d.get('mask_token_id'), 'target_layer_ids': ids,
+                              'sliding_window_causal': not d.get('sliding_window_non_causal', False)}}
+
+# %% ../nbs/70_drafter.ipynb #8b531315
 def drafter_config_dict(d: dict, num_target_layers: int | None = None) -> tuple[dict, str]:
     "`(dict in our config.json layout, source format)` for a config of ours, z-lab's or speculators' (`'dflash_nb'|'z-lab'|'speculators'`)."
-    if d.get('speculators_model_type') == 'dflash':
-        tl = dict(d.get('transformer_layer_config') or {})
-        from transformers import AutoConfig        # speculators saves a diff against the config class's defaults
-        tl = {**AutoConfig.for_model(tl.get('model_type', 'qwen3'), **{k: v for k, v in tl.items() if k != 'model_type'}).to_dict(), **tl}
-        if d.get('draft_vocab_size') not in (None, tl.get('vocab_size')):
-            raise ValueError(f"speculators drafter with a reduced draft vocabulary ({d['draft_vocab_size']} of {tl.get('vocab_size')} "
-                             'tokens, own lm_head + d2t): dflash_nb drafts through the target head over the full vocabulary')
-        ids = [int(a) - 1 for a in (d.get('aux_hidden_state_layer_ids') or [])]
-        if not ids: raise ValueError('speculators config lacks aux_hidden_state_layer_ids')
-        n = num_target_layers or tl.get('num_target_layers') or _verifier_layers(d) or max(ids) + 1
-        out = {**tl, 'block_size': d['block_size'], 'num_target_layers': n,
-               'dflash_config': {'mask_token_id': d.get('mask_token_id'), 'target_layer_ids': ids,
-                                 'sliding_window_causal': not d.get('sliding_window_non_causal', False)}}
-        return out, 'speculators'
+    if d.get('speculators_model_type') in KINDS: return _from_speculators(d, num_target_layers), 'speculators'
     out = dict(d)
     dc = dict(d.get('dflash_config') or {})
     if num_target_layers is not None: out['num_target_layers'] = num_target_layers

@@ -107,6 +107,11 @@ def test_speculators_reads_each_kind(runs, tmp_path, kind):
     run = runs[kind]
     s = export_speculators_drafter(run, tmp_path / 'spec', verifier=str(ensure_tiny('tiny-qwen3')))
     assert (s['kind'], s['block_size'], s['speculative_tokens']) == (kind, B, B if kind == 'dspark' else B - 1)
+    from dflash_nb.drafter import load_drafter   # and our own reader reads it back: the kind, its fields, every tensor
+    ours, back = load_drafter(run / '80_train' / 'drafter'), load_drafter(tmp_path / 'spec')
+    assert back.source_format == 'speculators' and back.config == ours.config, (back.config, ours.config)
+    a, b = ours.state_dict(), back.state_dict()
+    assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
     ref = _module_ref(run, kind, tmp_path / 'ref.pt')
     _trained(ref['weights'], kind)
     got = _json(run_in('spec09', SPEC_KIND, tmp_path / 'spec', tmp_path / 'ref.pt'))
