@@ -959,7 +959,7 @@ def _verifier_layers(d: dict):
         return text_config(vc).get('num_hidden_layers')
     return None
 
-# %% ../nbs/70_drafter.ipynb #3dafa84d
+# %% ../nbs/70_drafter.ipynb #53b6e1ce
 def _from_speculators(d: dict, num_target_layers: int | None = None) -> dict:
     "Our config.json layout of a speculators config of any kind."
     kind, tl = d['speculators_model_type'], dict(d.get('transformer_layer_config') or {})
@@ -981,7 +981,7 @@ def _from_speculators(d: dict, num_target_layers: int | None = None) -> dict:
             'dflash_config': {'mask_token_id': d.get('mask_token_id'), 'target_layer_ids': ids,
                               'sliding_window_causal': not d.get('sliding_window_non_causal', False)}}
 
-# %% ../nbs/70_drafter.ipynb #8b531315
+# %% ../nbs/70_drafter.ipynb #b1f6a770
 def drafter_config_dict(d: dict, num_target_layers: int | None = None) -> tuple[dict, str]:
     "`(dict in our config.json layout, source format)` for a config of ours, z-lab's or speculators' (`'dflash_nb'|'z-lab'|'speculators'`)."
     if d.get('speculators_model_type') in KINDS: return _from_speculators(d, num_target_layers), 'speculators'
