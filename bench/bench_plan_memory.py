@@ -6,7 +6,7 @@
 A `TorchDispatchMode` counts the bytes of every live tensor storage (added when an op creates it, removed when it is
 freed) through a full training step — `drafter.dflash_loss` forward under bf16 autocast (as on a GPU), backward,
 AdamW step — in steady state (the second step: the AdamW moments exist). The peak is compared with
-`plan.train_memory` (the trainer's parts: drafter weights, gradients, AdamW states, frozen embedding + LM head,
+`costs.train_memory` (the trainer's parts: drafter weights, gradients, AdamW states, frozen embedding + LM head,
 activations, loss; the target is not in the loop here), for each loss the installed `drafter.dflash_loss` offers
 (`ce='full'` materializes the logits; `ce='chunked'` where the drafter has it). With `ce='full'` a second run at twice
 the vocabulary measures the bytes each logit costs at the peak (the plan assumes `logit_bytes` = 14). CPU kernels (dense SDPA mask instead of flex,
@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_flatten
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dflash_nb.drafter import DFlashConfig, DFlashDrafter, pad_anchors, sample_anchors
 from bench_train import call_loss, loss_has_ce
-from dflash_nb.plan import train_memory
+from dflash_nb.costs import train_memory
 
 
 class LiveBytes(TorchDispatchMode):

@@ -179,7 +179,7 @@ def train_step_once(a, dev, layers: int) -> dict:
 def planned_train_gb(shape: dict, layers: int, T: int, A: int, b: int, ce: str, backend: str, head_dtype) -> float | None:
     "What `dflash-nb plan`'s memory model says this step holds (trainer only, no target): to compare with the peak."
     try:
-        from dflash_nb.plan import train_memory
+        from dflash_nb.costs import train_memory
         dims = {'hidden_size': shape['hidden_size'], 'intermediate_size': shape['intermediate_size'], 'head_dim': shape['head_dim'],
                 'num_attention_heads': shape['num_attention_heads'], 'num_key_value_heads': shape['num_key_value_heads'],
                 'vocab_size': shape['vocab_size'], 'params_estimate': 0, 'tie_word_embeddings': False,

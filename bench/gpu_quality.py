@@ -59,7 +59,7 @@ SMOLLM2_ARCH = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=3
                     head_dim=64, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True)
 TINY_ARCH = dict(SMOLLM2_ARCH, hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16)   # 8 layers: five distinct DFlash feature layers [1..5]
-PLAN_NOTE = ("predicted_minutes: `dflash_nb.plan.predict_minutes` on this machine (the precision probe's measured rate in "
+PLAN_NOTE = ("predicted_minutes: `dflash_nb.costs.predict_minutes` on this machine (the precision probe's measured rate in "
              "each stage's dtype x the calibrated efficiencies, + overheads), for this run's overridden config, the mix's "
              "row sizes being the plan's assumptions. plan_gpu_minutes: each stage's FLOPs (stage_costs) as GPU-hours x 60 "
              "on the plan's assumed GPU at its assumed utilizations")
@@ -218,18 +218,18 @@ def overrides_for(a, target: dict) -> list[str]:
 # -- the plan ---------------------------------------------------------------------------------------------------------
 def plan_predictions(overrides: list[str]) -> dict:
     "What `dflash_nb.plan` predicts per stage for this run's config (see PLAN_NOTE)."
-    from dflash_nb import plan
+    from dflash_nb import costs, plan
     from dflash_nb.core import load_config
-    out = {'predicted_minutes_function': 'dflash_nb.plan.predict_minutes', 'note': PLAN_NOTE, 'predicted_minutes': None,
+    out = {'predicted_minutes_function': 'dflash_nb.costs.predict_minutes', 'note': PLAN_NOTE, 'predicted_minutes': None,
            'gpu_minutes': None}
-    cfg = plan.complete_config(load_config(str(CONFIG), overrides))
-    dims = plan.target_dims(plan.load_target_config(cfg['run'].get('target')))
+    cfg = costs.complete_config(load_config(str(CONFIG), overrides))
+    dims = costs.target_dims(costs.load_target_config(cfg['run'].get('target')))
     cfg['train'] = {**cfg['train'], 'num_feature_layers': len(plan.feature_layer_ids(cfg, dims['num_hidden_layers']))}
     est = plan.estimate(cfg, dims, cfg.get('plan') or {})
     out['gpu_minutes'] = {k: float(f"{v['gpu_hours'] * 60:.4g}") for k, v in est['stages'].items() if 'gpu_hours' in v}
     out['assumptions'] = {k: est['assumptions'][k] for k in ('gpu', 'gpu_bf16_tflops', 'util_generation', 'util_prefill', 'util_training')}
     out['rows'], out['tokens'] = est['rows'], est['tokens']
-    mins = plan.predict_minutes(cfg, est['totals'], dims)
+    mins = costs.predict_minutes(cfg, est['totals'], dims)
     out['predicted_minutes'] = {k: v['minutes'] for k, v in mins['stages'].items()}
     out['predicted_why'] = {k: v['why'] for k, v in mins['stages'].items()}
     return out

@@ -33,7 +33,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
 # %% ../nbs/03_cli.ipynb #b86a16e7
 def plan_here(config, overrides=(), runs_dir=None) -> dict | None:
-    "`plan`'s `{minutes, budget}` for this run on this machine (`plan.predict_minutes`, `fit_budget`), or None, said."
+    "`plan`'s `{minutes, budget}` for this run on this machine (`costs.predict_minutes`, `fit_budget`), or None, said."
     from dflash_nb.plan import make_plan   # heavy (the mix estimate): imported when `run` starts
     try: p = make_plan(config, overrides, echo=lambda *a: None, runs_dir=runs_dir)
     except (ConfigError, OSError, ValueError, KeyError) as e:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import argparse, contextlib, json, statistics, sys, time
 from collections.abc import Callable
-from dataclasses import dataclass, asdict, field
+from dataclasses import dataclass, asdict, field, is_dataclass
 from pathlib import Path
 
 import torch
@@ -29,7 +29,7 @@ from .promptsets import (PROMPT_SETS, load_prompt_file, load_prompt_set, held_ou
 # %% auto #0
 __all__ = ['MIN_TIMED_PROMPTS', 'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'MIN_CONTROL_PROMPTS', 'CONTROL_WORDS',
            'NEAR_ONE', 'USEFUL_RUN', 'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE',
-           'UPSTREAM_STAGES', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated',
+           'UPSTREAM_STAGES', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated', 'warm_key',
            'EvalGeneration', 'Bookkeeping', 'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend',
            'results_table', 'control_gap', 'set_verdict', 'lossless_verdict', 'drafter_facts', 'drafter_line',
            'training_line', 'advice_line', 'caveats', 'verdict', 'report_md', 'recorded_target', 'drafter_target',
@@ -144,6 +144,16 @@ def _from_record(d: dict) -> Generation:
     return Generation(**{k: v for k, v in d.items() if k in Generation.__dataclass_fields__})
 
 # %% ../nbs/90_evaluate.ipynb #93c8a7eb
+def warm_key(run: tuple) -> tuple:
+    "What a run's untimed warm-up warms: plain decoding, or a drafter's class, shape and tree (wrappers of the same protocol unwrapped)."
+    _, dr, _, tree = run
+    while isinstance(dr, (ZeroedFeatures, LateFeatures)): dr = dr.inner
+    cfg = getattr(getattr(dr, 'drafter', None), 'config', None)
+    shape = json.dumps(asdict(cfg), sort_keys=True, default=str) if is_dataclass(cfg) else None
+    return (type(dr).__name__, getattr(dr, 'block_size', None), shape, tree is not None)
+
+
+# %% ../nbs/90_evaluate.ipynb #2bb633f3
 def _run_turn(runs: list, prompt: list, where: dict, model, max_new_tokens: int, sampler, eos_ids, done: dict,
               on_record, warm: set, lossless: str | None = None) -> dict:
     """`{run name: Generation}` of one prompt turn; `where` = `{'set', 'id', 'turn'}` names its records. `lossless`
@@ -154,9 +164,9 @@ def _run_turn(runs: list, prompt: list, where: dict, model, max_new_tokens: int,
         if key in done:
             gens[run[0]] = _from_record(done[key])
             continue
-        if run[0] not in warm:                       # warm-up: the whole first prompt, not timed
+        if warm_key(run) not in warm:                # warm-up: the whole first prompt, not timed
             _generate(model, run, prompt, max_new_tokens, sampler(), eos_ids)
-            warm.add(run[0])
+            warm.add(warm_key(run))
         gens[run[0]] = _generate(model, run, prompt, max_new_tokens, sampler(), eos_ids)
         new.append((order, run[0]))
     if lossless: _check_turn(gens, [n for _, n in new], prompt, where, model, lossless == 'enforce')
@@ -812,7 +822,8 @@ class EvalJob:
     extra: dict | None = None             # more keys for eval.json
 
 # %% ../nbs/90_evaluate.ipynb #f61ce2a4
-WARMUP = 'each run generated its first prompt once, untimed, before its timed generations'
+WARMUP = ('each kind of run (plain; a drafter class and shape, its controls with it; a tree) generated its first prompt '
+          'once, untimed, before its timed generations')
 
 def _records_key(drafter_dir, spec: str, sets: dict, controls: dict, settings: dict) -> dict:
     "What the records of an evaluation depend on: the drafter files, the target, the prompts, the settings."

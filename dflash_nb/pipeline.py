@@ -4,7 +4,7 @@
 
 # %% ../nbs/02_pipeline.ipynb #0b1f41b4
 from __future__ import annotations
-import argparse, contextlib, json, math, os, re, tempfile, threading, time
+import argparse, ast, contextlib, importlib, json, math, os, re, tempfile, threading, time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -19,9 +19,9 @@ from .params import StageSpec, check_stage_params, discover_stages, find_stage, 
 __all__ = ['NON_STAGE_SECTIONS', 'RUN_ONLY', 'REHEARSAL', 'SKIP_TAG', 'SOCKET_PATH_MAX', 'BUSY_CORES', 'check_config',
            'add_config_args', 'demo_values', 'rehearsal_overrides', 'stage_status', 'chain_status', 'stage_view',
            'record_header', 'run_config_params', 'hand_overrides', 'hand_run_note', 'begin_hand_run', 'finish_hand_run',
-           'kernel_socket_dir', 'ipc_kernel_manager', 'LogTail', 'ChainError', 'execute_stage', 'select_stages',
-           'busy_threads', 'rehearsal_record', 'rehearsal_line', 'run_chain', 'smoke_run_dir', 'prepare_upstream',
-           'open_stage', 'make_stage_notebook']
+           'kernel_socket_dir', 'ipc_kernel_manager', 'LogTail', 'stage_env', 'ChainError', 'stage_imports',
+           'warm_imports', 'StageKernel', 'execute_stage', 'select_stages', 'busy_threads', 'rehearsal_record',
+           'rehearsal_line', 'run_chain', 'smoke_run_dir', 'prepare_upstream', 'open_stage', 'make_stage_notebook']
 
 # %% ../nbs/02_pipeline.ipynb #78d18dc8
 NON_STAGE_SECTIONS = ('run', 'plan', 'rehearsal')   # `plan`: assumptions for `dflash-nb plan` (see 95_plan); `rehearsal`: what `--rehearsal` changed
@@ -329,16 +329,9 @@ def poll(self: LogTail):
         if l.strip(): self.echo(self.prefix + l)
 
 # %% ../nbs/02_pipeline.ipynb #c0e22539
-@contextlib.contextmanager
-def _stage_env(out_dir: Path, threads: int | None = None):
-    env = {'IN_TEST': '1', STAGE_LOG_ENV: str(out_dir / 'log.txt'), **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try: yield
-    finally:
-        for k, v in saved.items():
-            if v is None: os.environ.pop(k, None)
-            else: os.environ[k] = v
+def stage_env(out_dir: Path, threads: int | None = None) -> dict:
+    "The variables a stage's kernel gets beside the chain's own: `IN_TEST`, its log's path, its threads when given."
+    return {'IN_TEST': '1', STAGE_LOG_ENV: str(out_dir / 'log.txt'), **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
 
 class ChainError(RuntimeError):
     "A stage of the chain failed; the message names the stage, the error and the executed notebook."
@@ -350,14 +343,72 @@ def _failed(stage, e, out_nb) -> ChainError:
     return ChainError(f'stage {stage.name} failed in cell {e.exec_count}: {e.ename}: {e.evalue}\n{tb}\n'
                       f'executed notebook: {out_nb}')
 
+# %% ../nbs/02_pipeline.ipynb #a09e6371
+def stage_imports(nb) -> list[str]:
+    "The modules the code cells of notebook `nb` import at their top level, in order (magics and shell lines aside)."
+    mods = []
+    for c in nb['cells']:
+        if c['cell_type'] != 'code': continue
+        src = '\n'.join(l for l in ''.join(c['source']).splitlines() if not l.lstrip().startswith(('%', '!')))
+        try: tree = ast.parse(src)
+        except SyntaxError: continue
+        for s in tree.body:
+            if isinstance(s, ast.Import): mods += [a.name for a in s.names]
+            elif isinstance(s, ast.ImportFrom) and s.module and not s.level: mods.append(s.module)
+    return list(dict.fromkeys(mods))
+
+def warm_imports(ready: str, modules=()):
+    "Run by a kernel started ahead, as it starts: import `modules` (a failing one is left to the notebook), then touch `ready`."
+    try:
+        for m in modules:
+            with contextlib.suppress(Exception): importlib.import_module(m)
+    finally: Path(ready).touch()
+
+
+# %% ../nbs/02_pipeline.ipynb #28a12943
+class StageKernel:
+    "A stage's kernel, started by the chain with the stage's variables; `warm`: ahead of the stage, its imports done first."
+    def __init__(self, stage: StageSpec, out_dir: Path, threads: int | None = None, kernel_name: str = 'python3',
+                 warm: bool = False):
+        from jupyter_core.utils import run_sync
+        self.stage, self.env = stage.name, stage_env(Path(out_dir), threads)
+        self.km = ipc_kernel_manager()(kernel_name=kernel_name)
+        self.ready = Path(self.km.ip + '.ready')   # beside its sockets, in the private folder
+        mods = tuple(stage_imports(stage_view(stage.path))) if warm else ()
+        line = f"__import__('dflash_nb.pipeline', fromlist=['warm_imports']).warm_imports({str(self.ready)!r}, {mods!r})"
+        run_sync(self.km.start_kernel)(env={**os.environ, **self.env}, cwd=str(stage.path.parent),
+                                       extra_arguments=[f'--IPKernelApp.exec_lines={line}'] if warm else [])
+        if not warm: self.ready.touch()
+
+
+# %% ../nbs/02_pipeline.ipynb #d5663db7
+@patch
+def wait(self: StageKernel, timeout: float = 300) -> bool:
+    "Wait until the kernel has done its imports; False (and it is shut down) when it died or took over `timeout` s."
+    from jupyter_core.utils import run_sync
+    end = time.time() + timeout
+    while not self.ready.exists():
+        if time.time() > end or not run_sync(self.km.is_alive)():
+            self.close()
+            return False
+        time.sleep(0.05)
+    return True
+
+@patch
+def close(self: StageKernel):
+    "Shut the kernel down (no interrupt first: `ipc_kernel_manager`)."
+    from jupyter_core.utils import run_sync
+    if self.km.has_kernel: run_sync(self.km.shutdown_kernel)()
+    self.ready.unlink(missing_ok=True)
+
+
 # %% ../nbs/02_pipeline.ipynb #6bead80b
-def _papermill(view: Path, out_nb: Path, stage, params: dict, log_output: bool, kernel_name: str):
+def _papermill(view: Path, out_nb: Path, stage, params: dict, log_output: bool, kernel: StageKernel):
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
     try:
-        pm.execute_notebook(str(view), str(out_nb), parameters=params, kernel_name=kernel_name,
-                            cwd=str(stage.path.parent), progress_bar=False, log_output=log_output, report_mode=False,
-                            kernel_manager_class=ipc_kernel_manager())
+        pm.execute_notebook(str(view), str(out_nb), parameters=params, kernel_name=kernel.km.kernel_name, km=kernel.km,
+                            cwd=str(stage.path.parent), progress_bar=False, log_output=log_output, report_mode=False)
     except PapermillExecutionError as e: raise _failed(stage, e, out_nb) from None
 
 def _add_header(out_nb: Path, text: str):
@@ -368,9 +419,10 @@ def _add_header(out_nb: Path, text: str):
 
 # %% ../nbs/02_pipeline.ipynb #e30fefef
 def execute_stage(stage: StageSpec, run_dir, params: dict, progress: bool = True, log_output: bool = False,
-                  kernel_name: str = 'python3', echo=print, threads: int | None = None) -> Path:
-    """Execute the stage view of one stage notebook with papermill into its stage folder; returns the executed
-    notebook (headed by `record_header`). With `progress` (and not `log_output`), its `log.txt` lines are echoed."""
+                  kernel_name: str = 'python3', echo=print, kernel: StageKernel | None = None) -> Path:
+    """Execute the stage view of one stage notebook with papermill into its stage folder, in `kernel` (default: one
+    started now), which is shut down after; returns the executed notebook (headed by `record_header`). With `progress`
+    (and not `log_output`), its `log.txt` lines are echoed."""
     import nbformat
     run_dir = Path(run_dir).resolve()
     out_dir = run_dir / stage.name
@@ -378,9 +430,12 @@ def execute_stage(stage: StageSpec, run_dir, params: dict, progress: bool = True
     out_nb, view, t = out_dir / f'{stage.name}.ipynb', out_dir / '.stage_view.ipynb', time.time()
     nbformat.write(stage_view(stage.path), str(view))
     tail = LogTail(out_dir / 'log.txt', echo, f'  {stage.name} | ') if progress and not log_output else contextlib.nullcontext()
+    kernel = kernel or StageKernel(stage, out_dir, kernel_name=kernel_name)
     try:
-        with _stage_env(out_dir, threads), tail: _papermill(view, out_nb, stage, {**params, 'run_dir': str(run_dir)}, log_output, kernel_name)
-    finally: view.unlink(missing_ok=True)
+        with tail: _papermill(view, out_nb, stage, {**params, 'run_dir': str(run_dir)}, log_output, kernel)
+    finally:
+        kernel.close()
+        view.unlink(missing_ok=True)
     if read_manifest(out_dir) is None:
         raise ChainError(f'stage {stage.name} ran but wrote no manifest.json; executed notebook: {out_nb}')
     _add_header(out_nb, record_header(stage, run_dir, params, time.time() - t))
@@ -438,9 +493,23 @@ def _busy_note(st, echo) -> tuple:
              + (f'; it takes {threads} thread(s), one per free core (threads that share a core wait for each other)' if threads else ''))
     return busy, threads
 
-def _run_one(st, run_dir, params, summary, echo, **kw) -> dict:
-    (busy, threads), t = _busy_note(st, echo), time.time()
-    try: nb = execute_stage(st, run_dir, params, echo=echo, threads=threads, **kw)
+
+# %% ../nbs/02_pipeline.ipynb #79c0a0d4
+def _kernel(st, run_dir: Path, threads, ahead: dict) -> StageKernel:
+    "The kernel started ahead for `st` when it is alive with the stage's variables, else one started now."
+    k = ahead.pop(st.name, None)
+    if k and k.km.has_kernel and k.env == stage_env(run_dir / st.name, threads): return k
+    if k: k.close()
+    return StageKernel(st, run_dir / st.name, threads)
+
+def _run_one(st, nxt, run_dir, params, summary, echo, ahead: dict, **kw) -> dict:
+    "Run stage `st` in its kernel, the next stage's (`nxt`) started ahead in `ahead` meanwhile."
+    t = time.time()
+    if st.name in ahead: ahead[st.name].wait()   # its imports done before the cores are measured
+    busy, threads = _busy_note(st, echo)
+    kernel = _kernel(st, run_dir, threads, ahead)
+    if nxt: ahead[nxt.name] = StageKernel(nxt, run_dir / nxt.name, warm=True)
+    try: nb = execute_stage(st, run_dir, params, echo=echo, kernel=kernel, **kw)
     except ChainError:
         summary['stages'].append({'stage': st.name, 'status': 'failed', 'seconds': round(time.time() - t, 2), 'busy_cores': busy})
         raise
@@ -480,18 +549,24 @@ def run_chain(config=None, overrides=(), runs_dir=None, from_stage: str | None =
     summary, t0 = {'run_dir': str(run_dir), 'config': cfg, **rehearsal_record(cfg), 'stages': []}, time.time()
     skip = set(cfg['run'].get('skip') or [])
     echo(f'run {cfg["run"]["name"]} -> {run_dir} ({len(todo)} stage(s))')
-    for i, st in enumerate(todo, 1):
-        what, reason = _decide(st, start, [s.name for s in stages], run_dir, all_params[st.name], force or bool(only), skip)
-        echo(f'[{i}/{len(todo)}] {st.name}: {"skipped" if what == "skip" else "running"} ({reason})')
-        if what == 'skip':
-            summary['stages'].append({'stage': st.name, 'status': 'skipped', 'reason': reason, 'seconds': 0.0})
-            continue
-        try: summary['stages'].append({**_run_one(st, run_dir, all_params[st.name], summary, echo, progress=progress,
-                                                  log_output=log_output), 'reason': reason})
-        except ChainError:
-            if record: write_json(run_dir / 'run.json', {**summary, 'status': 'failed'})
-            raise
-        echo(f'[{i}/{len(todo)}] {st.name}: done in {summary["stages"][-1]["seconds"]:.1f}s' + _quarantined(run_dir / st.name))
+    ahead = {}   # the next stage's kernel, started while a stage runs (`StageKernel`)
+    try:
+        for i, st in enumerate(todo, 1):
+            what, reason = _decide(st, start, [s.name for s in stages], run_dir, all_params[st.name], force or bool(only), skip)
+            echo(f'[{i}/{len(todo)}] {st.name}: {"skipped" if what == "skip" else "running"} ({reason})')
+            if what == 'skip':
+                if st.name in ahead: ahead.pop(st.name).close()
+                summary['stages'].append({'stage': st.name, 'status': 'skipped', 'reason': reason, 'seconds': 0.0})
+                continue
+            nxt = next((s for s in todo[i:] if s.short not in skip), None)
+            try: summary['stages'].append({**_run_one(st, nxt, run_dir, all_params[st.name], summary, echo, ahead,
+                                                      progress=progress, log_output=log_output), 'reason': reason})
+            except ChainError:
+                if record: write_json(run_dir / 'run.json', {**summary, 'status': 'failed'})
+                raise
+            echo(f'[{i}/{len(todo)}] {st.name}: done in {summary["stages"][-1]["seconds"]:.1f}s' + _quarantined(run_dir / st.name))
+    finally:
+        for k in ahead.values(): k.close()
     summary['seconds'] = round(time.time() - t0, 2)
     if record: write_json(run_dir / 'run.json', {**summary, 'status': 'ok'})
     echo(f'run {cfg["run"]["name"]}: ' + ', '.join(f"{s['stage']} {s['status']}" for s in summary['stages']) +

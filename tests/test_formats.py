@@ -6,7 +6,8 @@ from collections import Counter
 from pathlib import Path
 import pytest
 
-from dflash_nb.formats import (NORMALIZERS, SIGNATURES, detect_format, normalize_record, read_file, norm_messages)
+from dflash_nb.formats import (NORMALIZERS, SIGNATURES, detect_format, normalize_record, read_file)
+from dflash_nb.normalizers import norm_messages
 from dflash_nb.schema import validate_row
 
 def write_jsonl(p, recs):

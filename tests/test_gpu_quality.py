@@ -25,7 +25,7 @@ def test_gpu_quality_cpu_tiny(tmp_path):
     for name, st in res['stages'].items():
         assert st['status'] == 'ran' and st['seconds'] > 0, (name, st)
         assert 'predicted_minutes' in st and 'plan_gpu_minutes' in st
-    assert set(res['plan']['predicted_minutes']) == set(STAGES)                # plan.predict_minutes, beside each stage
+    assert set(res['plan']['predicted_minutes']) == set(STAGES)                # costs.predict_minutes, beside each stage
     assert all(res['stages'][k]['predicted_minutes'] == v for k, v in res['plan']['predicted_minutes'].items())
     reg, tr, ev = (res['stages'][k] for k in ('40_regenerate', '80_train', '90_evaluate'))
     assert reg['backend'] == 'hf' and reg['decoder'].startswith('greedy_decode')     # the stage's loop, not generate

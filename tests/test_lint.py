@@ -14,7 +14,7 @@ LAZY = {
     'safetensors': 'imports torch', 'tokenizers': 'the Rust tokenizers runtime', 'numpy': 'only where arrays are made',
     'matplotlib': 'about 0.5 s and a backend, only to plot', 'IPython': 'only in a notebook', 'ipywidgets': 'only in a notebook',
     'nbformat': 'the docs and the chain only', 'papermill': 'the chain only', 'jupyter_client': 'the chain only',
-    'nbdev': 'the docs only', 'jinja2': 'only to render a template file', 'tqdm': 'only with a progress bar',
+    'nbdev': 'the docs only', 'jupyter_core': 'the chain only (its event loop runner, as nbclient uses it)', 'jinja2': 'only to render a template file', 'tqdm': 'only with a progress bar',
     'wandb': 'optional, only when a run logs to it', 'tensorboard': 'optional', 'gguf': 'only to convert a GGUF target',
     'multiprocessing': 'a worker pool, only when one is asked for', 'dflash_nb': 'a stage module loaded by the command that runs it',
 }

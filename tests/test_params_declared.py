@@ -136,8 +136,8 @@ def test_settings_dataclasses_take_the_declared_defaults():
 import importlib, inspect
 
 SIGNATURE_MODULES = ('targets', 'sources', 'convert', 'templates', 'regenerate', 'tokenization', 'hidden_states', 'train', 'evaluate',
-                     'plan', 'export', 'backends', 'decoding', 'promptsets', 'probes', 'vocab', 'kinds')
-# a stage's module checks against its stage, a library cut from a stage against that stage; plan and export against every stage
+                     'plan', 'costs', 'export', 'backends', 'decoding', 'promptsets', 'probes', 'vocab', 'kinds')
+# a stage's module checks against its stage, a library cut from a stage against that stage; plan, costs and export against every stage
 LIBRARY_STAGE = {'backends': 'regenerate', 'decoding': 'evaluate', 'promptsets': 'evaluate', 'probes': 'templates',
                  'vocab': 'tokenization', 'kinds': 'train'}
 
@@ -158,9 +158,9 @@ OWN_DEFAULT = {
     ('evaluate', 'open_drafter', 'dtype'): 'the torch dtype the drafter is read in; `load_pair` casts it to the target',
     ('evaluate', 'drafter_target', 'target'): "None: the target the drafter's config.json names (see OWN_MEANING)",
     ('export', 'export_speculators', 'draft_vocab_size'): "None: the size the run's tokenization wrote (its d2t.npy), not a new one",
-    **{('plan', fn, 'device'): "None: the config's `run.device`, resolved here; a device named instead (the plan of another machine)"
+    **{('costs', fn, 'device'): "None: the config's `run.device`, resolved here; a device named instead (the plan of another machine)"
        for fn in ('run_device', 'machine_probe', 'stage_precision', 'predict_minutes', 'machine_plan')},
-    ('plan', 'cached_probe', 'device'): "the device whose probe is read from a run folder's precision.json (a torch device, resolved)",
+    ('costs', 'cached_probe', 'device'): "the device whose probe is read from a run folder's precision.json (a torch device, resolved)",
 }
 
 def _same(default, declared) -> bool:

@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 from conftest import dflash, ROOT
 from dflash_nb.core import PKG_DIR, fixtures_dir, load_config
-from dflash_nb.plan import make_plan, target_dims, estimate, validate, complete_config
+from dflash_nb.plan import make_plan, estimate, validate
+from dflash_nb.costs import target_dims, complete_config
 from dflash_nb.core import read_json, ConfigError
 
 PROD = PKG_DIR / 'configs' / 'qwen3_6_27b.yaml'
@@ -57,8 +58,8 @@ def test_unknown_source_is_an_error():
     assert any('no-such-dataset' in c['check'] for c in bad)
 
 # -- memory per GPU (issue 15) ------------------------------------------------------------------------------------------
-from dflash_nb.plan import (memory_plan, train_memory, regen_memory, usable_bytes, recommend_train, drafter_params,
-                            target_token_bytes, format_memory)
+from dflash_nb.costs import (memory_plan, train_memory, regen_memory, usable_bytes, recommend_train, drafter_params,
+                             target_token_bytes, format_memory)
 
 def test_training_memory_by_hand():
     "The production drafter (5 layers at width 5120) on Qwen3.6-27B, colocated, batch 4: every component worked by hand."
@@ -200,7 +201,8 @@ def test_gated_sources_warn_and_fail_where_the_config_promises_none():
         make_plan(load_config(PROD, ['plan.alow_gated=false']), target_config=TCFG, echo=lambda s: None)
 
 # -- precision and minutes on this machine (issue 45) -------------------------------------------------------------------
-from dflash_nb.plan import format_plan, computing_stages
+from dflash_nb.plan import format_plan
+from dflash_nb.costs import computing_stages
 
 def test_demo_plan_says_dtypes_and_minutes_here():
     "`make_plan('demo')`: each computing stage's dtype on this machine and why, and positive minutes for each."

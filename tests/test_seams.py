@@ -20,7 +20,7 @@ def test_layer_ids_option_is_the_declaration():
     assert a.target_layer_ids == ['1', '3']
 
 def test_plan_keys_are_declared_and_checked():
-    from dflash_nb.plan import MEM_DEFAULTS, PLAN_DEFAULTS, PLAN_FILES, PLAN_KEYS, plan_assumptions
+    from dflash_nb.costs import MEM_DEFAULTS, PLAN_DEFAULTS, PLAN_FILES, PLAN_KEYS, plan_assumptions
     assert set(PLAN_KEYS) == {*PLAN_DEFAULTS, *MEM_DEFAULTS, *PLAN_FILES}
     assert all(p.help for p in PLAN_KEYS.values())
     for cfg in sorted((PKG_DIR / 'configs').glob('*.yaml')):   # every shipped plan section: declared keys, allowed values

@@ -12,7 +12,7 @@ EXCEPTIONS = {
     ('drafter', 'build_config'): 'a DFlashConfig from a target config: the keywords are the config fields it may override',
     ('drafter', 'forward'): "the drafter module's call (features, ids, positions, cache, masks): torch's module convention",
     ('explorer', 'template_report'): "the explorer's one entry point: each keyword a choice shown in its widgets",
-    ('plan', 'train_memory'): 'the memory model of one training setting: open, a settings object is the next step (issue 47.3)',
+    ('costs', 'train_memory'): 'the memory model of one training setting: open, a settings object is the next step (issue 47.3)',
 }
 
 def _params(fn: ast.FunctionDef) -> list[str]:
