@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Peak memory (and time) of the DFlash loss head: the chunked CE (`drafter.linear_cross_entropy_stats`) against the
+"""Peak memory (and time) of the DFlash loss head: the chunked CE (`loss.linear_cross_entropy_stats`) against the
 full logits (`F.linear` + `F.cross_entropy` + argmax), forward + backward, at the production vocabulary.
 
     python bench/bench_loss_memory.py                         # V = 248,320, 8,192 block slots, hidden 128 (CPU)
@@ -18,7 +18,7 @@ from pathlib import Path
 
 CHILD = r'''
 import json, resource, sys, time, torch, torch.nn.functional as F
-from dflash_nb.drafter import linear_cross_entropy_stats, ce_chunks
+from dflash_nb.loss import linear_cross_entropy_stats, ce_chunks
 mode, n, H, V, dev = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 dt = torch.bfloat16 if dev == 'cuda' else torch.float32
 g = torch.Generator().manual_seed(0)

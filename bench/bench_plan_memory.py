@@ -4,10 +4,10 @@
     python bench/bench_plan_memory.py            # a few small drafters, a few seconds each
 
 A `TorchDispatchMode` counts the bytes of every live tensor storage (added when an op creates it, removed when it is
-freed) through a full training step — `drafter.dflash_loss` forward under bf16 autocast (as on a GPU), backward,
+freed) through a full training step — `loss.dflash_loss` forward under bf16 autocast (as on a GPU), backward,
 AdamW step — in steady state (the second step: the AdamW moments exist). The peak is compared with
 `costs.train_memory` (the trainer's parts: drafter weights, gradients, AdamW states, frozen embedding + LM head,
-activations, loss; the target is not in the loop here), for each loss the installed `drafter.dflash_loss` offers
+activations, loss; the target is not in the loop here), for each loss the installed `loss.dflash_loss` offers
 (`ce='full'` materializes the logits; `ce='chunked'` where the drafter has it). With `ce='full'` a second run at twice
 the vocabulary measures the bytes each logit costs at the peak (the plan assumes `logit_bytes` = 14). CPU kernels (dense SDPA mask instead of flex,
 CPU autocast) differ from the GPU's in their temporaries, so this checks the model's terms, not a GPU's allocator.

@@ -8,7 +8,7 @@ A trained drafter has to clearly beat these numbers to be worth serving. Runs th
 `90_evaluate` (plain decoding as the reference, losslessness checked, the two decoded back to back on each prompt in
 an order rotated from prompt to prompt); prints a table and writes JSON to bench/results/prompt_lookup_<target>.json.
 The speedup is the median over prompts of the per-prompt ratio, with its interquartile range and range, and the
-timing verdict of `evaluate.timing_verdict` (faster / slower / within noise / contradicts forwards/token). CPU
+timing verdict of `verdicts.timing_verdict` (faster / slower / within noise / contradicts forwards/token). CPU
 wall-clock speedups on a shared machine are indicative only; tau and target forwards per token are what carry over.
 CPU-seconds of the process are reported beside the wall time.
 """
@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from dflash_nb.core import fixtures_dir, prompt_set_name
-from dflash_nb.evaluate import Bookkeeping, EvalGeneration, PromptLookupDrafter, evaluate_prompts, load_prompt_file, summarize
+from dflash_nb.evaluate import Bookkeeping, EvalGeneration, PromptLookupDrafter, evaluate_prompts, load_prompt_file
+from dflash_nb.verdicts import summarize
 from dflash_nb.models import load_target
 
 

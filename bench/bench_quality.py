@@ -57,7 +57,8 @@ def train_tokens_per_step(run: Path) -> float:
 
 
 def tau_curve(run: Path, n: int, max_new_tokens: int, max_checkpoints: int | None = None, log=print) -> list:
-    from dflash_nb.evaluate import Bookkeeping, DFlashDraftSession, EvalGeneration, evaluate_prompts, load_prompt_set, summarize
+    from dflash_nb.evaluate import Bookkeeping, DFlashDraftSession, EvalGeneration, evaluate_prompts, load_prompt_set
+    from dflash_nb.verdicts import summarize
     from dflash_nb.models import load_target
     model, tok = load_target('smollm2', device='cpu')
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()

@@ -62,7 +62,7 @@ def setup(a):
     from dflash_nb.drafter import build_config, resolve_mask_token_id
     from dflash_nb.features import FeatureStore
     from dflash_nb.models import load_tokenizer, resolve_target
-    from dflash_nb.train import load_target_head
+    from dflash_nb.target_weights import load_target_head
     store = FeatureStore(Path(a.run) / '60_hidden_states' / 'features')
     arms = split_ids(list(store.ids), a.prompts, a.heldout)
     train_store = FeatureStore(Path(a.train_run) / '60_hidden_states' / 'features') if a.train_run else store

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Training throughput of the DFlash drafter (forward + backward + AdamW step of `dflash_loss`).
+"""Training throughput of the DFlash drafter (forward + backward + AdamW step of `loss.dflash_loss`).
 
     python bench/bench_train.py                      # CPU: the demo drafter (1 layer on SmolLM2-135M's width/vocab)
     python bench/bench_train.py --device cuda        # GPU: one Qwen3-8B-sized drafter layer (width 4096) + TFLOP/s
@@ -14,12 +14,13 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from dflash_nb import drafter as D
+try: from dflash_nb import loss as D      # the loss (70a_loss); older checkouts kept it in the drafter
+except ImportError: from dflash_nb import drafter as D
 from dflash_nb.drafter import DFlashConfig, DFlashDrafter, pad_anchors, sample_anchors
 
 
 def call_loss(m, emb, head, ids, lm, feats, anchors, valid, **kw):
-    "`drafter.dflash_loss` of these tensors in either signature: `(batch, LossOptions)`, or the positional one of older checkouts."
+    "`loss.dflash_loss` of these tensors in either signature: `(batch, LossOptions)`, or the positional one of older checkouts."
     if hasattr(D, 'LossOptions'):
         return D.dflash_loss(m, emb, head, dict(input_ids=ids, loss_mask=lm, features=feats, anchors=anchors, valid=valid), D.LossOptions(**kw))
     return D.dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, **kw)

@@ -195,7 +195,7 @@ def setup(a):
     from transformers import AutoConfig
     from dflash_nb.drafter import build_config, resolve_mask_token_id
     from dflash_nb.models import load_tokenizer, resolve_target
-    from dflash_nb.train import load_target_head
+    from dflash_nb.target_weights import load_target_head
     run = Path(a.run).resolve(); work = Path(a.out or ROOT / 'runs' / 'vs_speculators').resolve(); work.mkdir(parents=True, exist_ok=True)
     store, train_ids, held_ids = prepare(run, work, a.rows, a.heldout)
     tok = load_tokenizer('smollm2'); tcfg = AutoConfig.from_pretrained(resolve_target('smollm2'))

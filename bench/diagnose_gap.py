@@ -32,7 +32,7 @@ from dflash_nb.drafter import anchor_candidates, load_drafter
 from dflash_nb.decoding import PromptLookupDrafter, first_difference; from dflash_nb.promptsets import load_prompt_set, load_prompt_file, render_prompt
 from dflash_nb.features import FeatureStore, extract_features
 from dflash_nb.models import load_target, load_tokenizer
-from dflash_nb.train import load_target_head
+from dflash_nb.target_weights import load_target_head
 
 
 def eval_items(run: Path, params: dict) -> dict:

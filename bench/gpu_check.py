@@ -8,7 +8,7 @@ Sections (each time-boxed; an error or a timeout is recorded in its section and 
 rewritten after every section, so it exists even when the whole script is killed):
 
 - `matmul`: an 8192³ bf16 matrix product, the achieved ceiling next to the datasheet peak;
-- `train_step`: forward + backward + AdamW of `drafter.dflash_loss` at the production drafter's shapes (1 and 5
+- `train_step`: forward + backward + AdamW of `loss.dflash_loss` at the production drafter's shapes (1 and 5
   layers at width 5120, Qwen3.6-27B heads 24/4 × 256, FFN 17408, vocabulary 248,320, sequence 3072, 512 anchors,
   block 16), fp32 master weights under bf16 autocast as `train.Trainer` runs it: tokens/s, achieved TFLOP/s against
   the GPU's bf16 peak, peak memory, and the number of torch.compile graphs (flex attention);

@@ -24,7 +24,8 @@ def cmd_train(a):
     from dflash_nb.drafter import DFlashDrafter, build_config, export_drafter, resolve_mask_token_id
     from dflash_nb.features import FeatureStore
     from dflash_nb.models import load_tokenizer, resolve_target
-    from dflash_nb.train import Trainer, TrainConfig, load_target_head, init_drafter_from_target
+    from dflash_nb.train import Trainer, TrainConfig
+    from dflash_nb.target_weights import load_target_head, init_drafter_from_target
     torch.set_num_threads(a.threads)
     seed_everything(a.seed)
     data = FeatureStore(Path(a.run) / '60_hidden_states' / 'features')
@@ -69,7 +70,8 @@ def load_items(name, n):
 
 def cmd_eval(a):
     from dflash_nb.drafter import load_drafter
-    from dflash_nb.evaluate import Bookkeeping, DFlashDraftSession, EvalGeneration, evaluate_prompts, summarize
+    from dflash_nb.evaluate import Bookkeeping, DFlashDraftSession, EvalGeneration, evaluate_prompts
+    from dflash_nb.verdicts import summarize
     from dflash_nb.models import load_target
     torch.set_num_threads(a.threads)
     model, tok = load_target('smollm2', device='cpu')

@@ -26,10 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from transformers import AutoConfig
 from dflash_nb.core import seed_everything
-from dflash_nb.drafter import DFlashDrafter, build_config, resolve_mask_token_id, block_labels, build_masks, sample_anchors, pad_anchors
+from dflash_nb.drafter import DFlashDrafter, build_config, resolve_mask_token_id, build_masks, sample_anchors, pad_anchors
+from dflash_nb.loss import block_labels
 from dflash_nb.features import FeatureStore
 from dflash_nb.models import load_tokenizer, resolve_target
-from dflash_nb.train import Trainer, TrainConfig, load_target_head, init_drafter_from_target, eligible_rows, collate
+from dflash_nb.train import Trainer, TrainConfig, eligible_rows, collate
+from dflash_nb.target_weights import load_target_head, init_drafter_from_target
 
 
 class Rows:

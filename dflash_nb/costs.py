@@ -66,7 +66,7 @@ mem_headroom: float = 0.08  # [0, 1) fraction of the card kept free (allocator f
 mem_reserved_gb: float = 2.0  # [0, inf) GB for the CUDA context, cuBLAS workspaces, NCCL buffers
 head_bytes: int = 4  # [1, inf) per element of the frozen embedding + LM head (fp32, as train loads them)
 logit_bytes: int = 14  # [1, inf) per logit: bf16 logits 2 + fp32 copy 4 + saved log-softmax 4 + gradient 4
-ce_chunk_elems: int = 67108864  # [1, inf) the chunked loss: logits per chunk (2**26, drafter.CE_CHUNK_ELEMS)
+ce_chunk_elems: int = 67108864  # [1, inf) the chunked loss: logits per chunk (2**26, loss.CE_CHUNK_ELEMS)
 regen_tp: int = 1  # [1, inf) tensor-parallel GPUs per regeneration server
 prefill_chunk: int = 8192  # [1, inf) tokens per prefill step of a serving engine (chunked prefill)
 """, 'the plan section')

@@ -4,7 +4,7 @@
 
 # %% ../nbs/90_evaluate.ipynb #3344aa3e
 from __future__ import annotations
-import argparse, contextlib, json, statistics, sys, time
+import argparse, contextlib, json, sys, time
 from collections.abc import Callable
 from dataclasses import dataclass, asdict, field, is_dataclass
 from pathlib import Path
@@ -24,91 +24,16 @@ from .decoding import (Sampler, DFlashDraftSession, ZeroedFeatures, LateFeatures
                                 plain_generate, speculative_generate, WithLookup, LosslessError, check_lossless)
 from .promptsets import (PROMPT_SETS, load_prompt_file, load_prompt_set, held_out_prompts, trained_row_ids,
                                   render_prompt, cap_items, cap_note, spread_evenly)
-# transformers, datasets and matplotlib are imported where first used: `dflash-nb --help` imports this module
+from .verdicts import drafter_facts, plot_acceptance, pooled_tau, report_md, summarize, timing_stats
+# transformers is imported where first used: `dflash-nb --help` imports this module
 
 # %% auto #0
-__all__ = ['MIN_TIMED_PROMPTS', 'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_PROMPTS', 'MIN_CONTROL_PROMPTS', 'CONTROL_WORDS',
-           'NEAR_ONE', 'USEFUL_RUN', 'VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE',
-           'UPSTREAM_STAGES', 'timing_stats', 'timing_verdict', 'summarize', 'variant_runs', 'rotated', 'warm_key',
-           'EvalGeneration', 'Bookkeeping', 'evaluate_prompts', 'evaluate_set', 'plot_acceptance', 'column_legend',
-           'results_table', 'control_gap', 'set_verdict', 'lossless_verdict', 'drafter_facts', 'drafter_line',
-           'training_line', 'advice_line', 'caveats', 'verdict', 'report_md', 'recorded_target', 'drafter_target',
-           'check_drafter_fits', 'open_drafter', 'load_pair', 'check_variants', 'target_mtp', 'build_variants',
-           'load_controls', 'gather_prompt_sets', 'RecordLog', 'run_sets', 'EvalSettings', 'EvalJob', 'default_out_dir',
-           'write_outputs', 'evaluate_drafter', 'register_cli', 'finish_evaluate_stage', 'evaluate_stage',
-           'smoke_stage']
-
-# %% ../nbs/90_evaluate.ipynb #b5915b6e
-def _quantile(xs: list, q: float) -> float:
-    "The `q`-quantile of the non-empty `xs`, linearly interpolated (numpy's default)."
-    s = sorted(xs)
-    i = q * (len(s) - 1)
-    lo = int(i)
-    return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (i - lo)
-
-def timing_stats(gens: list,   # one variant's generations
-                 plains: list, # plain decoding of the same prompts, paired by index
-                ) -> dict:     # tokens/s medians; the speedup's median, interquartile range and range
-    "Per-prompt tokens/s of a variant and of plain decoding on the same prompt; their ratio is the speedup."
-    tps = lambda g: len(g.tokens) / g.seconds if g.seconds > 0 and g.tokens else None
-    pairs = [(tps(g), tps(p)) for g, p in zip(gens, plains) if tps(g) and tps(p)]
-    keys = ('tokens_per_s', 'plain_tokens_per_s', 'speedup', 'speedup_iqr', 'speedup_range')
-    if not pairs: return dict.fromkeys(keys)
-    sp, r, med = [a / b for a, b in pairs], lambda x: round(x, 4), statistics.median
-    return dict(zip(keys, (r(med(a for a, _ in pairs)), r(med(b for _, b in pairs)), r(med(sp)),
-                           [r(_quantile(sp, 0.25)), r(_quantile(sp, 0.75))], [r(min(sp)), r(max(sp))])))
-
-# %% ../nbs/90_evaluate.ipynb #11ab70fa
-def _pooled(gens: list, plains: list) -> dict:
-    "Pooled ms per token, forwards per token, and the cost of one of the variant's forwards in plain steps."
-    tok, ptok = sum(len(g.tokens) for g in gens), sum(len(p.tokens) for p in plains)
-    fw, pfw = sum(g.target_forwards + g.refeed_forwards for g in gens), sum(p.target_forwards for p in plains)
-    ts, tp = sum(g.seconds for g in gens), sum(p.seconds for p in plains)
-    f_tok, pf_tok = fw / max(tok, 1), pfw / max(ptok, 1)
-    cost = (ts / fw) / (tp / pfw) if fw and pfw and tp > 0 else None
-    return {'target_forwards_per_token': round(f_tok, 4), 'plain_forwards_per_token': round(pf_tok, 4),
-            'speedup_bound': round(pf_tok / f_tok, 4) if f_tok else None,
-            'forward_cost': cost and round(cost, 4),
-            'tpot_ms': round(1000 * ts / max(tok, 1), 3), 'plain_tpot_ms': round(1000 * tp / max(ptok, 1), 3)}
-
-# %% ../nbs/90_evaluate.ipynb #c48c964a
-MIN_TIMED_PROMPTS = 3    # fewer prompts than this: no spread, no verdict on the speed
-SPEEDUP_SLACK = 1.1      # a speedup above speedup_bound x this contradicts the forwards per token
-
-def timing_verdict(m: dict, # a variant's summary (`summarize`)
-                  ) -> str: # faster, slower, within noise, contradicts forwards/token, too few prompts, not timed
-    "What a variant's wall-clock speedup says, given its spread over prompts and its forwards per token."
-    sp, n = m.get('speedup'), m.get('prompts', 0)
-    if sp is None: return 'not timed'
-    if m.get('speedup_bound') and sp > m['speedup_bound'] * SPEEDUP_SLACK: return 'contradicts forwards/token'
-    if n < MIN_TIMED_PROMPTS: return 'too few prompts'
-    lo, hi = m['speedup_iqr'] if n >= 4 else m['speedup_range']
-    return 'within noise' if lo <= 1 <= hi else 'faster' if lo > 1 else 'slower'
-
-# %% ../nbs/90_evaluate.ipynb #0f7dff12
-def _pooled_tau(gens: list) -> float:
-    "Accepted tokens per cycle over all cycles of `gens`."
-    acc = [a for g in gens for a in g.accept_lengths]
-    return round(sum(acc) / max(len(acc), 1), 4)
-
-def summarize(gens: list,       # one variant's generations
-              plains: list,     # plain decoding of the same prompts, paired by index
-              block_size: int,  # the variant's block size (slots in `accept_at`: block_size - 1)
-             ) -> dict:         # the set-level metrics (columns: `COLUMNS` below)
-    "Set-level metrics of speculative generations against the plain generations of the same prompts."
-    B, acc = int(block_size), [a for g in gens for a in g.accept_lengths]
-    at = [sum(1 for a in acc if a - 1 >= k) / max(len(acc), 1) for k in range(1, B)]
-    cond = [at[0] if acc else 0.0] + [(at[k] / at[k - 1]) if at[k - 1] > 0 else 0.0 for k in range(1, B - 1)]
-    m = {'prompts': len(gens), 'tokens': sum(len(g.tokens) for g in gens), 'cycles': len(acc),
-         'tau': _pooled_tau(gens),
-         'tau_response_mean': round(sum(g.tau for g in gens) / max(len(gens), 1), 4),
-         'accept_at': [round(x, 4) for x in at], 'accept_conditional': [round(x, 4) for x in cond],
-         'hist': [sum(1 for a in acc if a == i) for i in range(1, B + 1)],
-         'refeed_forwards': sum(g.refeed_forwards for g in gens),
-         **_pooled(gens, plains), **timing_stats(gens, plains),
-         'identical': round(sum(g.tokens == p.tokens for g, p in zip(gens, plains)) / max(len(gens), 1), 4),
-         'ties': sum(bool((g.difference or {}).get('tie')) for g in gens)}
-    return {**m, 'timing': timing_verdict(m)}
+__all__ = ['VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 'SMOKE', 'UPSTREAM_STAGES', 'variant_runs',
+           'rotated', 'warm_key', 'EvalGeneration', 'Bookkeeping', 'evaluate_prompts', 'evaluate_set',
+           'recorded_target', 'drafter_target', 'check_drafter_fits', 'open_drafter', 'load_pair', 'check_variants',
+           'target_mtp', 'build_variants', 'load_controls', 'gather_prompt_sets', 'RecordLog', 'run_sets',
+           'EvalSettings', 'EvalJob', 'default_out_dir', 'write_outputs', 'evaluate_drafter', 'register_cli',
+           'finish_evaluate_stage', 'evaluate_stage', 'smoke_stage']
 
 # %% ../nbs/90_evaluate.ipynb #d8762819
 def variant_runs(variants: dict,          # `{name: (drafter, feature_shift)}`
@@ -278,7 +203,7 @@ def _summaries(gens: dict, variants: dict, block_size: int) -> dict:
         B = getattr(variants.get(v.split('+')[0], (None,))[0], 'block_size', block_size)
         out[v] = summarize(gs, gens['plain'][:len(gs)], B)
         if gens.get('trained') and v != 'trained':
-            out[v]['trained_tau_paired'] = _pooled_tau(gens['trained'][:len(gs)])
+            out[v]['trained_tau_paired'] = pooled_tau(gens['trained'][:len(gs)])
     return out
 
 # %% ../nbs/90_evaluate.ipynb #ed391860
@@ -299,268 +224,6 @@ def evaluate_set(model, tokenizer, set_name: str, items: list, variants: dict,
            'plain_tokens_per_s': timing_stats(gens['plain'], gens['plain'])['tokens_per_s'],
            'variants': _summaries(gens, variants, gen.block_size), **({'context_cap': cap} if cap_note(cap) else {})}
     return res, gens
-
-# %% ../nbs/90_evaluate.ipynb #84e2494d
-def _plot_set(top, bottom, name: str, variants: dict):
-    "The two panels of one prompt set."
-    for i, (v, m) in enumerate(variants.items()):
-        slots, w, tot = range(1, len(m['accept_at']) + 1), 0.8 / max(len(variants), 1), max(sum(m['hist']), 1)
-        top.plot(slots, m['accept_at'], marker='o', ms=3, label=f"{v} (tau {m['tau']:.2f})")
-        xs = [x + i * w for x in range(1, len(m['hist']) + 1)]
-        bottom.bar(xs, [h / tot for h in m['hist']], width=w, label=v)
-    top.set(title=f'{name}: per-position acceptance', xlabel='draft slot k', ylabel='P(slot k accepted)',
-            ylim=(0, 1.02))
-    bottom.set(title=f'{name}: accepted per cycle (acc+1)', xlabel='tokens per cycle',
-               ylabel='fraction of cycles')
-    top.legend(fontsize=7)
-    bottom.legend(fontsize=7)
-
-def plot_acceptance(results: dict, # `{set: result}` of `evaluate_set`
-                    path=None):    # where to save the PNG
-    "Per-position acceptance `P(acc >= k)` (a column per prompt set) and the histogram of `acc + 1` per variant."
-    import matplotlib
-    matplotlib.use('Agg')     # matplotlib on first use (see the imports)
-    import matplotlib.pyplot as plt
-    sets = [s for s in results if results[s].get('variants')]
-    fig, ax = plt.subplots(2, max(len(sets), 1), figsize=(5 * max(len(sets), 1), 7), squeeze=False)
-    for j, name in enumerate(sets): _plot_set(ax[0, j], ax[1, j], name, results[name]['variants'])
-    fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return fig
-
-# %% ../nbs/90_evaluate.ipynb #72a64858
-COLUMNS = {
-    'prompts': 'prompt turns the variant decoded (the controls: the first `control_prompts` of each set)',
-    'tau': 'accepted tokens per draft-verify cycle, bonus included, over all cycles of the set '
-           '(1.0: every draft rejected)',
-    'tau (z-lab)': "the mean over responses of each response's tau (as z-lab's benchmark averages)",
-    'P(slot k)': '`accept_at[k-1]`: the fraction of cycles whose first k drafts were all accepted',
-    'fwd/token': 'target forwards (prefill, verify, hybrid re-feeds) per generated token; plain decoding 1.0',
-
-    'tokens/s': "median over prompts of the variant's generated tokens per second (prefill included; each run "
-                "generated its first prompt once, untimed, before)",
-    'speedup': 'median over prompts of the variant tokens/s over plain tokens/s on the same prompt '
-               '[interquartile range; min-max under 4 prompts]',
-    'timing': 'faster or slower: the spread is clear of 1.0; within noise: it includes 1.0; contradicts '
-              'forwards/token: more than the forwards allow, i.e. timing noise; too few prompts: under 3',
-    'identical': 'fraction of outputs equal to plain decoding token for token (1.00: lossless)'}
-
-def column_legend() -> str:
-    "The table's columns, explained once (markdown)."
-    return '\n'.join(f'- **{k}**: {v}' for k, v in COLUMNS.items())
-
-# %% ../nbs/90_evaluate.ipynb #0500ef66
-def _fmt(x, spec: str = '.3f', unit: str = '') -> str:
-    "A number, or a dash for nothing measured."
-    return '—' if x is None else format(x, spec) + unit
-
-def _count(n: int, word: str) -> str:
-    "`n word`, plural unless n is 1."
-    return f"{n} {word}{'s' * (n != 1)}"
-
-def _row(v: str, m: dict) -> str:
-    "The table row of one variant."
-    a = list(m.get('accept_at') or []) + [None] * 3
-    lo_hi = m.get('speedup_iqr') if m.get('prompts', 0) >= 4 else m.get('speedup_range')
-    sp = _fmt(m.get('speedup'), '.2f', 'x') + (f' [{lo_hi[0]:.2f}-{lo_hi[1]:.2f}]' if lo_hi else '')
-    cells = [v, m.get('prompts', '—'), _fmt(m.get('tau')), _fmt(m.get('tau_response_mean')),
-             *map(_fmt, a[:3]), _fmt(m.get('target_forwards_per_token')), _fmt(m.get('tokens_per_s'), '.1f'), sp,
-             m.get('timing', '—'), _fmt(m.get('identical'), '.2f')]
-    return '| ' + ' | '.join(map(str, cells)) + ' |'
-
-def results_table(results: dict) -> str:
-    "A markdown table per prompt set (the columns of `COLUMNS`)."
-    head = ['| variant | prompts | tau | tau (z-lab) | P(slot1) | P(slot2) | P(slot3) | fwd/token | '
-            'tokens/s | speedup | timing | identical |', '|' + '---|' * 12]
-    lines = []
-    for name, r in results.items():
-        plain = f", plain decoding {_fmt(r.get('plain_tokens_per_s'), '.1f')} tokens/s" * bool(r.get('variants'))
-        cap = f"; {cap_note(r['context_cap'])}" if r.get('context_cap') else ''
-        lines.append(f"\n**{name}** ({r.get('source', '')}; {_count(r.get('prompts', 0), 'prompt')}, "
-                     f"{r.get('quarantined', 0)} quarantined{plain}{cap})\n")
-        if not r.get('variants'):
-            lines.append(f"skipped: {r.get('skipped', 'no prompts')}\n")
-            continue
-        lines += head + [_row(v, m) for v, m in r['variants'].items()]
-    return '\n'.join(lines)
-
-# %% ../nbs/90_evaluate.ipynb #c8b58618
-TAU_MARGIN = 0.05    # tau differences smaller than this read as "on par" in the verdict
-FEW_PROMPTS = 50     # fewer prompts in a set than this: the verdict says the error bars are wide
-
-def _vs_plain(m: dict) -> str:
-    "The drafter against plain decoding, as a verb phrase."
-    sp, t = m.get('speedup'), m.get('timing', 'not timed')
-    if t == 'contradicts forwards/token':
-        return (f"measured {sp:.2f}x plain decoding's speed, more than its {m['target_forwards_per_token']:.3f} "
-                f"target forwards per token allow (at most ~{m['speedup_bound']:.2f}x): timing noise, no speedup")
-    lo, hi = (m.get('speedup_iqr') if m.get('prompts', 0) >= 4 else m.get('speedup_range')) or (0, 0)
-    words = {'faster': 'is faster than', 'slower': 'is slower than', 'within noise': 'is within noise of',
-             'too few prompts': 'was timed on too few prompts to compare with',
-             'not timed': 'was not timed against'}[t]
-    spread = f', spread {lo:.2f}-{hi:.2f}' if m.get('prompts', 0) > 1 else ''
-    return f'{words} plain decoding' + (f' ({sp:.2f}x{spread})' if sp is not None else '')
-
-def _vs(a: float, b: float, other: str) -> str:
-    "Tau `a` against the tau `b` of `other`, in words."
-    if a > b + TAU_MARGIN: return f'accepts more than {other} (tau {a:.3f} vs {b:.3f})'
-    if a < b - TAU_MARGIN: return f'accepts less than {other} (tau {a:.3f} vs {b:.3f})'
-    return f'is on par with {other} (tau {a:.3f} vs {b:.3f})'
-
-# %% ../nbs/90_evaluate.ipynb #dbce10b7
-MIN_CONTROL_PROMPTS = 3   # a control run on fewer prompts than this tells nothing either way
-
-def control_gap(m: dict, # a control's summary, with the trained drafter's tau on its prompts (`trained_tau_paired`)
-               ) -> str | None: # None: the control can tell; else why not, and what it would take
-    "Why a control cannot tell anything about the trained drafter, and what would: too few prompts, or neither accepts drafts."
-    n, lo = m.get('prompts', 0), 1 + TAU_MARGIN
-    few, flat = n < MIN_CONTROL_PROMPTS, max(m['trained_tau_paired'], m['tau']) <= lo
-    why = [f"{_count(n, 'prompt')} {'is' if n == 1 else 'are'} too few"] * few + ['neither accepts drafts'] * flat
-    need = ([f'the controls on at least {MIN_CONTROL_PROMPTS} prompts (`control_prompts` and the set both '
-             f'{MIN_CONTROL_PROMPTS} or more)'] * few + [f'a drafter that accepts drafts (tau above {lo:.2f})'] * flat)
-    return f"{' and '.join(why)}: it takes {' and '.join(need)}" if why else None
-
-# %% ../nbs/90_evaluate.ipynb #cf149cc5
-CONTROL_WORDS = {   # what the trained drafter beating each control, or not, says about it
-    'untrained': ('learned from its training', 'is no better than its random initialization'),
-    'zeroed': ("uses the target's features", "does not use the target's features: fed zeros, it accepts as much"),
-    'served_late': ("uses the target's features at their own positions",
-                    'accepts as much with the features one position late: it does not use them where they belong')}
-
-def _controls(vs: dict) -> list[tuple]:
-    "`(name, summary)` of each control (and control drafter) that ran beside the trained drafter."
-    return [(v, m) for v, m in vs.items() if m.get('trained_tau_paired') is not None and v != 'prompt_lookup' and '+' not in v]
-
-def _control_line(v: str, m: dict) -> str:
-    "What control `v` says about the trained drafter on the prompts it ran on; no conclusion when it cannot tell."
-    t, gap = m['trained_tau_paired'], control_gap(m)
-    yes, no = CONTROL_WORDS.get(v, ('accepts more than this control', 'accepts no more than it'))
-    said = f'nothing follows: {gap}' if gap else f"the drafter {yes if t > m['tau'] + TAU_MARGIN else no}"
-    return f"Against `{v}` (tau {m['tau']:.3f}; trained {t:.3f} on the same {_count(m['prompts'], 'prompt')}) {said}"
-
-def set_verdict(name: str, r: dict) -> str:
-    "A prompt set's drafter against plain decoding and prompt lookup, and what its controls say (markdown)."
-    vs = r.get('variants') or {}
-    if 'trained' not in vs: return f"- **{name}**: {r.get('skipped') or 'no trained drafter evaluated'}."
-    m, ctl = vs['trained'], _controls(vs)          # only the controls that ran: no sentence about the others
-    s = (f"- **{name}** ({_count(m['prompts'], 'prompt')}): the drafter (tau {m['tau']:.3f}, "
-         f"{m['target_forwards_per_token']:.3f} target forwards per token) {_vs_plain(m)}")
-    if 'prompt_lookup' in vs: s += f"; it {_vs(m['tau'], vs['prompt_lookup']['tau'], 'prompt lookup')}"
-    mute = bool(ctl) and all(control_gap(c) for _, c in ctl)   # "say little" only when none of them concludes
-    if m['tau'] <= 1 + TAU_MARGIN: s += '. It accepts almost no drafts' + (', so the controls say little' if mute else '')
-    return '\n  '.join([s + '.'] + [_control_line(v, c) + '.' for v, c in ctl])
-
-# %% ../nbs/90_evaluate.ipynb #f110a1e8
-def lossless_verdict(results: dict, temperature: float, lossless: str = 'enforce') -> str:
-    "Whether every output equalled plain decoding, or differed only at a numeric tie, in words (a markdown item)."
-    ms = [m for r in results.values() for m in (r.get('variants') or {}).values()]
-    n, differ = sum(m['prompts'] for m in ms), sum(round(m['prompts'] * (1 - m['identical'])) for m in ms)
-    ties = sum(m.get('ties', 0) for m in ms)
-    how = ('enforced: a difference that is not a numeric tie stops the evaluation'
-           if lossless == 'enforce' and temperature <= 0 else 'counted')
-    tied = (f"; {ties} first differ at a numeric tie: plain's and the speculative token score within the target's "
-            'own rounding there') if ties else ''
-    if differ > ties: return f'- **Not lossless**: {differ - ties} of {n} outputs differ from plain decoding ({how}){tied}.'
-    if ties: return f'- **Lossless up to rounding**: {n - ties} of {n} outputs equal plain decoding token for token{tied} ({how}).'
-    return f'- **Lossless**: all {n} outputs of every variant equal plain decoding token for token ({how}).'
-
-# %% ../nbs/90_evaluate.ipynb #83d7fe63
-NEAR_ONE = 1.15                                # a trained tau at most this in every set: "tau near 1"
-USEFUL_RUN = 'dflash-nb run smollm2_quality'   # the shipped run that trains a drafter worth serving (on 2 CPU cores)
-
-def drafter_facts(drafter_dir) -> dict:
-    "Layers and block size of a drafter folder, and the steps, minutes and rows of its training when known."
-    d = Path(drafter_dir)
-    cfg = read_json(d / 'config.json') if (d / 'config.json').exists() else {}
-    facts = {'layers': cfg.get('num_hidden_layers'), 'block_size': cfg.get('block_size')}
-    for m in (d / 'metrics.json', d.parent / 'metrics.json'):     # the train stage writes it beside `drafter/`
-        if not m.exists(): continue
-        t = read_json(m)
-        secs = t.get('seconds')
-        return {**facts, 'steps': t.get('steps'), 'minutes': None if secs is None else round(secs / 60, 1),
-                'rows': t.get('rows_used', t.get('rows_in')), 'metrics': str(m)}
-    return facts
-
-def drafter_line(f: dict) -> str:
-    "What the drafter is, in words (a markdown item)."
-    what = f"{_count(f['layers'], 'layer') if f.get('layers') else '? layers'}, block size {f.get('block_size')}"
-    if f.get('steps') is None:
-        return f'- **The drafter**: {what}; how it was trained is not known here (no `metrics.json` in or beside its folder).'
-    mins = '' if f.get('minutes') is None else f" in {f['minutes']:g} minute{'s' * (f['minutes'] != 1)}"
-    rows = '' if f.get('rows') is None else f" on {_count(f['rows'], 'row')}"
-    return f"- **The drafter**: {what}, trained {_count(f['steps'], 'step')}{mins}{rows} (`{f['metrics']}`)."
-
-# %% ../nbs/90_evaluate.ipynb #3400d685
-def training_line(sets: dict) -> str | None:
-    "The trained drafter's tau beside the untrained control's (held-out prompts, a control that can tell first), or None."
-    us = [(n, u) for n in sorted(sets, key=lambda n: n != 'held_out')
-          if (u := (sets[n].get('variants') or {}).get('untrained') or {}).get('trained_tau_paired') is not None]
-    if not us: return None
-    name, u = min(us, key=lambda nu: control_gap(nu[1]) is not None)     # the first that can tell, else the first
-    where = "held-out prompts (this run's rows the drafter did not train on)" if name == 'held_out' else f'{name} prompts'
-    said = (f"tau {u['trained_tau_paired']:.3f} trained vs {u['tau']:.3f} untrained (its random initialization), "
-            f"on the same {_count(u['prompts'], 'prompt')}")
-    gap = control_gap(u)
-    if gap is None: return f'- **What training bought**, on {where}: {said}.'
-    return f'- **What training bought** is not known from this evaluation: on {where}, {said}; {gap}.'
-
-def advice_line(ev: dict) -> str | None:
-    "When the trained tau is near 1 in every set: why, and what to run for a useful drafter (a markdown item)."
-    taus = [r['variants']['trained']['tau'] for r in ev['sets'].values() if 'trained' in (r.get('variants') or {})]
-    if not taus or max(taus) > NEAR_ONE: return None
-    return (f"- **Tau near 1** (at most {max(taus):.2f}): expected of a drafter this small and this briefly trained, "
-            f"not a fault of the method. For a useful one run `{USEFUL_RUN}` (SmolLM2-135M, 2,000 self-distilled rows, "
-            'a 3-layer drafter, about 90 minutes on 2 CPU cores; its config is the recipe to adapt for another '
-            "target) and evaluate its `80_train/drafter`.")
-
-# %% ../nbs/90_evaluate.ipynb #0342dd1b
-def _cpu_caveat(sets: list) -> str:
-    "Why CPU timing says little about serving, with the measured cost of a cycle."
-    costs = [r['variants']['trained']['forward_cost'] for r in sets
-             if (r['variants'].get('trained') or {}).get('forward_cost')]
-    here = f'here a draft + verify cycle cost {statistics.median(costs):.1f} plain decoding steps' if costs else ''
-    return (f'Timed on a CPU: {here or "here"}, where a GPU verifies a block in about one, so the speedups do not '
-            'carry over to a GPU serving engine; tau, acceptance and forwards per token do.')
-
-def caveats(ev: dict, # the evaluation (`eval.json`)
-           ) -> list[str]:
-    "What the numbers cannot show: few prompts, short answers, CPU timing, controls on a subset, capped conversations."
-    sets = [r for r in ev['sets'].values() if r.get('variants')]
-    n, out = min((r['prompts'] for r in sets), default=0), []
-    if n < FEW_PROMPTS: out.append(f"{_count(n, 'prompt')} in the smallest set: tau and the speedups have wide "
-                                   'error bars at this count (the paper: 80 MT-Bench and 164 HumanEval prompts).')
-
-    if ev['max_new_tokens'] < 256: out.append(f"{ev['max_new_tokens']} new tokens per answer (the paper: up to "
-                                              '2048): acceptance over long answers can differ.')
-    if str(ev['device']).startswith('cpu'): out.append(_cpu_caveat(sets))
-    if ev.get('control_prompts'): out.append(f"The controls ran on the first {ev['control_prompts']} prompts.")
-    capped = [f"`{k}`: {cap_note(r['context_cap'])}" for k, r in ev['sets'].items() if r.get('context_cap')]
-    if capped: out.append(f"Conversations asked with their context capped, so acceptance after the whole conversation "
-                          f"can differ: {'; '.join(capped)}.")
-    return out
-
-# %% ../nbs/90_evaluate.ipynb #5f18efb6
-def verdict(ev: dict, # the evaluation (`eval.json`)
-           ) -> str:  # the `## Verdict` section (markdown)
-    "What the drafter is and what training bought; per set the drafter against plain decoding, prompt lookup and the controls; lossless or not; what to run for a useful drafter; the caveats."
-    head = [drafter_line(ev['drafter_facts'])] if ev.get('drafter_facts') else []
-    lines = ['## Verdict', '', *head, *filter(None, [training_line(ev['sets'])]),
-             *[set_verdict(n, r) for n, r in ev['sets'].items()],
-             lossless_verdict(ev['sets'], ev['temperature'], ev.get('lossless', 'enforce')),
-             *filter(None, [advice_line(ev)])]
-    note = (ev.get('target_check') or {}).get('note')
-    if note: lines.append(f'- **Target mismatch**: {note}.')
-    return '\n'.join(lines + ['', 'What these numbers cannot show:', *[f'- {c}' for c in caveats(ev)]])
-
-def report_md(ev: dict) -> str:
-    "`report.md`: the settings, the columns explained once, a table per prompt set, the verdict last."
-    fp = (ev.get('target_check') or {}).get('fingerprint')
-    fp = f' (fingerprint {fp})' if fp else ''
-    head = (f"# Evaluation of {ev['drafter']}\n\ntarget {ev['target']}{fp}, {ev['device']} {ev['dtype']}, "
-            f"T={ev['temperature']}, max_new_tokens {ev['max_new_tokens']}, block size {ev['block_size']}")
-    return '\n'.join([head, '', '## Columns', '', column_legend(), '', '## Results', results_table(ev['sets']),
-                      '', verdict(ev), ''])
 
 # %% ../nbs/90_evaluate.ipynb #c2392a75
 def recorded_target(drafter_dir) -> dict | None:

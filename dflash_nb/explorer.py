@@ -4,367 +4,22 @@
 
 # %% ../nbs/21_explorer.ipynb #ab7cf85e
 from __future__ import annotations
-import argparse, copy, hashlib, html, itertools, json, re
+import argparse, hashlib, html, itertools, json
 from pathlib import Path
-from typing import Iterable
 
 from fastcore.basics import patch
 from .core import atomic_write, write_json, write_text
 from .params import add_declared_options
-from .formats import GROUP_BY, NORMALIZERS, _row, detect_format, group_records, normalize_record, read_file
-from .schema import FORMAT_ONLY, MEANING_CHANGING, REPAIRS, fix_row, repair_kind, repair_names, validate_row
+from .schema import FORMAT_ONLY, MEANING_CHANGING
 from .models import load_tokenizer
-from .masks import (LOSS_REASONS, SPLIT_REASON, MaskError, Renderer, as_renderer, assistant_mask, assistant_masks,
-                             locate_turns, special_ids, split_failure, split_why, supervised_pieces, turn_samples)
-from .probes import (explain_error, fmt_table, format_probe_report, probe_template, run_probe, schema_repair,
-                              show_tail)
+from .masks import as_renderer, assistant_masks, special_ids
+from .probes import fmt_table, format_probe_report, probe_template
+from .rowviews import explore, explore_row, headline, load_rows, read_numbered, row_id, tally, thinking_mode
 
 # %% auto #0
-__all__ = ['ID_KEYS', 'EXPLORER_CSS', 'row_id', 'read_numbered', 'load_rows', 'thinking_mode', 'supervises_empty_think',
-           'template_context', 'row_split', 'explore_row', 'explore', 'tokens_html', 'spans_html', 'row_label',
-           'row_html', 'summary_html', 'explorer_html', 'explorer_page', 'ExplorerWidget', 'explore_file',
-           'template_report', 'format_report', 'masks_file', 'format_row_debug', 'show_rows', 'register_cli']
-
-# %% ../nbs/21_explorer.ipynb #cc8e7066
-ID_KEYS = ('id', 'uuid', 'conversation_id', 'conv_id', 'native_id', 'question_id', 'task_id', 'sample_id',
-           '_id', 'idx')
-
-def row_id(
-    row,  # a record
-    line: int,  # its line (or record number)
-) -> str:  # the row's own id, else `line N`
-    "The row's own id (under `id` or another key of `ID_KEYS`), else its line."
-    if isinstance(row, dict):
-        for k in ID_KEYS:
-            v = row.get(k)
-            if isinstance(v, (str, int)) and not isinstance(v, bool) and v != '': return str(v)
-    return f'line {line}'
-
-def read_numbered(
-    path,  # a data file (JSONL, JSON, .traj, Parquet)
-) -> Iterable[tuple[int, dict]]:  # (n, record): n is the line in a JSONL file, the record number (from 1) otherwise
-    "The records of a data file, numbered; an unreadable one is a record with `_error`."
-    p = Path(path)
-    if not p.name.lower().endswith('.jsonl'):
-        yield from enumerate(read_file(p), 1)
-        return
-    with open(p, encoding='utf-8', errors='replace') as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip(): continue
-            try: obj = json.loads(line)
-            except ValueError as e:
-                yield n, {'_error': f'invalid JSON: {e}'}
-                continue
-            yield n, (obj if isinstance(obj, dict) else {'_error': f'expected a JSON object, got {type(obj).__name__}'})
-
-# %% ../nbs/21_explorer.ipynb #287ce603
-def _no_format(p: Path, found: str | None, what: str, note: str = '') -> ValueError:
-    "The error for a file whose format is unknown: what `sources detect` says of it, and what to pass."
-    said = f'this file reads as {found!r}' if found else f'no normalizer reads {p.name} (`dflash-nb sources detect {p}` says what each expects)'
-    return ValueError(f'{what}: {said}; pass canonical or a normalizer ({", ".join(sorted(NORMALIZERS))}){note}')
-
-def _detect(p: Path) -> str:
-    "The normalizer `dflash-nb sources detect` names for a file (the one a run's `sources` stage reads it with)."
-    if found := detect_format(p)['best']: return found
-    raise _no_format(p, None, f'cannot tell the format of {p.name}')
-
-def _normalizer(fmt: str, path):
-    "The normalizer function of a format name; a clear error for anything else."
-    if fmt in NORMALIZERS: return NORMALIZERS[fmt]
-    raise _no_format(Path(path), detect_format(path)['best'], f'unknown format {fmt!r}',
-                     ' (a source name of the registry is not a format: `dflash-nb sources list` shows its normalizer)')
-
-# %% ../nbs/21_explorer.ipynb #8047cd6e
-def _canonical_row(rec: dict, n: int, src: str) -> dict:
-    row = {**rec, 'id': row_id(rec, n), 'line': n, 'source': rec.get('source') or src}
-    return row if isinstance(rec.get('messages'), list) else {**row, '_error': 'no messages list'}
-
-def _read_verdict(src: str, rec: dict, i: int, part: dict) -> dict:
-    "What a run's `sources` stage does with one mapped row by default (format-only repairs): `{'ok'}` or the reason."
-    got, rej = normalize_record(src, lambda _: [copy.deepcopy(part)], rec, i)
-    return {'ok': True} if got else {'ok': False, 'reason': rej[0]['reason']}
-
-def _normalized_rows(src: str, norm, rec: dict, i: int, n: int) -> list[dict]:
-    "The rows of record `i` (line `n`) as the normalizer maps them, each with the stage's verdict; a record it rejects as an `_error` row."
-    base = {'id': row_id(rec, n), 'line': n, 'source': rec['source'] if isinstance(rec.get('source'), str) else src}
-    try: parts = norm(rec)
-    except Exception: parts = None   # the stage's own reason, below
-    if not parts:
-        rej = normalize_record(src, norm, rec, i)[1]
-        return [{**base, '_error': rej[0]['reason'] if rej else 'no row: the normalizer gives no row for this record'}]
-    return [{**base, 'id': base['id'] + (f'.{k}' if len(parts) > 1 else ''), 'run_id': _row(src, p, i, k, len(parts), False)['id'],
-             'messages': p['messages'],
-             **({'tools': p['tools']} if p.get('tools') else {}), 'read': _read_verdict(src, rec, i, p)}
-            for k, p in enumerate(parts)]
-
-# %% ../nbs/21_explorer.ipynb #9427db48
-def _numbered(p: Path, fmt: str, limit) -> list[tuple[int, dict]]:
-    "(line, record) pairs; a grouped format's records (`formats.GROUP_BY`) grouped as a run groups them, at their first line."
-    recs = list(itertools.islice(read_numbered(p), limit))
-    if fmt not in GROUP_BY: return recs
-    out, j = [], 0
-    for g in group_records((r for _, r in recs), GROUP_BY[fmt]):
-        out.append((recs[j][0], g))
-        j += len(g['rows'])
-    return out
-
-def load_rows(
-    path,  # a data file
-    fmt: str | None = None,  # `canonical`, a normalizer name, or None (what `dflash-nb sources detect` names)
-    limit: int | None = None,  # read at most this many records
-) -> tuple[list[dict], dict]:  # (rows with `id`, `line`, `source` and `read`; info {'path', 'format', 'detected', 'records', 'rows'})
-    "The rows of a data file as a run reads them: through the normalizer `sources detect` names (or `fmt`); `canonical` as they are."
-    p = Path(path)
-    if not p.is_file(): raise FileNotFoundError(f'data file not found: {p}')
-    detected, fmt = fmt is None, fmt or _detect(p)
-    norm, src, rows = None if fmt == 'canonical' else _normalizer(fmt, p), p.name.split('.')[0], []
-    recs = _numbered(p, fmt, limit)
-    for i, (n, rec) in enumerate(recs):
-        if '_error' in rec: rows.append({'id': f'line {n}', 'line': n, 'source': src, '_error': rec['_error']})
-        elif norm is None: rows.append(_canonical_row(rec, n, src))
-        else: rows += _normalized_rows(src, norm, rec, i, n)
-    return rows, {'path': str(p), 'format': fmt, 'detected': detected, 'records': len(recs), 'rows': len(rows)}
-
-# %% ../nbs/21_explorer.ipynb #4b473081
-_EMPTY_THINK = re.compile(r'^\s*(<think>)?\s*</think>')
-
-def thinking_mode(
-    r: Renderer,  # the template
-    enable_thinking: bool | None = None,  # the mode asked for (None: the template's default)
-) -> dict:  # {'switchable', 'default' (on/off/same/unknown), 'in_use', 'note'}
-    "Whether the template reads `enable_thinking`, its default (measured by rendering) and the mode in use."
-    if 'enable_thinking' not in r.variables():
-        return {'switchable': False, 'default': None, 'in_use': None,
-                'note': 'the template does not read enable_thinking'}
-    u = [{'role': 'user', 'content': 'hi'}]
-    try: d, on, off = (r.render(u, add_generation_prompt=True, enable_thinking=v) for v in (None, True, False))
-    except Exception as e: return {'switchable': True, 'default': None, 'in_use': None,
-                                   'note': f'cannot render a generation prompt: {e}'}
-    default = 'on' if d == on != off else 'off' if d == off != on else 'same' if on == off else 'unknown'
-    in_use = default if enable_thinking is None else ('on' if enable_thinking else 'off')
-    prompt = (on if in_use == 'on' else off)[len(r.render(u)):]
-    note = (f"thinking {in_use}" + (' (the template default)' if enable_thinking is None else ' (set)')
-            + '; the generation prompt is ' + show_tail(prompt, r.tokenizer))
-    return {'switchable': True, 'default': default, 'in_use': in_use, 'note': note}
-
-def supervises_empty_think(
-    pieces,  # decoded supervised runs
-) -> bool:  # True when a run starts with an empty think block
-    "Whether a mask supervises an empty think block (`\\n\\n</think>` after the `<think>\\n` prompt)."
-    return any(_EMPTY_THINK.match(p) for p in pieces)
-
-# %% ../nbs/21_explorer.ipynb #9ca0517d
-def template_context(
-    template: str,  # the template source
-    line: int,  # the line that raised
-    condition_line: int | None = None,  # the enclosing condition's line
-    before: int = 3,  # lines shown before
-    after: int = 2,  # lines shown after
-) -> list[tuple]:  # (number, text, mark) with mark `raise`, `condition` or ''
-    "The template lines around the rule that raised (and the enclosing condition)."
-    src = template.splitlines()
-    keep = set(range(max(1, line - before), min(len(src), line + after) + 1)) | ({condition_line} if condition_line else set())
-    return [(n, src[n - 1], 'raise' if n == line else 'condition' if n == condition_line else '') for n in sorted(keep) if 0 < n <= len(src)]
-
-def _row_mask(r: Renderer, msgs, tools, et, method, supervise='all') -> dict:
-    "(ids, mask, pieces) with a fast tokenizer, else (text, spans, pieces) from the render; raises MaskError."
-    text, turns = locate_turns(r, msgs, tools, et, method, supervise)
-    if not getattr(r.tokenizer, 'is_fast', False):
-        return {'text': text, 'spans': [(t.start, t.end) for t in turns],
-                'pieces': [text[t.start:t.end] for t in turns]}
-    ids, mask = assistant_mask(r, msgs, tools, None, et, method, supervise)
-    return {'ids': ids, 'mask': mask, 'pieces': supervised_pieces(r.tokenizer, ids, mask)}
-
-def _try_mask(r: Renderer, msgs, tools, et, method, supervise='all') -> dict | MaskError:
-    "The mask view of a conversation (all its assistant turns supervised, or the `last` one), or the MaskError that stops it."
-    if not all(isinstance(m, dict) for m in msgs): return MaskError('bad message', 'a message is not an object')
-    try: return _row_mask(r, msgs, tools, et, method, supervise)
-    except MaskError as e: return e
-
-# %% ../nbs/21_explorer.ipynb #24a292d4
-def _kind(reason: str) -> str: return reason.split(':', 1)[0].strip()   # the short, stable kind (as `core.Quarantine` counts it)
-
-def _why(r: Renderer, msgs, tools, raw, reasons, et) -> dict:
-    "Reason, error and (for a template error) the rule, its context and an explanation."
-    if isinstance(raw, MaskError) and raw.reason == 'template error':
-        pr = run_probe(r, msgs, tools, enable_thinking=et)
-        if not pr['ok']:
-            out = {'reason': f"template error: {pr['error']}", 'error': f"{pr['error_type']}: {pr['error']}",
-                   'explanation': explain_error(pr['error']), 'rule_line': pr.get('line'),
-                   'rule': pr.get('source'),
-                   'condition': pr.get('condition')}
-            return {**out, 'context': template_context(r.template, pr['line'], pr.get('condition_line'))} if pr.get('line') else out
-    if reasons: return {'reason': _kind(reasons[0]), 'error': reasons[0], 'schema': reasons}
-    return {'reason': raw.reason, 'error': str(raw)}
-
-def _default(v: dict) -> str:
-    "What the pipeline does with the row by default."
-    if v['status'] != 'failed': return 'trained' if v['status'] == 'ok' else 'regenerated'
-    if v.get('repair_kind') == FORMAT_ONLY: return 'repaired'
-    if v.get('repair_kind') == MEANING_CHANGING:
-        return 'quarantined; opt in: ' + ', '.join(n for n in v['repair'].split('+') if REPAIRS[n].kind == MEANING_CHANGING)
-    return 'quarantined'
-
-# %% ../nbs/21_explorer.ipynb #c3128ccb
-def _row_repair(row: dict) -> tuple:
-    "(names, class, repaired row) for a row the schema rejects: the format-only repairs when they suffice (what a run applies by default), else every repair that applies (`schema_repair`)."
-    fixed, notes = fix_row({'id': 'x', 'source': 'x', **row})
-    if not notes: return schema_repair(row)
-    return '+'.join(repair_names(notes)), FORMAT_ONLY, {k: v for k, v in fixed.items() if k in ('messages', 'tools')}
-
-def _with_repair(v: dict, r: Renderer, row: dict, et, method) -> dict:
-    "Add the schema repair of a failed row, its class, and the repaired render and mask (or why it still fails)."
-    name, kind, fixed = _row_repair(row)
-    if not fixed: return {**v, 'repair': None}
-    res = _try_mask(r, fixed['messages'], fixed.get('tools'), et, method)
-    if isinstance(res, MaskError) and res.reason != 'prompt-only':
-        return {**v, 'repair': None, 'repair_tried': name, 'repair_tried_kind': kind,
-                'after_repair_reason': res.reason,
-                'after_repair': f'{name} ({kind}) gives a row that still fails: {res}'}
-    v = {**v, 'repair': name, 'repair_kind': kind, 'repaired_messages': fixed['messages'],
-         'repaired_render': r.render(fixed['messages'], tools=fixed.get('tools'), enable_thinking=et),
-         'repaired': None if isinstance(res, MaskError) else res}
-    return _repaired_split(v, r, fixed, res, et, method) if kind == FORMAT_ONLY else v   # the row a run's later stages get
-
-def _subset(row: dict) -> dict:
-    "The part of a row the schema and the template see."
-    return {'messages': row['messages'], **({'tools': row['tools']} if 'tools' in row else {})}
-
-# %% ../nbs/21_explorer.ipynb #3b4b41bc
-def row_split(
-    r: Renderer,  # the template
-    msgs,  # the conversation
-    tools=None,  # its tools
-    whole=None,  # the whole row's mask (a view or the MaskError of `_try_mask`; None: computed)
-    enable_thinking: bool | None = None,  # the thinking mode
-    method: str = 'prefix',  # `prefix` or `locate`
-) -> dict | None:  # None (one sample), else `{'split': why, 'samples': [(turn, mask view or MaskError)]}`
-    "Whether `tokenization.rows: auto` splits a row into one sample per assistant turn, why, and each sample's mask."
-    if whole is None: whole = _try_mask(r, msgs, tools, enable_thinking, method)
-    failed = whole.reason if isinstance(whole, MaskError) else None
-    if not (why := split_why(r, msgs, tools, failed, enable_thinking, method)): return None
-    return {'split': why, 'samples': [(s['turn'], _try_mask(r, s['messages'], tools, enable_thinking, method, 'last'))
-                                      for s in turn_samples(msgs, tools)]}
-
-# %% ../nbs/21_explorer.ipynb #08fa2c8a
-def _error_view(v: dict, reason: str) -> dict:
-    "A row quarantined on reading with no repair to try: unreadable, or rejected by its normalizer or by the reading stage."
-    return {**v, 'status': 'failed', 'reason': _kind(reason), 'error': reason, 'repair': None, 'default': 'quarantined'}
-
-def _repaired_on_reading(v: dict, r: Renderer, row: dict, raw: dict, made: list, et) -> dict:
-    "A valid row that a stage made with a meaning-changing repair (a run's canonical rows record it in `meta.repairs`)."
-    msgs, tools = row['messages'], row.get('tools')
-    v = {**v, 'status': 'failed', 'reason': f"repaired on reading: {'+'.join(made)}", 'error': '; '.join(row['meta']['repairs']),
-         'repair': '+'.join(made), 'repair_kind': MEANING_CHANGING, 'repaired': raw, 'repaired_messages': msgs,
-         'repaired_render': r.render(msgs, tools=tools, enable_thinking=et)}
-    return {**v, 'default': _default(v)}
-
-
-# %% ../nbs/21_explorer.ipynb #6e5c7749
-def _split_parts(sp: dict) -> tuple[dict, dict | None]:
-    "(the view's split keys, the sample that quarantines the row or None) of a `row_split` result."
-    samples = [{'turn': j, **({'error': str(m), 'reason': m.reason} if isinstance(m, MaskError) else m)} for j, m in sp['samples']]
-    k = split_failure([x.get('reason') for x in samples])
-    return ({'split': sp['split'], 'samples': samples, 'split_samples': sum('error' not in x for x in samples)},
-            None if k is None else samples[k])
-
-def _split_view(v: dict, sp: dict) -> dict:
-    "A row `tokenization.rows: auto` splits: trained as one sample per assistant turn, or quarantined (`split_failure`)."
-    parts, bad = _split_parts(sp)
-    if bad: return {**v, **parts, 'status': 'failed', 'reason': bad['reason'], 'repair': None, 'default': 'quarantined',
-                    'error': f"{sp['split']}; its sample of message {bad['turn']}: {bad['error']}"}
-    return {**v, **parts, 'status': 'split', 'reason': 'split', 'default': f"split into {parts['split_samples']} samples"}
-
-def _repaired_split(v: dict, r: Renderer, fixed: dict, res, et, method) -> dict:
-    "A row repaired by default that then splits: the split noted, or the repair's failure when a sample loses content."
-    if not (sp := row_split(r, fixed['messages'], fixed.get('tools'), res, et, method)): return v
-    parts, bad = _split_parts(sp)
-    if not bad: return {**v, **parts}
-    return {**v, **parts, 'repair': None, 'repair_tried': v['repair'], 'repair_tried_kind': v['repair_kind'], 'after_repair_reason': bad['reason'],
-            'after_repair': f"{v['repair']} ({v['repair_kind']}) gives a row that splits and its sample of message {bad['turn']} still fails: {bad['error']}"}
-
-
-# %% ../nbs/21_explorer.ipynb #be5344f5
-def explore_row(
-    r: Renderer,  # the template
-    row: dict,  # a row from `load_rows` (`id`, `line`, `source`, `messages`, maybe `tools` and `read`, or `_error`)
-    enable_thinking: bool | None = None,  # the thinking mode
-    method: str = 'prefix',  # `prefix` or `locate`
-) -> dict:  # the view: status, reason, error, rule and context, repair, repair_kind, default, mask or repaired mask
-    "The explorer's view of one row: what the pipeline does with it (trained, split per assistant turn, ...), why, and what a repair would give."
-    v = {'id': row.get('id'), 'source': row.get('source') or '', 'line': row.get('line'),
-         **({'run_id': row['run_id']} if row.get('run_id') else {})}
-    if '_error' in row: return _error_view(v, row['_error'])
-    msgs, tools, read = row['messages'], row.get('tools'), row.get('read') or {'ok': True}
-    raw, reasons = _try_mask(r, msgs, tools, enable_thinking, method), validate_row({'id': 'x', 'source': 'x', **_subset(row)})
-    if not reasons and not read['ok']: return _error_view(v, read['reason'])   # valid, yet the reading stage rejects it
-    made = repair_names((row.get('meta') or {}).get('repairs') or [])
-    if not reasons and not isinstance(raw, MaskError) and repair_kind(made) == MEANING_CHANGING:
-        return _repaired_on_reading(v, r, row, raw, made, enable_thinking)
-    if not reasons and (sp := row_split(r, msgs, tools, raw, enable_thinking, method)): return _split_view(v, sp)
-    if not reasons and not isinstance(raw, MaskError): return {**v, 'status': 'ok', 'reason': 'ok', 'default': 'trained', **raw}
-    if not reasons and raw.reason == 'prompt-only':
-        return {**v, 'status': 'prompt-only', 'reason': 'prompt-only', 'error': str(raw), 'repair': None,
-                'default': _default({'status': 'prompt-only'})}
-    v = {**v, 'status': 'failed', **_why(r, msgs, tools, raw, reasons, enable_thinking)}
-    v = _with_repair(v, r, _subset(row), enable_thinking, method) if reasons else {**v, 'repair': None}
-    return {**v, 'default': _default(v), **({'read': read['reason']} if not read['ok'] else {})}   # the reading stage's own words
-
-# %% ../nbs/21_explorer.ipynb #f4e88faf
-def _count(d: dict, k): d[k] = d.get(k, 0) + 1   # a tally of the explorer's counts
-
-def _explore_summary(views) -> dict:
-    "Rows by what a run does with them by default: rows = ok + split + prompt_only + repaired_by_default + quarantined, and the quarantined ones are need_opt_in (a meaning-changing repair saves them) + failed (no repair found)."
-    st, dflt = [v['status'] for v in views], [v.get('default') or '' for v in views]
-    lost = lambda v: v['reason'] in LOSS_REASONS or any(x in v.get('after_repair', '') for x in LOSS_REASONS)
-    quarantined = [v for v, d in zip(views, dflt) if d.startswith('quarantined')]
-    opt_in = sum(v.get('repair_kind') == MEANING_CHANGING for v in quarantined)
-    return {'rows': len(views), 'ok': st.count('ok'), 'split': st.count('split'),
-            'split_samples': sum(v.get('split_samples', 0) for v, d in zip(views, dflt) if not d.startswith('quarantined')),
-            'prompt_only': st.count('prompt-only'),
-            'repaired_by_default': dflt.count('repaired'), 'quarantined': len(quarantined),
-            'need_opt_in': opt_in, 'failed': len(quarantined) - opt_in, 'content_lost': sum(map(lost, views)),
-            'split_quarantined': sum('split' in v and d.startswith('quarantined') for v, d in zip(views, dflt)),
-            'split_repaired': sum('split' in v and d == 'repaired' for v, d in zip(views, dflt))}
-
-def _headline(s: dict) -> list[str]:
-    "The summary's lines of text: every row in one outcome, the quarantined ones broken down, and why rows split (when some do)."
-    rep = f" ({s['split_repaired']} of them repaired by default first)" if s.get('split_repaired') else ''
-    why = [f"  split: {s['split'] + s.get('split_repaired', 0)} rows into {s['split_samples']} samples{rep}, one per assistant turn, "
-           f"as {SPLIT_REASON}; {s['split_quarantined']} more split rows quarantined"]
-    n = s['split'] + s['split_quarantined'] + s.get('split_repaired', 0)   # rows a split concerns: the clause and its line only then
-    return [f"{s['rows']} rows: {s['ok']} with a mask as they are, " + (f"{s['split']} split per turn, " if n else '')
-            + f"{s['repaired_by_default']} repaired by default (format-only), "
-            + f"{s['prompt_only']} prompt-only, {s['quarantined']} quarantined by default",
-            f"  quarantined: {s['need_opt_in']} saved by opting in to a meaning-changing repair, {s['failed']} failed (no repair); "
-            f"{s['content_lost']} lose assistant content"] + (why if n else [])
-
-# %% ../nbs/21_explorer.ipynb #4140e132
-def explore(
-    target,  # a tokenizer, spec, `.jinja` file or Renderer
-    rows,  # rows (e.g. from `load_rows`)
-    chat_template=None,  # a template replacing the tokenizer's own
-    enable_thinking: bool | None = None,  # the thinking mode
-    method: str = 'prefix',  # `prefix` or `locate`
-    data_info=None,  # `load_rows`' info, shown in the summary
-) -> dict:  # {'template', 'tokenizer', 'enable_thinking', 'method', 'data', 'thinking', 'summary', 'counts', 'sources', 'repairs', 'rows'}
-    "The explorer's data for `rows` under a target."
-    r = as_renderer(target, chat_template)
-    views = [explore_row(r, row, enable_thinking, method) for row in rows]
-    counts, sources, repairs = {}, {}, {}
-    for v in views:
-        _count(counts, v['reason'])
-        _count(sources, v['source'])
-        if v.get('repair'): _count(repairs, v['repair'])
-    th = {**thinking_mode(r, enable_thinking),
-          'rows_supervising_empty_think': sum(supervises_empty_think(v.get('pieces') or [p for x in v.get('samples', []) for p in x.get('pieces', [])])
-                                              for v in views)}
-    order = lambda kv: ({'ok': 3, 'split': 2, 'prompt-only': 1}.get(kv[0], 0), -kv[1])
-    return {'template': r.name, 'tokenizer': getattr(r.tokenizer, 'name_or_path', None),
-            'enable_thinking': enable_thinking,
-            'method': method, 'data': data_info, 'thinking': th, 'summary': _explore_summary(views),
-            'counts': dict(sorted(counts.items(), key=order)), 'sources': sources, 'repairs': repairs,
-            'rows': views}
+__all__ = ['EXPLORER_CSS', 'tokens_html', 'spans_html', 'row_label', 'row_html', 'summary_html', 'explorer_html', 'explorer_page',
+           'ExplorerWidget', 'explore_file', 'template_report', 'format_report', 'masks_file', 'format_row_debug',
+           'show_rows', 'register_cli']
 
 # %% ../nbs/21_explorer.ipynb #c29f19cf
 EXPLORER_CSS = """
@@ -488,7 +143,7 @@ def row_html(
 def _repairs_by_reason(ex: dict) -> dict:
     out = {}
     for v in ex['rows']:
-        if v.get('repair'): _count(out.setdefault(v['reason'], {}), f"{v['repair']} ({v['repair_kind']})")
+        if v.get('repair'): tally(out.setdefault(v['reason'], {}), f"{v['repair']} ({v['repair_kind']})")
     return out
 
 def _thinking_html(th: dict, n_ok: int) -> str:
@@ -511,7 +166,7 @@ def summary_html(
     data = f"data <code>{e(Path(d['path']).name)}</code> ({e(d['format'])}{', detected' if d.get('detected') else ''}), " if d else ''
     return (f"<div>{data}template <code>{e(ex['template'])}</code>, tokenizer <code>{e(str(ex['tokenizer']))}</code>, "
             f"masks by <code>{e(ex['method'])}</code></div>{_thinking_html(ex['thinking'], s['ok'])}"
-            + ''.join(f'<div class="counts">{e(l.strip())}</div>' for l in _headline(s))
+            + ''.join(f'<div class="counts">{e(l.strip())}</div>' for l in headline(s))
             + f"<table><tr><th>reason</th><th>rows</th><th>repairs found (class)</th></tr>{rows}</table>")
 
 # %% ../nbs/21_explorer.ipynb #c2d13cff
@@ -547,7 +202,7 @@ def _mode_html(x: dict, tokenizer, max_rows: int, max_tokens) -> str:
     e, shown, per = html.escape, [], {}
     first = next((k for k in x['counts'] if k not in _PASSING), '*')
     for v in x['rows']:
-        _count(per, v['reason'])
+        tally(per, v['reason'])
         if per[v['reason']] > max_rows: continue
         shown.append(f'<details class="row" data-reason="{e(v["reason"])}" data-source="{e(v["source"])}">'
                      f'<summary>{e(row_label(v)[0])} — {e(v["reason"])}</summary>{row_html(v, tokenizer, max_tokens)}</details>')
@@ -684,7 +339,7 @@ def outputs(self: ExplorerWidget) -> list[dict]:
     head = f"explorer of {Path(d['path']).name if d else f'{len(self.rows)} rows'} through {ex['template']} ({_mode_label(ex)})"
     widget = {**self.box._repr_mimebundle_(), 'text/plain': 'the interactive explorer (JupyterLab); its static view:'}
     return [widget, {'text/html': f'<div class="dx-static">{page}<script>{_HIDE_JS}</script></div>',
-                     'text/plain': '\n'.join([head, *_headline(ex['summary'])])}]
+                     'text/plain': '\n'.join([head, *headline(ex['summary'])])}]
 
 @patch
 def _ipython_display_(self: ExplorerWidget):
@@ -762,7 +417,7 @@ def format_report(
     s, d, th = ex['summary'], ex.get('data') or {}, ex['thinking']
     data = f"data {Path(d['path']).name} ({d['format']}{', detected' if d.get('detected') else ''}), " if d else ''
     out = [f"{data}template {ex['template']}, tokenizer {ex['tokenizer']}, masks by {ex['method']}",
-           th['note'] if th['switchable'] else 'thinking: the template has no switch', *_headline(s), '',
+           th['note'] if th['switchable'] else 'thinking: the template has no switch', *headline(s), '',
            fmt_table(_reason_rows(ex), width, full=('by default',))]
     if max_rows and ex['rows']:
         out += ['', fmt_table([_row_line(v) for v in ex['rows'][:max_rows]], width, full=('by default',))]

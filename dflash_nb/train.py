@@ -4,7 +4,7 @@
 
 # %% ../nbs/80_train.ipynb #bbd96960
 from __future__ import annotations
-import contextlib, json, math, os, random, re, shutil, time
+import contextlib, json, math, shutil, time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
@@ -13,49 +13,32 @@ import torch.nn as nn
 
 from fastcore.basics import patch
 
-from .core import (atomic_dir, get_device, load_config, obj_hash, progress, read_json, seed_everything,
-                            weight_map, write_json, write_jsonl, Quarantine, Stage, setup_logging)
-from .features import FeatureStore, extract_features, final_norm_and_head, target_outputs
+from .core import (get_device, load_config, obj_hash, progress, read_json, seed_everything, write_json,
+                            Quarantine, Stage, setup_logging)
+from .features import FeatureStore, RemoteFeatures, join_ranks, online_features, placement_roles, serve_features
 from .params import check_fields, declared, from_declared, stage_params
-from .precision import amp_dtype, choose_dtype, record_precision, resolve_optimizer
+from .precision import amp_dtype, record_precision
 from .models import load_target, load_tokenizer, resolve_target, target_fingerprint, text_config
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig
 from .kinds import drafted_slots
-from .drafter import (LossOptions, DFlashConfig, DFlashDrafter, anchor_candidates, build_config, default_gamma,
-                               dflash_loss, export_drafter, flex_available, acceptance_length, pad_anchors,
-                               resolve_mask_token_id, sample_anchors, repeat_weights, load_drafter, linear_buckets,
-                               bucket_size, flex_compiles, ensure_recompile_limit, compile_count)
+from .drafter import (DFlashConfig, DFlashDrafter, anchor_candidates, build_config, default_gamma, export_drafter,
+                               flex_available, pad_anchors, resolve_mask_token_id, sample_anchors, repeat_weights, load_drafter,
+                               linear_buckets, bucket_size, flex_compiles, ensure_recompile_limit, compile_count)
+from .loss import LossOptions, dflash_loss
+from .metrics import Metrics, ScalarWriters
+from .optimizers import Muon, OptimSettings, build_optimizers, build_schedulers
+from .checkpoints import Checkpointer, rng_state, set_rng_state
+from .target_weights import FinalNormed, init_drafter_from_target, load_target_head, load_target_norm
 
 # %% auto #0
-__all__ = ['CKPT_RE', 'OptimSettings', 'LossSettings', 'TrainerSettings', 'TrainConfig', 'load_target_head', 'target_features',
-           'load_target_norm', 'FinalNormed', 'labels_needed', 'online_features', 'TokenRows', 'eligible_rows',
-           'collate', 'pad_batch', 'max_row_length', 'ScalarWriters', 'Metrics', 'plot_curves', 'latest_checkpoint',
-           'Checkpointer', 'shard_drafter', 'muon_split', 'newton_schulz', 'muon_lr_scale', 'Muon', 'build_optimizers',
-           'build_schedulers', 'Trainer', 'init_drafter_from_target', 'placement_roles', 'RemoteFeatures',
-           'serve_features', 'bench_drafter_config', 'benchmark_step', 'stage_inputs', 'target_side',
-           'check_label_source', 'quarantine_rows', 'train_summary', 'finish_train_stage', 'serve_feature_rank',
-           'train_stage', 'register_cli']
-
-# %% ../nbs/80_train.ipynb #7cec0287
-_S = '80_train'
-
-@dataclass
-class OptimSettings:
-    "How the drafter's weights move: optimizer, learning rate and its schedule, clipping (80_train parameters)."
-    lr: float = declared(_S, 'lr')
-    warmup_ratio: float = declared(_S, 'warmup_ratio')
-    max_grad_norm: float = declared(_S, 'max_grad_norm')
-    lr_schedule: str = declared(_S, 'lr_schedule')
-    optimizer: str = declared(_S, 'optimizer')
-    weight_decay: float = declared(_S, 'weight_decay')
-    muon_lr: float | None = declared(_S, 'muon_lr')
-    muon_momentum: float = declared(_S, 'muon_momentum')
-    muon_weight_decay: float = declared(_S, 'muon_weight_decay')
-    ns_steps: int = declared(_S, 'ns_steps')
-    muon_adjust_lr: str = declared(_S, 'muon_adjust_lr')
-
+__all__ = ['LossSettings', 'TrainerSettings', 'TrainConfig', 'labels_needed', 'TokenRows', 'eligible_rows', 'collate',
+           'pad_batch', 'max_row_length', 'shard_drafter', 'Trainer', 'bench_drafter_config', 'benchmark_step',
+           'stage_inputs', 'target_side', 'check_label_source', 'quarantine_rows', 'train_summary',
+           'finish_train_stage', 'serve_feature_rank', 'train_stage', 'register_cli']
 
 # %% ../nbs/80_train.ipynb #8a7951e4
+_S = '80_train'
+
 @dataclass
 class LossSettings:
     "What the drafter learns from: the kind, the labels, the loss and its position weights (80_train parameters)."
@@ -117,58 +100,6 @@ def backend(self: TrainConfig, device) -> str:
     return 'flex' if str(device).startswith('cuda') and flex_available() else 'sdpa'
 
 
-# %% ../nbs/80_train.ipynb #85ced142
-def load_target_head(path, device='cpu', dtype=torch.float32):
-    "The target's frozen `(embed: nn.Embedding, lm_head: nn.Linear)` read from its safetensors folder (tied heads share the embedding)."
-    from safetensors import safe_open
-    p = Path(path) if Path(str(path)).is_dir() else Path(resolve_target(str(path)))
-    if not p.is_dir(): raise FileNotFoundError(f'{path}: not a local model folder')
-    cfg = read_json(p / 'config.json')
-    tcfg = cfg.get('text_config') or cfg
-    wmap = weight_map(p)
-    emb_keys = sorted((k for k in wmap if k.endswith('embed_tokens.weight')), key=len)
-    if not emb_keys: raise KeyError(f'{p}: no embed_tokens.weight among the weights')
-    def get(k):
-        with safe_open(str(p / wmap[k]), 'pt') as f: return f.get_tensor(k)
-    E = get(emb_keys[0]).to(dtype)
-    tied = cfg.get('tie_word_embeddings', tcfg.get('tie_word_embeddings', False))
-    head_key = next((k for k in ('lm_head.weight', 'model.lm_head.weight') if k in wmap), None)
-    W = E if (tied or head_key is None) else get(head_key).to(dtype)
-    embed = nn.Embedding.from_pretrained(E, freeze=True).to(device)
-    head = nn.Linear(W.shape[1], W.shape[0], bias=False)
-    head.weight = nn.Parameter(W, requires_grad=False)
-    return embed, head.to(device).requires_grad_(False)
-
-def target_features(model, input_ids, layer_ids, attention_mask=None):
-    "Target features `[b, T, n, D]` at DFlash `layer_ids` (the output of decoder layer L = HF `hidden_states[L+1]`)."
-    return extract_features(model, input_ids, layer_ids, attention_mask=attention_mask)
-
-# %% ../nbs/80_train.ipynb #63545f37
-def load_target_norm(path):
-    "The target's frozen final norm (fp32, CPU): its own module class (built on the meta device, the rest never loaded) with its weights."
-    from safetensors import safe_open
-    p = Path(path) if Path(str(path)).is_dir() else Path(resolve_target(str(path)))
-    with torch.device('meta'): model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(p)))
-    norm = final_norm_and_head(model)[0]
-    name, wmap = next(k for k, m in model.named_modules() if m is norm), weight_map(p)
-    key = next((k for k in sorted(wmap, key=len) if k == f'{name}.weight' or k.endswith(f".{name.split('.')[-1]}.weight") and '.layers.' not in k), None)
-    if key is None: raise KeyError(f'{p}: no weight for the final norm {name!r}')
-    norm = norm.to_empty(device='cpu')
-    with safe_open(str(p / wmap[key]), 'pt') as f: norm.weight.data.copy_(f.get_tensor(key))
-    return norm.float().requires_grad_(False)
-
-class FinalNormed:
-    "Rows of `data` with `target_last`: the target's final `norm` applied to their stored raw `last_hidden`."
-    def __init__(self, data, norm): self.data, self.norm = data, norm
-    def __len__(self): return len(self.data)
-    def __getattr__(self, name):     # the store's own attributes (`meta`, `ids`, ...); never `data` itself (copy, pickle)
-        if name == 'data': raise AttributeError(name)
-        return getattr(self.data, name)
-    def __getitem__(self, i):
-        r = dict(self.data[i])
-        with torch.no_grad(): r['target_last'] = self.norm(r.pop('last_hidden').float())
-        return r
-
 # %% ../nbs/80_train.ipynb #97df22e7
 def labels_needed(cfg: TrainConfig) -> int:
     "How many of the target's top labels per position training with `cfg` reads (0: the text's own tokens)."
@@ -176,19 +107,6 @@ def labels_needed(cfg: TrainConfig) -> int:
         if cfg.loss == 'kl': raise ValueError("loss 'kl' needs the target's distribution: set labels to 'target'")
         return 0
     return 1 if cfg.loss == 'ce' else max(int(cfg.kl_topk), 2)
-
-def online_features(model, layer_ids, label_topk: int = 0, final_normed: bool = False):
-    """A `feature_fn(input_ids, attention_mask)` for online training: the features, the target's labels when `label_topk`,
-    and its final-normed last hidden state `target_last` when `final_normed` (DSpark)."""
-    if final_normed:
-        norm = final_norm_and_head(model)[0]
-        def fn(ids, am):
-            out = target_outputs(model, ids, layer_ids, am, include_last=True, label_topk=label_topk)
-            with torch.no_grad(): out['target_last'] = norm(out.pop('last_hidden')).float()
-            return out
-        return fn
-    if not label_topk: return lambda ids, am: target_features(model, ids, layer_ids, am)
-    return lambda ids, am: target_outputs(model, ids, layer_ids, am, label_topk=label_topk)
 
 # %% ../nbs/80_train.ipynb #89373b37
 class TokenRows:
@@ -256,220 +174,7 @@ def max_row_length(data, rows=None) -> int:
         return max(int(meta['samples'][i]['length']) for i in sel)
     return max(len(data[i]['input_ids']) for i in (range(len(data)) if rows is None else rows))
 
-# %% ../nbs/80_train.ipynb #a56c3eb5
-class ScalarWriters:
-    "TensorBoard (`out_dir/tensorboard`) and optionally W&B: each logged window's scalars, written by rank 0."
-    def __init__(self, out_dir, cfg: TrainConfig, log=print):
-        self.tb = self.wb = None
-        if cfg.tensorboard:
-            try: from torch.utils.tensorboard import SummaryWriter
-            except ImportError: log('tensorboard is not installed: no TensorBoard events (pip install tensorboard)')
-            else: self.tb = SummaryWriter(str(Path(out_dir) / 'tensorboard'))
-        if cfg.wandb_project:
-            try: import wandb
-            except ImportError: log(f'wandb is not installed: not logging to W&B project {cfg.wandb_project!r}')
-            else: self.wb = wandb.init(project=cfg.wandb_project, dir=str(out_dir), config=asdict(cfg), resume='allow')
-
-    def write(self, e: dict):
-        "Log the scalars of one `history` entry at its step: loss, tau, lr, grad norm, throughput, slot accuracies."
-        vals = {f'train/{k}': e[k] for k in ('loss', 'tau', 'lr', 'grad_norm', 'tokens_per_s', 'block_tokens_per_s')}
-        vals.update({f'acc/slot{i + 1}': a for i, a in enumerate(e['acc']) if a is not None})
-        for k, v in vals.items():
-            if self.tb is not None: self.tb.add_scalar(k, v, e['step'])
-        if self.wb is not None: self.wb.log(vals, step=e['step'])
-
-    def flush(self):
-        if self.tb is not None: self.tb.flush()
-
-# %% ../nbs/80_train.ipynb #2b829b47
-class Metrics:
-    "The training's metrics: a window of steps summed on this rank, reduced over the ranks into one `history` entry."
-    def __init__(self, n_slots: int, total_steps: int, *, out_dir=None, writers=None, log=print, rank: int = 0,
-                 world: int = 1, all_sum=lambda t: t):
-        self.n, self.total_steps, self.writers, self.log = n_slots, total_steps, writers, log
-        self.out_dir = Path(out_dir) if out_dir else None
-        self.rank, self.world, self.all_sum = rank, world, all_sum     # all_sum: a sum over the trainer ranks
-        self.history, self.win = [], self.new_window()
-
-@patch
-def new_window(self: Metrics) -> dict:
-    "An empty window: the sums of the loss, the per-slot hits and counts and the tokens; the steps; its start time."
-    return {'loss': torch.zeros((), dtype=torch.float64), 'correct': torch.zeros(self.n, dtype=torch.float64),
-            'count': torch.zeros(self.n, dtype=torch.float64), 'tokens': 0, 'block_tokens': 0, 'steps': 0,
-            't': time.time(), 'grad_norm': 0.0}
-
-# %% ../nbs/80_train.ipynb #bccee368
-@patch
-def add(self: Metrics, out: dict, b: dict, n: int):
-    "Add micro-batch `b` (one of its step's `n`) and its `dflash_loss` output `out` to the window."
-    w = self.win
-    w['loss'] += out['loss'].detach().double().cpu() / n
-    w['correct'] += out['correct'].cpu()
-    w['count'] += out['count'].cpu()
-    w['tokens'] += int(b['lengths'].sum())
-    w['block_tokens'] += int(b['valid'].sum()) * (self.n + 1)
-
-@patch
-def end_step(self: Metrics, grad_norm):
-    "Count an optimizer step and keep its gradient norm (the window reports its last step's)."
-    self.win['steps'] += 1
-    self.win['grad_norm'] = float(grad_norm.full_tensor() if hasattr(grad_norm, 'full_tensor') else grad_norm)
-
-@patch
-def log_window(self: Metrics, step: int, epoch: int, lr: float) -> dict:
-    "Close the window at `step`: reduced over the ranks (a collective), appended to `history`, written by rank 0."
-    w, n = self.win, self.n
-    red = self.all_sum(torch.cat([w['loss'][None], w['correct'], w['count'],
-                                  torch.tensor([w['tokens'], w['block_tokens']], dtype=torch.float64)]))
-    correct, count = red[1:1 + n], red[1 + n:1 + 2 * n]
-    acc = [round(float(c / k), 5) if k > 0 else None for c, k in zip(correct, count)]   # None: no supervised slot
-    dt = max(time.time() - w['t'], 1e-9)
-    e = {'step': step, 'epoch': epoch, 'lr': lr, 'loss': round(float(red[0]) / self.world / max(w['steps'], 1), 6),
-         'acc': acc, 'tau': round(acceptance_length(acc), 4), 'supervised': int(count.sum()), 'grad_norm': round(w['grad_norm'], 4),
-         'tokens_per_s': round(float(red[-2]) / dt, 1), 'block_tokens_per_s': round(float(red[-1]) / dt, 1)}
-    self.history.append(e)
-    if self.rank == 0: self.write(e)
-    self.win = self.new_window()
-    return e
-
-@patch
-def write(self: Metrics, e: dict):
-    "Rank 0: log entry `e`, rewrite `metrics.jsonl` with the history, pass the scalars to the writers."
-    self.log(f"step {e['step']}/{self.total_steps} epoch {e['epoch']} loss {e['loss']:.4f} acc@1 {e['acc'][0]} "
-             f"tau {e['tau']:.2f} lr {e['lr']:.2e} {e['tokens_per_s']:.0f} tok/s")
-    if self.out_dir is not None: write_jsonl(self.out_dir / 'metrics.jsonl', self.history)
-    if self.writers is not None: self.writers.write(e)
-
-# %% ../nbs/80_train.ipynb #47fd825c
-def plot_curves(history, path=None):
-    "Loss, implied acceptance length and per-slot accuracy (first and last logged window) as one PNG figure."
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 3, figsize=(14, 3.6))
-    steps = [h['step'] for h in history]
-    ax[0].plot(steps, [h['loss'] for h in history])
-    ax[0].set(title='loss (decayed CE)', xlabel='optimizer step')
-    ax[1].plot(steps, [h['tau'] for h in history], color='C2')
-    ax[1].set(title='implied acceptance length tau', xlabel='optimizer step')
-    if history:
-        k = range(1, len(history[0]['acc']) + 1)
-        for h, lab in ((history[0], f"step {history[0]['step']}"), (history[-1], f"step {history[-1]['step']}")):
-            ax[2].plot(k, [float('nan') if a is None else a for a in h['acc']], marker='o', label=lab)
-        ax[2].set(title='per-slot accuracy', xlabel='slot k (token anchor+k)', ylim=(0, 1.02))
-        ax[2].legend()
-    fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return fig
-
-# %% ../nbs/80_train.ipynb #c10a1741
-@patch
-def start(self: Metrics):
-    "The open window (new or resumed) counts its time from now."
-    self.win['t'] = time.time()
-
-@patch
-def state(self: Metrics) -> dict:
-    "What a checkpoint keeps: the history and the open window (without its clock)."
-    return {'history': self.history, 'window': {k: v for k, v in self.win.items() if k != 't'}}
-
-@patch
-def load(self: Metrics, st: dict):
-    "Continue from a checkpoint's `history` and open `window`."
-    self.history, self.win = st['history'], {**self.new_window(), **st.get('window', {})}
-
-@patch
-def flush(self: Metrics):
-    "Flush the scalar writers."
-    if self.writers is not None: self.writers.flush()
-
-@patch
-def plot(self: Metrics, path=None):
-    "The curves of the history (`plot_curves`), saved to `path` when given."
-    return plot_curves(self.history, path)
-
-# %% ../nbs/80_train.ipynb #b67e4b46
-CKPT_RE = re.compile(r'^step-(\d{8})$')
-def latest_checkpoint(ckpt_dir):
-    "The newest complete checkpoint folder in `ckpt_dir`, or None."
-    d = Path(ckpt_dir)
-    if not d.is_dir(): return None
-    found = sorted(p for p in d.iterdir() if CKPT_RE.match(p.name) and (p / 'state.pt').exists())
-    return found[-1] if found else None
-
-def _rng_state() -> dict:
-    import numpy as np
-    st = np.random.get_state()
-    s = {'python': random.getstate(), 'torch': torch.get_rng_state(),
-         'numpy': [st[0], st[1].tolist(), int(st[2]), int(st[3]), float(st[4])]}
-    if torch.cuda.is_available(): s['cuda'] = torch.cuda.get_rng_state_all()
-    return s
-
-def _set_rng_state(s: dict):
-    import numpy as np
-    random.setstate(tuple(tuple(x) if isinstance(x, list) else x for x in s['python']))
-    torch.set_rng_state(s['torch'])
-    n = s['numpy']
-    np.random.set_state((n[0], np.array(n[1], dtype=np.uint32), n[2], n[3], n[4]))
-    if 'cuda' in s and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s['cuda'])
-
-# %% ../nbs/80_train.ipynb #e2bf3d44
-class Checkpointer:
-    "Resumable checkpoints `folder/step-NNNNNNNN/state.pt`, written by rank 0 every `every` steps, the newest `keep` kept."
-    def __init__(self, folder=None, every: int = 0, keep: int = 2, rank: int = 0, barrier=None):
-        self.dir = Path(folder) if folder else None
-        self.every, self.keep, self.rank, self.barrier = every, max(keep, 1), rank, barrier or (lambda: None)
-
-# %% ../nbs/80_train.ipynb #ffc9b049
-@patch
-def due(self: Checkpointer, step: int) -> bool:
-    "Whether `step` gets a checkpoint (every `every` steps; never with `every` 0)."
-    return bool(self.every) and step % self.every == 0
-
-@patch
-def save(self: Checkpointer, step: int, state: dict) -> Path:
-    "Rank 0 writes `state` as the checkpoint of `step` and prunes the oldest; every rank waits for it."
-    path = self.dir / f'step-{step:08d}'
-    if self.rank == 0:
-        with atomic_dir(path) as tmp: torch.save(state, tmp / 'state.pt')
-        self.prune()
-    self.barrier()
-    return path
-
-@patch
-def prune(self: Checkpointer):
-    "Remove all but the newest `keep` checkpoints."
-    old = sorted(p for p in self.dir.iterdir() if CKPT_RE.match(p.name))
-    for p in old[:-self.keep]: shutil.rmtree(p, ignore_errors=True)
-
-@patch
-def latest(self: Checkpointer) -> Path | None:
-    "The newest complete checkpoint (None: none yet, or no folder)."
-    return latest_checkpoint(self.dir) if self.dir is not None else None
-
-@patch
-def is_latest(self: Checkpointer, step: int) -> bool:
-    "Whether the newest checkpoint is that of `step`."
-    p = self.latest()
-    return p is not None and p.name == f'step-{step:08d}'
-
-@patch
-def read(self: Checkpointer, path) -> dict:
-    "The state of checkpoint `path` (tensors on the CPU; `weights_only`: loading runs no code)."
-    return torch.load(Path(path) / 'state.pt', map_location='cpu', weights_only=True)
-
 # %% ../nbs/80_train.ipynb #4e52f913
-def _dist():
-    "`(rank, world)`; joins the torchrun process group (gloo on CPU, nccl on CUDA) when `WORLD_SIZE` > 1."
-    import torch.distributed as dist
-    if int(os.environ.get('WORLD_SIZE', '1')) > 1 and dist.is_available() and not dist.is_initialized():
-        backend = 'nccl' if torch.cuda.is_available() else 'gloo'
-        if backend == 'nccl': torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', '0')))
-        dist.init_process_group(backend)
-    if dist.is_available() and dist.is_initialized(): return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
 def shard_drafter(model, group=None, device='cpu'):
     "FSDP2: `fully_shard` every draft layer, then the whole drafter (fc, norms), over `group` (default: all ranks)."
     import torch.distributed as dist
@@ -492,92 +197,13 @@ class _DDPView(nn.Module):
         try: return super().__getattr__(name)
         except AttributeError: return getattr(self.ddp.module, name)
 
-# %% ../nbs/80_train.ipynb #8754803e
-_NOT_MUON = ('embed_tokens', 'lm_head', 'codebook', 'markov_w1', 'markov_w2')     # 2-D but one row per token: AdamW, as in Muon's own convention
-
-def muon_split(model: nn.Module) -> tuple[list, list]:
-    "`(muon, adamw)`: the trainable `(name, parameter)`s for Muon (2-D, both sides > 1, no embedding / LM head) and the rest."
-    muon, adamw = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad: continue
-        matrix = p.ndim == 2 and min(p.shape) > 1 and not any(h in name for h in _NOT_MUON)
-        (muon if matrix else adamw).append((name, p))
-    return muon, adamw
-
-# %% ../nbs/80_train.ipynb #170329ad
-def newton_schulz(G: torch.Tensor, coefficients=(3.4445, -4.7750, 2.0315), steps: int = 5, eps: float = 1e-7,
-                  dtype=torch.bfloat16) -> torch.Tensor:
-    "Muon's quintic Newton-Schulz orthogonalization of the matrix `G`, computed (and returned) in `dtype`."
-    a, b, c = coefficients
-    tall = G.size(0) > G.size(1)
-    X = G.to(dtype).T if tall else G.to(dtype)
-    X = X / X.norm().clamp(min=eps)
-    for _ in range(steps):
-        A = X @ X.T
-        X = torch.addmm(X, torch.addmm(A, A, A, beta=b, alpha=c), X, beta=a)
-    return X.T if tall else X
-
-# %% ../nbs/80_train.ipynb #743b9f05
-def muon_lr_scale(adjust_lr_fn: str | None, shape) -> float:
-    "Muon's per-matrix learning-rate factor: `original` sqrt(max(1, A/B)), `match_rms_adamw` 0.2 sqrt(max(A, B)), else 1."
-    A, B = shape[:2]
-    if adjust_lr_fn in (None, 'original'): return math.sqrt(max(1, A / B))
-    return 0.2 * math.sqrt(max(A, B)) if adjust_lr_fn == 'match_rms_adamw' else 1.0
-
-class Muon(torch.optim.Muon):
-    "`torch.optim.Muon` with its Newton-Schulz iteration in `ns_dtype` (torch's: always bfloat16)."
-    def __init__(self, params, ns_dtype: str = 'bfloat16', **kw):
-        super().__init__(params, **kw)
-        self.ns_dtype = getattr(torch, ns_dtype)
-
-# %% ../nbs/80_train.ipynb #21d7c932
-@patch
-@torch.no_grad()
-def step(self: Muon, closure=None):
-    "One Muon step over every parameter with a gradient (torch's update, orthogonalized in `self.ns_dtype`)."
-    loss = None
-    if closure is not None:
-        with torch.enable_grad(): loss = closure()
-    for g in self.param_groups:
-        for p in (p for p in g['params'] if p.grad is not None):
-            if 'momentum_buffer' not in self.state[p]: self.state[p]['momentum_buffer'] = torch.zeros_like(p.grad)
-            buf = self.state[p]['momentum_buffer']
-            buf.lerp_(p.grad, 1 - g['momentum'])
-            u = p.grad.lerp(buf, g['momentum']) if g['nesterov'] else buf
-            u = newton_schulz(u, g['ns_coefficients'], g['ns_steps'], g['eps'], self.ns_dtype)
-            p.mul_(1 - g['lr'] * g['weight_decay'])
-            p.add_(u.to(p.dtype), alpha=-g['lr'] * muon_lr_scale(g['adjust_lr_fn'], p.shape))
-    return loss
-
-# %% ../nbs/80_train.ipynb #2d7c7344
-def build_optimizers(model: nn.Module, cfg: TrainConfig, fused: bool = True) -> list:
-    "The optimizers of `cfg.optimizer` (stepped together): `[AdamW]` over all trainable parameters, or `[Muon, AdamW]` by `muon_split`."
-    dev = str(next(model.parameters()).device)
-    name, ns = resolve_optimizer(cfg.optimizer, dev), choose_dtype('auto', dev)   # ns: bfloat16 where native and faster
-    if name == 'adamw': muon, adamw = [], [p for p in model.parameters() if p.requires_grad]
-    else: muon, adamw = ([p for _, p in g] for g in muon_split(model))
-    opts = []
-    if muon: opts.append(Muon(muon, lr=cfg.muon_lr or cfg.lr, weight_decay=cfg.muon_weight_decay, ns_dtype=ns,
-                              momentum=cfg.muon_momentum, ns_steps=cfg.ns_steps, adjust_lr_fn=cfg.muon_adjust_lr))
-    if adamw: opts.append(torch.optim.AdamW(adamw, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused))  # fused: 4x cheaper on a CPU
-    if not opts: raise ValueError('the drafter has no trainable parameter')
-    return opts
-
-def build_schedulers(opts: list, cfg: TrainConfig, total_steps: int, warmup_steps: int | None = None, step: int = 0) -> list:
-    """One schedule per optimizer: linear warmup over `warmup_steps` (None: `warmup_ratio` of `total_steps`), then
-    transformers' cosine or linear decay to 0 at `total_steps`; from `step` on (> 0: optimizers that already ran)."""
-    from transformers import get_cosine_schedule_with_warmup, get_linear_schedule_with_warmup
-    make = {'cosine': get_cosine_schedule_with_warmup, 'linear': get_linear_schedule_with_warmup}[cfg.lr_schedule]   # checked by TrainConfig
-    warm = math.ceil(cfg.warmup_ratio * total_steps) if warmup_steps is None else warmup_steps
-    return [make(o, warm, total_steps, last_epoch=step - 1) for o in opts]
-
 # %% ../nbs/80_train.ipynb #e41c8d28
 class Trainer:
     "Train `drafter` on `data` (rows with features, or with `feature_fn` computing them from the target)."
     def __init__(self, drafter: DFlashDrafter, embed, lm_head, data, cfg: TrainConfig, out_dir=None, feature_fn=None,
                  device='cpu', log=None, rows=None, group=None):
         self.cfg, self.device, self.group, self.data, self.feature_fn = cfg, torch.device(device), group, data, feature_fn
-        self.rank, self.world = _dist()            # joins the torchrun process group first
+        self.rank, self.world = join_ranks()       # joins the torchrun process group first
         if group is not None: self.rank, self.world = torch.distributed.get_rank(group), torch.distributed.get_world_size(group)
         self.out_dir = Path(out_dir) if out_dir else None
         self.log = log or (lambda m: print(f'[train] {m}', flush=True))
@@ -743,7 +369,7 @@ def load_checkpoint(self: Trainer, path):
     if (self.plan or {}).get('moves'): self.set_horizon(pr['total_steps'], pr['warmup_steps'])   # only a moved end: a new max_steps holds
     for sc, s in zip(self.scheds, _as_list(st['scheduler']), strict=True): sc.load_state_dict(s)
     self.metrics.load(st)
-    _set_rng_state(st['rng'])
+    set_rng_state(st['rng'])
     self.log(f'resumed from {path} (step {self.step}, epoch {self.epoch}, step {self.step_in_epoch} of the epoch)')
 
 def _as_list(x): return x if isinstance(x, list) else [x]     # a checkpoint from before two optimizers: one state
@@ -878,7 +504,7 @@ def state_dict(self: Trainer) -> dict:
     return {'model': self.model_state(), 'optimizer': self._optim_state(), 'scheduler': [s.state_dict() for s in self.scheds],
             'progress': {'step': self.step, 'epoch': self.epoch, 'step_in_epoch': self.step_in_epoch, 'seconds': self.clock(),
                          'total_steps': self.total_steps, 'warmup_steps': self.warmup_steps, 'plan': self.plan}, **self.metrics.state(),
-            'rng': _rng_state(), 'train_config': asdict(self.cfg), 'drafter_config': self.model.config.to_json_dict('float32'),
+            'rng': rng_state(), 'train_config': asdict(self.cfg), 'drafter_config': self.model.config.to_json_dict('float32'),
             'world_size': self.world}
 
 @patch
@@ -934,140 +560,6 @@ def export(self: Trainer, path, dtype: str = 'bfloat16', extra_files=None) -> Pa
         m = DFlashDrafter(self.model.config)
         m.load_state_dict(sd)
     return export_drafter(m, path, dtype, extra_files)
-
-# %% ../nbs/80_train.ipynb #8b760290
-_LAYER_PARTS = ('self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
-                'self_attn.k_norm', 'mlp.gate_proj', 'mlp.up_proj', 'mlp.down_proj', 'input_layernorm',
-                'post_attention_layernorm')
-
-def _target_layer_weights(path) -> dict:
-    "The target's decoder-layer and norm weights from its safetensors files, named without the `model.` prefix."
-    from safetensors import safe_open
-    W = {}
-    for f in sorted(set(weight_map(path).values())):
-        with safe_open(str(path / f), 'pt') as fh:
-            for k in fh.keys():
-                if '.layers.' in k or k.endswith('norm.weight'): W[k.split('model.', 1)[-1] if 'model.' in k else k] = fh.get_tensor(k)
-    return W
-
-# %% ../nbs/80_train.ipynb #9857511f
-def _calibrate_qk_norms(drafter: DFlashDrafter, x, copied: list):
-    "Set every `q_norm`/`k_norm` not in `copied` to the mean head RMS of q and k on the fused context `x [T, H]`, adding their names to `copied`."
-    with torch.no_grad():
-        for j, layer in enumerate(drafter.layers):
-            a = layer.self_attn
-            for name, proj, nh in (('q_norm', a.q_proj, a.nh), ('k_norm', a.k_proj, a.nkv)):
-                key = f'layers.{j}.self_attn.{name}.weight'
-                if key in copied: continue
-                rms = proj(x).view(x.shape[0], nh, a.hd).pow(2).mean(-1).sqrt().mean(0)   # per head
-                getattr(a, name).weight.copy_(rms.mean().expand(a.hd))
-                copied.append(key)
-
-# %% ../nbs/80_train.ipynb #bd357bbb
-def init_drafter_from_target(drafter: DFlashDrafter, target, layers=None, features=None, log=None) -> dict:
-    """Copy target decoder `layers` (default: the last `num_hidden_layers`) into the drafter's layers, the target's
-    final norm into `norm`, and start `fc`/`hidden_norm` as the pass-through of the feature below the first copied layer.
-    `features [T, n, H]` (a stored sample) calibrates `q_norm`/`k_norm` when the target has none (see below)."""
-    p = Path(target) if Path(str(target)).is_dir() else Path(resolve_target(str(target)))
-    cfg = drafter.config
-    n, N, H = cfg.num_hidden_layers, cfg.num_target_layers, cfg.hidden_size
-    layers = list(range(N - n, N)) if layers is None else [int(x) for x in layers]
-    if len(layers) != n or not all(0 <= L < N for L in layers):
-        raise ValueError(f'layers {layers}: need {n} decoder layer indices in [0, {N})')
-    W, copied, sd = _target_layer_weights(p), [], drafter.state_dict()
-    def put(dst, src):
-        if src not in W: return
-        if W[src].shape != sd[dst].shape: raise ValueError(f'{src} {tuple(W[src].shape)} does not fit {dst} {tuple(sd[dst].shape)}')
-        sd[dst].copy_(W[src].to(sd[dst].dtype))
-        copied.append(dst)
-    ids = list(cfg.target_layer_ids)
-    below = [i for i, t in enumerate(ids) if t < layers[0]]
-    f = below[-1] if below else 0                      # feature = output of layer ids[f] ~ input of layers[0]
-    with torch.no_grad():
-        for j, L in enumerate(layers):
-            for part in _LAYER_PARTS: put(f'layers.{j}.{part}.weight', f'layers.{L}.{part}.weight')
-        put('norm.weight', 'norm.weight')
-        sd['fc.weight'].zero_()
-        sd['fc.weight'][:, f * H:(f + 1) * H] = torch.eye(H)
-        put('hidden_norm.weight', f'layers.{layers[0]}.input_layernorm.weight')
-        copied.append('fc.weight')
-    drafter.load_state_dict(sd)
-    if features is not None:
-        with torch.no_grad(): x = drafter.hidden_norm(torch.as_tensor(features, dtype=torch.float32)[:, f].to(drafter.fc.weight.dtype))
-        _calibrate_qk_norms(drafter, x, copied)
-    info = {'target_layers': layers, 'feature': ids[f], 'copied': len(copied), 'kept': sorted(k for k in sd if k not in copied)}
-    if log: log(f'drafter initialized from target layers {layers} (context = feature of layer {ids[f]}); kept: {info["kept"]}')
-    return info
-
-# %% ../nbs/80_train.ipynb #b311727c
-def placement_roles(cfg: TrainConfig) -> dict:
-    """This rank's role: `{'role': 'trainer' | 'features', 'group', 'server', 'clients'}`. With
-    `placement='separate'` every rank must call it (it creates the trainers' process group)."""
-    import torch.distributed as dist
-    rank, world = _dist()
-    if cfg.placement == 'colocated': return {'role': 'trainer', 'group': None, 'server': None, 'clients': []}
-    F_ = int(cfg.feature_ranks)
-    if not 1 <= F_ < world: raise ValueError(f'placement=separate needs 1 <= feature_ranks < world size ({world}), got {F_}')
-    n_train = world - F_
-    group = dist.new_group(list(range(n_train)))
-    if rank < n_train: return {'role': 'trainer', 'group': group, 'server': n_train + rank % F_, 'clients': []}
-    return {'role': 'features', 'group': None, 'server': None, 'clients': [t for t in range(n_train) if n_train + t % F_ == rank]}
-
-# %% ../nbs/80_train.ipynb #e81e4d6c
-def _comm_device(device):
-    import torch.distributed as dist
-    return torch.device(device) if dist.get_backend() == 'nccl' else torch.device('cpu')
-
-class RemoteFeatures:
-    "A `feature_fn` for trainer ranks: asks feature rank `server` for the features `[b, T, n, D]` (and k labels) of each batch."
-    def __init__(self, server: int, n_features: int, hidden_size: int, dtype=torch.float32, device='cpu', label_topk: int = 0):
-        self.server, self.shape, self.dtype, self.device = server, (n_features, hidden_size), dtype, torch.device(device)
-        self.comm, self.k = _comm_device(device), int(label_topk)
-    def __call__(self, input_ids, attention_mask):
-        import torch.distributed as dist
-        b, T = input_ids.shape
-        dist.send(torch.tensor([1, b, T], dtype=torch.long, device=self.comm), self.server)
-        dist.send(input_ids.to(self.comm, torch.long).contiguous(), self.server)
-        dist.send(attention_mask.to(self.comm, torch.long).contiguous(), self.server)
-        out = torch.empty(b, T, *self.shape, dtype=self.dtype, device=self.comm)
-        dist.recv(out, self.server)
-        if not self.k: return out.to(self.device)
-        ids, lp = torch.empty(b, T, self.k, dtype=torch.long, device=self.comm), torch.empty(b, T, self.k, device=self.comm)
-        dist.recv(ids, self.server)
-        dist.recv(lp, self.server)
-        return {'features': out.to(self.device), 'target_ids': ids.to(self.device), 'target_logp': lp.to(self.device)}
-    def close(self):
-        "End this trainer's stream (the feature rank stops when all its trainers have closed)."
-        import torch.distributed as dist
-        dist.send(torch.zeros(3, dtype=torch.long, device=self.comm), self.server)
-
-# %% ../nbs/80_train.ipynb #560f32df
-def serve_features(feature_fn, clients, n_features: int, hidden_size: int, dtype=torch.float32, device='cpu',
-                   label_topk: int = 0) -> int:
-    "Feature rank: answer the requests of `clients` (trainer ranks) in turn until each has closed; returns the batches served."
-    import torch.distributed as dist
-    comm, live, served = _comm_device(device), list(clients), 0
-    while live:
-        for c in list(live):
-            h = torch.empty(3, dtype=torch.long, device=comm)
-            dist.recv(h, c)
-            if int(h[0]) == 0:
-                live.remove(c)
-                continue
-            b, T = int(h[1]), int(h[2])
-            ids, am = torch.empty(b, T, dtype=torch.long, device=comm), torch.empty(b, T, dtype=torch.long, device=comm)
-            dist.recv(ids, c)
-            dist.recv(am, c)
-            with torch.no_grad(): f = feature_fn(ids.to(device), am.to(device))
-            f, lab = (f['features'], (f['target_ids'], f['target_logp'])) if isinstance(f, dict) else (f, None)
-            if tuple(f.shape) != (b, T, n_features, hidden_size):
-                raise ValueError(f'feature_fn returned {tuple(f.shape)}, expected {(b, T, n_features, hidden_size)}')
-            dist.send(f.to(comm, dtype).contiguous(), c)
-            served += 1
-            if label_topk:
-                dist.send(lab[0].to(comm, torch.long).contiguous(), c)
-                dist.send(lab[1].to(comm, torch.float32).contiguous(), c)
-    return served
 
 # %% ../nbs/80_train.ipynb #35fc1df6
 def _bench_inputs(cfg: DFlashConfig, seq_len: int, batch_size: int, dev, seed: int):
@@ -1233,7 +725,7 @@ def finish_train_stage(stage: Stage, trainer, summary: dict, log):
 
 def serve_feature_rank(T: dict, dev, label_topk: int, log) -> dict:
     "A feature rank (`placement='separate'`): serve the target's features to its trainers until they close, then wait for the end."
-    (rank, world), d, clients = _dist(), T['dcfg'], T['roles']['clients']
+    (rank, world), d, clients = join_ranks(), T['dcfg'], T['roles']['clients']
     served = serve_features(T['feature_fn'], clients, d.n_features, d.hidden_size, T['dtype'], dev, label_topk)
     log(f"feature rank {rank}: served {served} batches to trainer ranks {clients}")
     torch.distributed.barrier()
@@ -1242,7 +734,7 @@ def serve_feature_rank(T: dict, dev, label_topk: int, log) -> dict:
 # %% ../nbs/80_train.ipynb #dafbe510
 def train_stage(stage: Stage) -> dict:   # the summary (`80_train/metrics.json`); a feature rank's role
     "Run the opened `80_train` stage (`stage.params`, checked): rank 0 alone writes the drafter, curves, metrics and the manifest."
-    P, (rank, world) = stage.params, _dist()    # joins the torchrun process group first (and picks this rank's GPU)
+    P, (rank, world) = stage.params, join_ranks()   # joins the torchrun process group first (and picks this rank's GPU)
     seed_everything(P['seed'])
     log = setup_logging(stage.dir if rank == 0 else None).info
     dev, tconf = get_device(P['device']), from_declared(TrainConfig, P)

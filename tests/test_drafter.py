@@ -5,10 +5,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from dflash_nb.drafter import (DFlashConfig, DFlashDrafter, DraftCache, block_labels, build_config, build_masks,
+from dflash_nb.drafter import (DFlashConfig, DFlashDrafter, DraftCache, build_config, build_masks,
                                dense_mask, dflash_mask_mod, draft_block, draft_weight_names,
-                               export_drafter, flex_available, load_drafter, pad_anchors, sample_anchors, slot_weights)
-from dflash_nb.drafter import LossOptions, dflash_loss as batch_loss
+                               export_drafter, flex_available, load_drafter, pad_anchors, sample_anchors)
+from dflash_nb.loss import LossOptions, block_labels, slot_weights, dflash_loss as batch_loss
 
 
 def dflash_loss(m, emb, head, ids, lm, feats, anchors, valid, **kw):
@@ -243,9 +243,9 @@ def test_chunked_loss_equals_full_logits(monkeypatch, head_trainable, max_elems,
     """The chunked loss gives the full computation's loss, per-slot stats and gradients (drafter and, if trainable, LM
     head): the CE of the text's tokens, and the KL against the target's top-k distribution plus the rest of its mass
     (the reference: the KL written out from the full softmax, in float64)."""
-    import dflash_nb.drafter as D
-    if max_elems: monkeypatch.setattr(D, 'CE_CHUNK_ELEMS', max_elems)
-    if labels == 'kl': monkeypatch.setattr(D, 'full_soft_loss', _naive_kl)
+    import dflash_nb.loss as L
+    if max_elems: monkeypatch.setattr(L, 'CE_CHUNK_ELEMS', max_elems)
+    if labels == 'kl': monkeypatch.setattr(L, 'full_soft_loss', _naive_kl)
     cfg = tiny_cfg(block_size=5)
     torch.manual_seed(2)
     emb, head0 = nn.Embedding(60, 32).requires_grad_(False), torch.randn(60, 32) * 0.3

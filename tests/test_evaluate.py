@@ -5,7 +5,7 @@ import torch
 from dflash_nb.decoding import (DFlashDraftSession, Generation, Sampler, ScriptedDrafter, TargetSession, build_tree,
                                 plain_generate, speculative_generate)
 from dflash_nb.promptsets import held_out_prompts, load_prompt_set
-from dflash_nb.evaluate import summarize
+from dflash_nb.verdicts import summarize
 from dflash_nb.core import fixtures_dir
 from dflash_nb.drafter import DFlashDrafter, build_config
 from dflash_nb.models import load_target, resolve_target
@@ -317,7 +317,7 @@ def test_a_numeric_tie_is_counted_not_failed():
     That is a numeric tie: the evaluation does not stop, it counts the tie and says so; the report calls it
     lossless up to rounding. A real difference (the test above) still fails."""
     import copy
-    from dflash_nb.evaluate import lossless_verdict
+    from dflash_nb.verdicts import lossless_verdict
     model, tok = target('tiny-qwen3')
     items = [{'id': 'p0', 'messages': [{'role': 'user', 'content': 'Write a short poem about the sea'}]}]
     plain = evaluate_prompts(model, tok, items, {}, replace(GREEDY8, lossless='report'), book=Bookkeeping(log=None))['plain'][0].tokens

@@ -10,9 +10,9 @@ from dflash_nb.core import write_jsonl
 from dflash_nb.drafter import DFlashDrafter, build_config, export_drafter
 from dflash_nb import evaluate as E
 from dflash_nb.decoding import ScriptedDrafter
-from dflash_nb.evaluate import (COLUMNS, VARIANTS, Generation, LateFeatures, ZeroedFeatures,
-                                EvalJob, EvalSettings, evaluate_drafter, plain_generate, report_md, speculative_generate, summarize,
-                                timing_verdict, verdict)
+from dflash_nb.evaluate import (VARIANTS, Generation, LateFeatures, ZeroedFeatures,
+                                EvalJob, EvalSettings, evaluate_drafter, plain_generate, speculative_generate)
+from dflash_nb.verdicts import COLUMNS, report_md, summarize, timing_verdict, verdict
 from dflash_nb.models import load_target, target_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]

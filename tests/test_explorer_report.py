@@ -22,7 +22,8 @@ import pytest
 
 from dflash_nb.core import fixtures_dir
 from dflash_nb.formats import detect_format
-from dflash_nb.explorer import explore, load_rows, template_report
+from dflash_nb.explorer import template_report
+from dflash_nb.rowviews import explore, load_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 MESSY = ROOT / 'tests' / 'fixtures' / 'messy_report.jsonl'

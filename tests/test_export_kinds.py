@@ -14,7 +14,8 @@ from dflash_nb.drafter import DFlashConfig, DFlashDrafter, export_drafter
 from dflash_nb.export import export_hub_drafter, export_speculators_drafter
 from dflash_nb.kinds import draft_from_hidden
 from dflash_nb.models import ensure_tiny
-from dflash_nb.train import Trainer, TrainConfig, load_target_head
+from dflash_nb.train import Trainer, TrainConfig
+from dflash_nb.target_weights import load_target_head
 
 B = 8     # not the readers' default 16: a reader falling back to 16 would fail the block-size checks
 

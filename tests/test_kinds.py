@@ -3,8 +3,8 @@ import json
 import pytest
 import torch
 
-from dflash_nb.drafter import (DFlashConfig, DFlashDrafter, DraftCache, LossOptions, block_hidden, dflash_loss,
-                               draft_block, export_drafter, load_drafter)
+from dflash_nb.drafter import DFlashConfig, DFlashDrafter, DraftCache, block_hidden, draft_block, export_drafter, load_drafter
+from dflash_nb.loss import LossOptions, dflash_loss
 from dflash_nb.kinds import draft_from_hidden, kind_weight_names, select_walk
 
 

@@ -136,19 +136,21 @@ def test_settings_dataclasses_take_the_declared_defaults():
 import importlib, inspect
 
 SIGNATURE_MODULES = ('targets', 'sources', 'convert', 'templates', 'regenerate', 'tokenization', 'hidden_states', 'train', 'evaluate',
-                     'plan', 'costs', 'export', 'backends', 'decoding', 'promptsets', 'probes', 'vocab', 'kinds')
+                     'plan', 'costs', 'export', 'backends', 'decoding', 'promptsets', 'verdicts', 'probes', 'vocab', 'kinds',
+                     'features', 'metrics', 'optimizers', 'checkpoints', 'target_weights')
 # a stage's module checks against its stage, a library cut from a stage against that stage; plan, costs and export against every stage
-LIBRARY_STAGE = {'backends': 'regenerate', 'decoding': 'evaluate', 'promptsets': 'evaluate', 'probes': 'templates',
-                 'vocab': 'tokenization', 'kinds': 'train'}
+LIBRARY_STAGE = {'backends': 'regenerate', 'decoding': 'evaluate', 'promptsets': 'evaluate', 'verdicts': 'evaluate', 'probes': 'templates',
+                 'vocab': 'tokenization', 'kinds': 'train', 'features': 'train', 'metrics': 'train', 'optimizers': 'train', 'checkpoints': 'train',
+                 'target_weights': 'train'}
 
 # A parameter named like a declared one whose default means something else; the caller resolves the declared value.
 _TORCH_DEVICE = "a torch device the caller resolved (`core.get_device` of the stage's `device`), not the spec `auto`"
 OWN_DEFAULT = {
     ('sources', 'build_mix', 'repairs'): 'every repair allowed, format-only ones included (the stage passes DEFAULT_REPAIRS + its opt-ins)',
     ('sources', 'normalize_file', 'repairs'): 'every repair allowed, format-only ones included (the CLI adds its --repair opt-ins)',
-    ('train', 'load_target_head', 'device'): _TORCH_DEVICE, ('train', 'shard_drafter', 'device'): _TORCH_DEVICE,
-    ('train', 'Trainer', 'device'): _TORCH_DEVICE, ('train', 'RemoteFeatures', 'device'): _TORCH_DEVICE,
-    ('train', 'serve_features', 'device'): _TORCH_DEVICE,
+    ('target_weights', 'load_target_head', 'device'): _TORCH_DEVICE, ('train', 'shard_drafter', 'device'): _TORCH_DEVICE,
+    ('train', 'Trainer', 'device'): _TORCH_DEVICE, ('features', 'RemoteFeatures', 'device'): _TORCH_DEVICE,
+    ('features', 'serve_features', 'device'): _TORCH_DEVICE,
     ('train', 'benchmark_step', 'device'): 'the GPU whose training step is timed (a benchmark, not a run)',
     ('kinds', 'dspark_loss', 'gamma'): "DSpark's published slot decay exp(-k/4) (LossOptions.dspark_gamma), not DFlash's train.gamma",
     ('kinds', 'dspark_block_loss', 'gamma'): "DSpark's published slot decay exp(-k/4) (LossOptions.dspark_gamma), not DFlash's train.gamma",

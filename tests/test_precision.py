@@ -44,7 +44,8 @@ def test_choices_without_native_bf16(no_bf16, caplog):
 
 
 def _train(opt: str, amp: str, tmp_path):
-    from dflash_nb.train import Muon, Trainer, TrainConfig
+    from dflash_nb.optimizers import Muon
+    from dflash_nb.train import Trainer, TrainConfig
     emb, head = tiny_head()
     tc = TrainConfig(epochs=1, batch_size=2, num_anchors=3, optimizer=opt, amp=amp, log_every=2, ckpt_every=0,
                      max_steps=3, max_minutes=None, gamma=None, loss_slots=None)

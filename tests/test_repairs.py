@@ -7,6 +7,7 @@ import pytest
 
 import dflash_nb.convert as convert_mod
 import dflash_nb.explorer as explorer_mod
+import dflash_nb.rowviews as rowviews_mod
 import dflash_nb.templates as templates_mod
 from dflash_nb import schema
 from dflash_nb.cli import main
@@ -43,7 +44,7 @@ def test_each_repair_is_declared_once_with_its_class():
     assert {'args_to_objects', 'rename_roles'} <= set(DEFAULT_REPAIRS)
     assert {'move_system_first', 'prepend_user', 'map_unknown_roles', 'drop_empty_turns'} <= {n for n, r in REPAIRS.items() if r.kind == MEANING_CHANGING}
     # no stage module keeps a copy: the names it uses are the schema's own objects, and no repair is defined there
-    for mod in (templates_mod, explorer_mod, convert_mod):
+    for mod in (templates_mod, explorer_mod, rowviews_mod, convert_mod):
         src = Path(mod.__file__).read_text()
         for name in list(REPAIRS) + ['PLACEHOLDER_USER', 'ROLE_ALIASES']:
             assert not re.search(rf'^(def {name}\b|{name}\s*=)', src, re.M), f'{mod.__name__} defines its own {name}'

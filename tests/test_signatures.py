@@ -10,7 +10,7 @@ MAX = 8
 EXCEPTIONS = {
     ('pipeline', 'run_chain'): "the library form of `dflash-nb run`: one keyword per flag of that command (the CLI's own settings)",
     ('drafter', 'build_config'): 'a DFlashConfig from a target config: the keywords are the config fields it may override',
-    ('drafter', 'forward'): "the drafter module's call (features, ids, positions, cache, masks): torch's module convention",
+    ('loss', 'forward'): "`ChunkedLinearCE.forward`: torch.autograd.Function's convention (`ctx`, then every input of the op)",
     ('explorer', 'template_report'): "the explorer's one entry point: each keyword a choice shown in its widgets",
     ('costs', 'train_memory'): 'the memory model of one training setting: open, a settings object is the next step (issue 47.3)',
 }

@@ -14,7 +14,8 @@ from dflash_nb.masks import (MaskError, assistant_mask, assistant_masks, as_rend
                              fixture_template, FIXTURE_TEMPLATE_TOKENIZER, locate_turns)
 from dflash_nb.probes import probe_template
 from dflash_nb.templates import compare_with_generation_mask, generation_mask, placeholder_supervision, mask_check
-from dflash_nb.explorer import ExplorerWidget, explore_file, load_rows
+from dflash_nb.explorer import ExplorerWidget, explore_file
+from dflash_nb.rowviews import load_rows
 
 FX = fixtures_dir()
 needs_fx = pytest.mark.skipif(FX is None, reason='../shared/fixtures not present')

@@ -19,7 +19,8 @@ import pytest
 from dflash_nb.formats import detect_format
 from dflash_nb.masks import fixture_template, fixture_tokenizer
 from dflash_nb.schema import fix_row
-from dflash_nb.explorer import ExplorerWidget, _headline, explore, format_report, load_rows, template_report
+from dflash_nb.explorer import ExplorerWidget, format_report, template_report
+from dflash_nb.rowviews import explore, headline, load_rows
 from dflash_nb.probes import format_probe_report, probe_template
 from dflash_nb.templates import format_mask_check, mask_check
 from dflash_nb.tokenization import TokenizeOptions, encode_rows
@@ -151,7 +152,7 @@ def test_headline_and_html_say_the_same(target, tmp_path):
     tok, tpl = target
     exs, page = template_report(MULTI, tok, tpl, enable_thinking=True, out=tmp_path / 'r.html')
     ex = exs[0]
-    lines = _headline(ex['summary'])
+    lines = headline(ex['summary'])
     n = len(MULTI_SPLIT)
     assert f"{n} split per turn" in lines[0] and lines[2].startswith(f"  split: {n} rows into {sum(MULTI_SPLIT.values())} samples")
     text = format_report(ex)
@@ -172,7 +173,7 @@ def test_widget_shows_splits(target):
     w.reason.value = 'split'
     assert {v['id'] for v in w.selected()} == set(MULTI_SPLIT) and 'split into' in w.body.value
     static = w.outputs()[1]
-    assert _headline(w.exploration()['summary'])[2] in static['text/plain'] and 'split: <code>' in static['text/html']
+    assert headline(w.exploration()['summary'])[2] in static['text/plain'] and 'split: <code>' in static['text/html']
 
 
 # ------------------------------------------------------------------ the format `sources detect` names, not canonical
@@ -191,7 +192,7 @@ def test_report_reads_the_detected_format(name, tmp_path, smol):
     rows, info = load_rows(p)   # what the command read: the normalizer's rows, not the file's records as canonical rows
     assert info['format'] == fmt and all('_error' in r or 'read' in r for r in rows)
     ex = explore(smol, rows, str(tpl), data_info=info)
-    assert _headline(ex['summary'])[0] in out
+    assert headline(ex['summary'])[0] in out
     canon, _ = load_rows(p, 'canonical')
     if name == 'openai_parts.jsonl':   # read as canonical, the reasoning parts are no `reasoning_content`: nothing would split
         assert 'refuse-3' in explorer_splits(ex) and explorer_splits(explore(smol, canon, str(tpl))) == {}
@@ -219,7 +220,7 @@ def test_split_row_losing_a_call_is_quarantined_as_tokenization_does(smol, tmp_p
     assert "its sample of message 3: " in v['error'] and explorer_splits(ex) == want
     s = ex['summary']
     assert (s['split'], s['split_quarantined'], s['quarantined'], s['content_lost']) == (0, 1, 1, 1)
-    assert _headline(s)[2] == '  split: 0 rows into 0 samples, one per assistant turn, as the template drops earlier reasoning; 1 more split rows quarantined'
+    assert headline(s)[2] == '  split: 0 rows into 0 samples, one per assistant turn, as the template drops earlier reasoning; 1 more split rows quarantined'
     msum, fails = mask_check(smol, [LOSSY], str(tpl))
     assert (msum['split'], msum['split_quarantined'], msum['failed'], msum['content_lost']) == (1, 1, 1, 1)
     assert (fails[0]['reason'], fails[0]['turn'], fails[0]['split']) == ('the template drops tool calls', 3, v['split'])

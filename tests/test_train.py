@@ -6,8 +6,13 @@ import pytest
 import torch
 import torch.nn as nn
 
-from dflash_nb.drafter import DFlashConfig, DFlashDrafter, LossOptions, build_config, dflash_loss, load_drafter
-from dflash_nb.train import Trainer, TrainConfig, latest_checkpoint, load_target_head, target_features, plot_curves
+from dflash_nb.drafter import DFlashConfig, DFlashDrafter, build_config, load_drafter
+from dflash_nb.loss import LossOptions, dflash_loss
+from dflash_nb.train import Trainer, TrainConfig
+from dflash_nb.checkpoints import latest_checkpoint
+from dflash_nb.features import target_features
+from dflash_nb.metrics import plot_curves
+from dflash_nb.target_weights import load_target_head
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,7 +171,7 @@ def test_target_features_use_layer_outputs_not_the_final_norm():
 def test_online_features_bring_the_targets_labels():
     "Online, the feature function returns the target's labels with the features; the trainer reads them (labels: target)."
     from dflash_nb.models import ensure_tiny, load_target
-    from dflash_nb.train import online_features
+    from dflash_nb.features import online_features
     model, _ = load_target('tiny-qwen3')
     ids = torch.randint(10, 600, (2, 12), generator=torch.Generator().manual_seed(0))
     out = online_features(model, [0, 2], label_topk=3)(ids, torch.ones_like(ids))
@@ -273,7 +278,8 @@ def par_run(out, parallel, placement, accum, optimizer='adamw'):
     "Train the tiny drafter online; returns (trainer or None on a feature rank, full final weights on rank 0)."
     with fp32_newton_schulz(): return _par_run(out, parallel, placement, accum, optimizer)
 def _par_run(out, parallel, placement, accum, optimizer):
-    from dflash_nb.train import Trainer, placement_roles, RemoteFeatures, serve_features
+    from dflash_nb.train import Trainer
+    from dflash_nb.features import placement_roles, RemoteFeatures, serve_features
     tc, (emb, head) = par_config(parallel, placement, accum, optimizer), tiny_head()
     roles = placement_roles(tc)
     if roles['role'] == 'features':
@@ -429,7 +435,7 @@ def test_each_kind_trains_and_resumes_exactly(tmp_path, kind):
     """Each kind on the tiny setup: its loss on a fixed batch falls after a few steps, and a run stopped after step 11
     (last checkpoint: 10) and resumed by a fresh trainer ends with the weights and curves of an uninterrupted run."""
     import copy
-    from dflash_nb.train import muon_split
+    from dflash_nb.optimizers import muon_split
     g = torch.Generator().manual_seed(0)
     data = [{'input_ids': (torch.randint(0, 28, (1,), generator=g) + torch.arange(12)) % 28, 'loss_mask': torch.tensor([0] * 3 + [1] * 9),
              'hidden_states': torch.randn(12, 2, 16, generator=g), 'target_last': torch.randn(12, 16, generator=g)} for _ in range(6)]
@@ -458,7 +464,7 @@ def test_target_norm_is_the_targets_own_final_norm():
     "`load_target_norm` (meta-built class + its one weight) equals the loaded target's final norm, for a plain and a hybrid target."
     from dflash_nb.models import ensure_tiny
     from dflash_nb.features import final_norm_and_head
-    from dflash_nb.train import load_target_norm, FinalNormed
+    from dflash_nb.target_weights import load_target_norm, FinalNormed
     from transformers import AutoModelForCausalLM
     for name in ('tiny-qwen3', 'tiny-qwen3_5'):
         path = ensure_tiny(name)

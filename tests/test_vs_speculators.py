@@ -8,7 +8,8 @@ import pytest, torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from interop_venvs import run_in, venv_python
-from dflash_nb.drafter import DFlashDrafter, build_config, block_labels, build_masks, export_drafter, slot_targets
+from dflash_nb.drafter import DFlashDrafter, build_config, build_masks, export_drafter
+from dflash_nb.loss import block_labels, slot_targets
 from dflash_nb.features import extract_features, head_topk
 from dflash_nb.models import load_target, resolve_target
 
