@@ -42,7 +42,7 @@ class GenConfig:
     @property
     def greedy(self) -> bool: return float(self.temperature) == 0.0
 
-# %% ../nbs/41_backends.ipynb #6cad0fc0
+# %% ../nbs/41_backends.ipynb #01cc1abf
 @dataclass
 class GenRequest:
     "One generation: the conversation so far (ending before the turn to write) and the row's tools."
@@ -50,6 +50,7 @@ class GenRequest:
     tools: list | None = None   # the row's tools (OpenAI function specs)
     key: Any = None             # the row id, for logs
 
+# %% ../nbs/41_backends.ipynb #e378ecc8
 @dataclass
 class GenResult:
     "What a backend returns for one request: text, parsed parts, why it stopped, tokens generated, or an error."
@@ -60,7 +61,7 @@ class GenResult:
     tool_calls: list | None = None      # tool calls the server already parsed
     error: str | None = None            # why this request failed (the row goes to the failures file)
 
-# %% ../nbs/41_backends.ipynb #eff94893
+# %% ../nbs/41_backends.ipynb #95043146
 BATCH_COST = {'step': 40.0,        # per decoding step and batch: the weights streamed once (SmolLM2 bf16, CPU)
               'row_step': 1.0,     # per row and step: the unit (~1.5 ms of one CPU thread here)
               'context': 0.001,    # per row, step and context position attended (padding included)
@@ -72,6 +73,7 @@ def batch_cost(rows: int, longest: int, max_new_tokens: int, cost: dict | None =
     return (c['prefill'] * rows * longest + (T + 1) * c['step'] +
             T * rows * (c['row_step'] + c['context'] * (longest + T / 2)))
 
+# %% ../nbs/41_backends.ipynb #9d18981d
 def length_buckets(lengths: list,                      # prompt lengths in tokens
                    batch_size: int,                    # most rows per batch
                    max_batch_tokens: int | None,       # most cache positions per batch (None: no bound)
@@ -142,7 +144,7 @@ class HFBackend:
 
     def info(self) -> dict: return {'backend': self.name, 'model': self.spec}
 
-# %% ../nbs/41_backends.ipynb #63e23822
+# %% ../nbs/41_backends.ipynb #bf957066
 @patch
 def _stop_ids(self: HFBackend) -> list:
     "End-of-sequence ids of the tokenizer and generation config, and the end-of-turn markers in the vocabulary."
@@ -154,6 +156,7 @@ def _stop_ids(self: HFBackend) -> list:
     ids.update(vocab[t] for t in ('<|im_end|>', '<|eot_id|>', '<|endoftext|>') if t in vocab)
     return sorted(ids)
 
+# %% ../nbs/41_backends.ipynb #9b8b41e5
 @patch
 def render(self: HFBackend, req: GenRequest, gen: GenConfig) -> str:
     "The prompt text of a request: the chat template with the generation prompt (`enable_thinking` where read)."
@@ -194,7 +197,7 @@ def generate(self: HFBackend, reqs: list, gen: GenConfig, progress=None) -> list
         if progress: progress(len(b), sum(out[i].new_tokens for i, _, _ in b))
     return out
 
-# %% ../nbs/41_backends.ipynb #3a9058a7
+# %% ../nbs/41_backends.ipynb #4cc378ff
 @patch
 def _run_batch(self: HFBackend, b: list, gen: GenConfig, keys: list) -> list:
     "One batch `[(index, ids, opened_think)]` (`keys`: per request) -> its results (halved and retried on CUDA out of memory)."
@@ -206,6 +209,7 @@ def _run_batch(self: HFBackend, b: list, gen: GenConfig, keys: list) -> list:
         h = len(b) // 2
         return self._run_batch(b[:h], gen, keys) + self._run_batch(b[h:], gen, keys)
 
+# %% ../nbs/41_backends.ipynb #1e492197
 @patch
 def _new_tokens(self: HFBackend, prompts: list, gen: GenConfig, drop_finished: bool = False, keys=None) -> list:
     "The generated token ids of each prompt (padding and anything after a stop token included)."
@@ -242,7 +246,7 @@ def _results(self: HFBackend, b: list, new: list, gen: GenConfig) -> list:
         res.append(GenResult(text='<think>' + text if opened else text, finish_reason=finish, new_tokens=ntok))
     return res
 
-# %% ../nbs/41_backends.ipynb #0a9b0c9c
+# %% ../nbs/41_backends.ipynb #da47e594
 def api_base(endpoint: str) -> str:
     "`http://host:port`, `…/v1` or `…/v1/chat/completions` -> the `…/v1` base."
     e = endpoint.strip().rstrip('/')
@@ -250,6 +254,7 @@ def api_base(endpoint: str) -> str:
         if e.endswith(suf): e = e[:-len(suf)]
     return e if e.endswith('/v1') else e + '/v1'
 
+# %% ../nbs/41_backends.ipynb #0d4167f5
 def endpoint_list(endpoint  # a URL, a comma-separated string of URLs, or a list of URLs
                  ) -> list:  # their `/v1` bases, in order, without repeats
     "The servers named by `endpoint`."
@@ -260,7 +265,7 @@ def endpoint_list(endpoint  # a URL, a comma-separated string of URLs, or a list
     if bad: raise ValueError(f'endpoint {bad[0]!r} is not an http(s) URL')
     return list(dict.fromkeys(api_base(e) for e in items))
 
-# %% ../nbs/41_backends.ipynb #b76bb5d5
+# %% ../nbs/41_backends.ipynb #abd9a160
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 class HTTPError(RuntimeError):
@@ -269,6 +274,7 @@ class HTTPError(RuntimeError):
         super().__init__(msg)
         self.retry = retry
 
+# %% ../nbs/41_backends.ipynb #6e8e7087
 def http_json(url: str,                # full URL
               method: str = 'GET',     # GET | POST
               body: dict | None = None,  # JSON body
@@ -300,7 +306,7 @@ def _wire_messages(messages) -> list:
     return [{**m, 'tool_calls': [wire(c) for c in m['tool_calls']]} if m.get('tool_calls') else dict(m)
             for m in messages]
 
-# %% ../nbs/41_backends.ipynb #fdb9dbf3
+# %% ../nbs/41_backends.ipynb #d04bb696
 class Server:
     "One server of a pool: its `/v1` base, requests in flight, failed returns, and when it is back in rotation."
     def __init__(self, base: str):
@@ -308,6 +314,7 @@ class Server:
         self.counts = {'sent': 0, 'ok': 0, 'failed': 0, 'rejected': 0, 'taken_out': 0}
     def __repr__(self): return f'Server({self.base!r}, busy={self.busy}, strikes={self.strikes})'
 
+# %% ../nbs/41_backends.ipynb #b1150326
 class ServerPool:
     "Servers sharing the requests, at most `concurrency` in flight on each; failing ones sit out a while."
     def __init__(self, endpoint, concurrency: int = 8, out_s: float = 1.0, out_max_s: float = 30.0):
@@ -319,7 +326,7 @@ class ServerPool:
 
     def stats(self) -> list: return [{'endpoint': s.base, **s.counts} for s in self.servers]
 
-# %% ../nbs/41_backends.ipynb #edad7e3a
+# %% ../nbs/41_backends.ipynb #f171c0a5
 @patch
 def acquire(self: ServerPool, wait_s: float = 0.0) -> Server:
     "A server for the next request (see above); waits while all servers in rotation are busy."
@@ -339,6 +346,7 @@ def acquire(self: ServerPool, wait_s: float = 0.0) -> Server:
             if all_out: waits.append(deadline - now)
             self.cond.wait(timeout=max(0.005, min(waits)) if waits else None)
 
+# %% ../nbs/41_backends.ipynb #e3082eb2
 @patch
 def release(self: ServerPool, s: Server, outcome: str = 'ok', why: str = ''):
     "Take server `s` back after a request: `ok`, `rejected` or `failed`."
@@ -375,7 +383,7 @@ class HTTPBackend:
 
     def stats(self) -> list: return self.pool.stats()
 
-# %% ../nbs/41_backends.ipynb #291fbcff
+# %% ../nbs/41_backends.ipynb #c6255b87
 @patch
 def request(self: HTTPBackend, method: str, path: str, body: dict | None = None) -> dict:
     "One API call on the pool, with retries (see above); raises `HTTPError` after the last attempt."
@@ -396,6 +404,7 @@ def request(self: HTTPBackend, method: str, path: str, body: dict | None = None)
     where = f' on {k} servers' if k > 1 else ''
     raise HTTPError(f'{last} (after {n} attempt{"s" * (n > 1)}{where})', retry=True)
 
+# %% ../nbs/41_backends.ipynb #d772ff9c
 @patch
 def served_model(self: HTTPBackend) -> str:
     "The model the servers list first (`GET /v1/models`), the same on every server that answers."
@@ -408,6 +417,7 @@ def served_model(self: HTTPBackend) -> str:
     if len(set(seen.values())) > 1: raise ValueError(f'the servers serve different models: {seen}')
     return next(iter(seen.values())) or self._no_model()
 
+# %% ../nbs/41_backends.ipynb #c65ee26b
 @patch
 def _no_model(self: HTTPBackend):
     raise HTTPError(f'{self.pool.servers[0].base}/models lists no model', retry=False)
@@ -426,8 +436,7 @@ def payload(self: HTTPBackend, req: GenRequest, gen: GenConfig) -> dict:
         body['chat_template_kwargs'] = {'enable_thinking': bool(gen.enable_thinking)}
     return {**body, **self.extra_body}
 
-
-# %% ../nbs/41_backends.ipynb #d1d80669
+# %% ../nbs/41_backends.ipynb #2d3a365d
 def _read_calls(msg: dict) -> list:
     "The tool calls of a response message, arguments as dicts (ValueError: arguments that are not an object)."
     calls = []
@@ -441,6 +450,7 @@ def _read_calls(msg: dict) -> list:
         calls.append({'type': 'function', 'function': {'name': fn.get('name'), 'arguments': a}})
     return calls
 
+# %% ../nbs/41_backends.ipynb #be7604ef
 def read_response(r: dict  # a chat completion response
                  ) -> GenResult:
     "The `GenResult` of a chat completion response (a malformed response is the request's error)."
@@ -457,13 +467,14 @@ def read_response(r: dict  # a chat completion response
         return GenResult(error=f'http: unexpected response shape ({type(e).__name__}: {e}): {str(r)[:200]}',
                          finish_reason='error')
 
-# %% ../nbs/41_backends.ipynb #4ef163e4
+# %% ../nbs/41_backends.ipynb #38f4b357
 @patch
 def generate_one(self: HTTPBackend, req: GenRequest, gen: GenConfig) -> GenResult:
     "One request -> one result (errors become `GenResult.error`)."
     try: return read_response(self.request('POST', '/chat/completions', self.payload(req, gen)))
     except HTTPError as e: return GenResult(error=f'http: {e}', finish_reason='error')
 
+# %% ../nbs/41_backends.ipynb #79e4f4b2
 @patch
 def generate(self: HTTPBackend, reqs: list, gen: GenConfig, progress=None) -> list:  # noqa: F811 (@patch: the method of another class)
     "Generate every request, `concurrency` in flight per server; results in request order."

@@ -25,7 +25,7 @@ def latest_checkpoint(ckpt_dir):
     found = sorted(p for p in d.iterdir() if CKPT_RE.match(p.name) and (p / 'state.pt').exists())
     return found[-1] if found else None
 
-# %% ../nbs/80c_checkpoints.ipynb #bdb35d22
+# %% ../nbs/80c_checkpoints.ipynb #ac567562
 def rng_state() -> dict:
     "The RNG states a resumed run continues from: Python's, torch's (and CUDA's) and numpy's, in types `weights_only` loading reads."
     import numpy as np
@@ -35,6 +35,7 @@ def rng_state() -> dict:
     if torch.cuda.is_available(): s['cuda'] = torch.cuda.get_rng_state_all()
     return s
 
+# %% ../nbs/80c_checkpoints.ipynb #711e1106
 def set_rng_state(s: dict):
     "Restore the RNG states `s` (`rng_state`'s) of this process."
     import numpy as np
@@ -51,12 +52,13 @@ class Checkpointer:
         self.dir = Path(folder) if folder else None
         self.every, self.keep, self.rank, self.barrier = every, max(keep, 1), rank, barrier or (lambda: None)
 
-# %% ../nbs/80c_checkpoints.ipynb #ffc9b049
+# %% ../nbs/80c_checkpoints.ipynb #2c7579fb
 @patch
 def due(self: Checkpointer, step: int) -> bool:
     "Whether `step` gets a checkpoint (every `every` steps; never with `every` 0)."
     return bool(self.every) and step % self.every == 0
 
+# %% ../nbs/80c_checkpoints.ipynb #de994b60
 @patch
 def save(self: Checkpointer, step: int, state: dict) -> Path:
     "Rank 0 writes `state` as the checkpoint of `step` and prunes the oldest; every rank waits for it."
@@ -67,23 +69,27 @@ def save(self: Checkpointer, step: int, state: dict) -> Path:
     self.barrier()
     return path
 
+# %% ../nbs/80c_checkpoints.ipynb #e62de8a0
 @patch
 def prune(self: Checkpointer):
     "Remove all but the newest `keep` checkpoints."
     old = sorted(p for p in self.dir.iterdir() if CKPT_RE.match(p.name))
     for p in old[:-self.keep]: shutil.rmtree(p, ignore_errors=True)
 
+# %% ../nbs/80c_checkpoints.ipynb #cb2dfe8e
 @patch
 def latest(self: Checkpointer) -> Path | None:
     "The newest complete checkpoint (None: none yet, or no folder)."
     return latest_checkpoint(self.dir) if self.dir is not None else None
 
+# %% ../nbs/80c_checkpoints.ipynb #5c4e87f5
 @patch
 def is_latest(self: Checkpointer, step: int) -> bool:
     "Whether the newest checkpoint is that of `step`."
     p = self.latest()
     return p is not None and p.name == f'step-{step:08d}'
 
+# %% ../nbs/80c_checkpoints.ipynb #47f6f7d0
 @patch
 def read(self: Checkpointer, path) -> dict:
     "The state of checkpoint `path` (tensors on the CPU; `weights_only`: loading runs no code)."

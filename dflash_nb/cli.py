@@ -119,7 +119,7 @@ def _summary(nb_path) -> str:
             return ''
     return ''
 
-# %% ../nbs/03_cli.ipynb #6521a66b
+# %% ../nbs/03_cli.ipynb #938041b1
 def _section(st, values: dict, demo: dict, notes: dict | None = None, skip=RUN_ONLY) -> list[str]:
     """The lines of stage `st`'s section: each declared parameter (but `skip`) with its help; `values` (said in
     `notes`) over the declared defaults (a real run's; said with the demo's value where `demo` has one)."""
@@ -132,6 +132,7 @@ def _section(st, values: dict, demo: dict, notes: dict | None = None, skip=RUN_O
         out.append(f'  {k}: {_flow(v)}  # {note}{p.help}')
     return out
 
+# %% ../nbs/03_cli.ipynb #7c3f090a
 @functools.lru_cache(maxsize=4)   # `new` reads your file once for the config and its message
 def _file_source(file, name: str) -> tuple[dict, str, int, int]:
     "({path, normalizer, ...} of `file` as an extra source, what detection found, its record count, its rows holding an answer)."
@@ -143,10 +144,12 @@ def _file_source(file, name: str) -> tuple[dict, str, int, int]:
     if src.group_by: spec['group_by'] = src.group_by
     return spec, src.notes, n, answered
 
+# %% ../nbs/03_cli.ipynb #bd76f8ed
 def _run_name(file, name: str | None) -> str:
     "The run's name: `name`, else the file's name up to its first dot."
     return name or re.sub(r'[^A-Za-z0-9_-]+', '_', Path(file).name.split('.')[0]) or 'mine'
 
+# %% ../nbs/03_cli.ipynb #b527ac7e
 def _select_note(n: int, answered: int) -> str:
     "What `regenerate.select: all` does to your file, said in `new`'s YAML comment and message."
     return (f"the target rewrites every assistant turn ({answered} of your {n} records hold answers: a DFlash drafter must learn "
@@ -274,13 +277,14 @@ def add_module_commands(sub,                             # the `dflash-nb` sub-p
         return
     for name, text in declared: sub.add_parser(name, help=text, add_help=False)
 
-# %% ../nbs/03_cli.ipynb #80683e50
+# %% ../nbs/03_cli.ipynb #32a72427
 def _use_formatter(p: argparse.ArgumentParser):
     p.formatter_class = HelpFormatter
     for act in p._actions:
         if isinstance(act, argparse._SubParsersAction):
             for sp in act.choices.values(): _use_formatter(sp)
 
+# %% ../nbs/03_cli.ipynb #54ed5460
 def build_parser(load: Iterable[str] | None = None,  # commands to register in full; None: all (imports them)
                 ) -> argparse.ArgumentParser:        # the `dflash-nb` parser
     "The `dflash-nb` argument parser: the built-in commands and every stage module's."

@@ -32,14 +32,16 @@ def allowed_repairs(
                              '(consecutive turns are merged by merge_same_role)')
     return DEFAULT_REPAIRS + tuple(r for r in repairs if r not in DEFAULT_REPAIRS) + (('merge_same_role',) if merge_same_role else ())
 
-# %% ../nbs/30_convert.ipynb #7d4b17a7
+# %% ../nbs/30_convert.ipynb #60876681
 def _id_key(rid) -> bytes: return hashlib.blake2b(str(rid).encode(), digest_size=16).digest()
 
+# %% ../nbs/30_convert.ipynb #385f8ba1
 def _roundtrips(row: dict) -> bool:
     "Both output layouts convert back to the canonical row (speculators' has no `meta`)."
     return (from_sharegpt(to_sharegpt(row)) == row
             and from_speculators(to_speculators(row), row['source']) == {k: v for k, v in row.items() if k != 'meta'})
 
+# %% ../nbs/30_convert.ipynb #dd786976
 def _stage_reasons(row: dict, seen: set, eval_index, check_roundtrip: bool) -> list[str]:
     "Reasons to reject a valid row: an evaluation prompt, an id seen before, a layout that does not round-trip."
     if eval_index is not None and (hit := eval_index.match(row)): return [f'eval_overlap: {hit}']
@@ -47,6 +49,7 @@ def _stage_reasons(row: dict, seen: set, eval_index, check_roundtrip: bool) -> l
     seen.add(k)
     return [f'roundtrip mismatch: {row["id"]!r}'] if check_roundtrip and not _roundtrips(row) else []
 
+# %% ../nbs/30_convert.ipynb #4abb1c2a
 def _with_notes(row: dict, notes: list[str]) -> dict:
     "The row with the repairs made recorded in `meta.repairs`."
     if not notes: return row
@@ -66,12 +69,13 @@ class ConvertOptions:
 
     def __post_init__(self): check_fields(self)
 
-# %% ../nbs/30_convert.ipynb #c21ff7b5
+# %% ../nbs/30_convert.ipynb #746fd8b2
 def _would(reason: str, needs: list[str], rec=None, allowed=()) -> str:
     "The reason, with the meaning-changing repair that would save the row, or why the opted-in ones do not."
     if needs: return f"{reason} (meaning-changing repair {'+'.join(needs)} would apply; opt in: run.repairs)"
     return reason + repair_hint(rec, allowed) if isinstance(rec, dict) else reason
 
+# %% ../nbs/30_convert.ipynb #f23aaaca
 def convert_rows(
     lines,  # parsed records (dicts, or `{'_error', '_line', '_raw'}` from `core.iter_jsonl(errors='yield')`)
     opts: ConvertOptions | None = None,  # repairs, placeholder, longest row (None: the declared defaults)
@@ -94,7 +98,7 @@ def convert_rows(
         else: yield {'kind': 'ok', 'row': _with_notes(c['row'], c['repairs']), 'repairs': c['repairs'],
                      'line': line}
 
-# %% ../nbs/30_convert.ipynb #2e535b27
+# %% ../nbs/30_convert.ipynb #671f6049
 _OUTPUTS = ('conversations.jsonl', 'sharegpt.jsonl', 'speculators.jsonl', 'quarantine.jsonl')
 
 def _new_counts() -> dict:
@@ -103,12 +107,14 @@ def _new_counts() -> dict:
             'needs_opt_in': Counter(), 'by_source': Counter(), 'tool_rows': 0, 'multi_turn': 0,
             'prompt_only': 0, 'eval_overlap': 0}
 
+# %% ../nbs/30_convert.ipynb #a197fc26
 def _count_bad(c: dict, v: dict):
     c['quarantined'] += 1
     c['eval_overlap'] += v['reasons'][0].startswith('eval_overlap')
     c['reasons'].update(list(dict.fromkeys(x.split(':', 1)[0].strip() for x in v['reasons'])))
     c['needs_opt_in'].update(v['needs'])
 
+# %% ../nbs/30_convert.ipynb #4e9d37aa
 def _count_ok(c: dict, v: dict):
     row = v['row']
     c['rows_out'] += 1
@@ -147,7 +153,7 @@ def convert_file(
     assert c['rows_in'] == c['rows_out'] + c['quarantined']
     return {k: dict(v) if isinstance(v, Counter) else v for k, v in c.items()}
 
-# %% ../nbs/30_convert.ipynb #abd07f6d
+# %% ../nbs/30_convert.ipynb #996ff5a4
 def _stage_source(stage: Stage) -> Path:
     "The prompt mix of `10_sources`; the template report is an input too, so a template change re-runs the stage."
     src = stage.input(stage.run_dir / '10_sources' / 'prompts.jsonl')
@@ -155,6 +161,7 @@ def _stage_source(stage: Stage) -> Path:
     if tmpl.exists(): stage.input(tmpl)
     return src
 
+# %% ../nbs/30_convert.ipynb #5d5d6e53
 def _stage_eval_index(stage: Stage) -> EvalIndex:
     "The evaluation prompts of `eval_prompt_files`, indexed; each file is an input (an edit re-runs the check)."
     files = stage.params['eval_prompt_files']
@@ -162,6 +169,7 @@ def _stage_eval_index(stage: Stage) -> EvalIndex:
     for f in files: stage.input(eval_prompt_path(f))
     return index
 
+# %% ../nbs/30_convert.ipynb #ab0b0efb
 def _log_counts(log, c: dict):
     "The stage's one-line account of what it kept and quarantined."
     log.info('30_convert: %d in, %d out, %d quarantined (%d overlapping the evaluation prompts of %s; '

@@ -70,12 +70,13 @@ def expand_path(s) -> str:
         s = s.replace('${DFLASH_NB_FIXTURES}', str(fixtures_dir())).replace('$DFLASH_NB_FIXTURES', str(fixtures_dir()))
     return os.path.expanduser(os.path.expandvars(s))
 
-# %% ../nbs/00_core.ipynb #f4488944
+# %% ../nbs/00_core.ipynb #a04d9bca
 def _umask() -> int:
     m = os.umask(0o022)
     os.umask(m)
     return m
 
+# %% ../nbs/00_core.ipynb #c1fb08dd
 @contextlib.contextmanager
 def atomic_write(path, mode: str = 'w', encoding: str | None = 'utf-8') -> Iterator[Any]:
     "Open a temporary file beside `path`; on success flush, fsync and rename it to `path`; on error remove it."
@@ -185,7 +186,7 @@ def build_lock(path,  # the output that is built once (a file or folder)
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(path.with_name(f'.{path.name}.lock')), timeout=timeout)
 
-# %% ../nbs/00_core.ipynb #0d5e7ed0
+# %% ../nbs/00_core.ipynb #c56bd798
 def file_hash(path, chunk: int = 1 << 20) -> str:
     "SHA-256 of a file, or of a folder's files (relative names + contents, sorted, hidden names skipped)."
     path = Path(path)
@@ -200,6 +201,7 @@ def file_hash(path, chunk: int = 1 << 20) -> str:
         while b := f.read(chunk): h.update(b)
     return h.hexdigest()
 
+# %% ../nbs/00_core.ipynb #d4c79b05
 def obj_hash(obj) -> str:
     "Stable SHA-256 of a JSON-able object (keys sorted)."
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=_json_default).encode()).hexdigest()
@@ -220,12 +222,13 @@ def versions() -> dict:
         with contextlib.suppress(md.PackageNotFoundError): out[pkg] = md.version(pkg.replace('_', '-'))
     return out
 
-# %% ../nbs/00_core.ipynb #b430fa04
+# %% ../nbs/00_core.ipynb #35cf7313
 def _cpu_jiffies() -> tuple[int, int]:
     "(all, idle + iowait) jiffies of the machine's CPUs so far (`/proc/stat`'s first line, guest time left out)."
     with open('/proc/stat') as f: v = [int(x) for x in f.readline().split()[1:9]]
     return sum(v), v[3] + v[4]
 
+# %% ../nbs/00_core.ipynb #a2d8bef8
 def busy_cores(seconds: float = 0.3, # how long to watch
               ) -> float | None:     # cores busy on average (0 .. `os.cpu_count()`); None where it cannot tell
     "How many cores the machine's processes keep busy, watched for `seconds`."
@@ -236,7 +239,7 @@ def busy_cores(seconds: float = 0.3, # how long to watch
     except (OSError, ValueError): return None
     return round((os.cpu_count() or 1) * (1 - (i1 - i0) / max(t1 - t0, 1)), 2)
 
-# %% ../nbs/00_core.ipynb #e7ecffad
+# %% ../nbs/00_core.ipynb #8c14afba
 def _rel(path, root) -> str:
     "`path` relative to the run folder, `pkg:NAME` for the package's own data (any install), else absolute."
     path = Path(path).resolve()
@@ -244,12 +247,14 @@ def _rel(path, root) -> str:
         with contextlib.suppress(ValueError): return prefix + str(path.relative_to(base))
     return str(path)
 
+# %% ../nbs/00_core.ipynb #3014f8e4
 def _entry(path, root) -> dict:
     p = Path(path)
     if not p.exists(): raise FileNotFoundError(f'manifest entry does not exist: {p}')
     size = sum(f.stat().st_size for f in p.rglob('*') if f.is_file()) if p.is_dir() else p.stat().st_size
     return {'path': _rel(p, root), 'sha256': file_hash(p), 'bytes': size}
 
+# %% ../nbs/00_core.ipynb #9e6abbdf
 class Stage:
     "Collects a stage's parameters, inputs, outputs, counts and timings, and writes its `manifest.json` last."
     def __init__(self, run_dir, name: str, params: dict | None = None):
@@ -263,12 +268,13 @@ class Stage:
         self.t0 = time.time()
         with contextlib.suppress(FileNotFoundError): os.remove(self.dir / 'manifest.json')  # unfinished until written
 
-# %% ../nbs/00_core.ipynb #8c37c72f
+# %% ../nbs/00_core.ipynb #3ef6e024
 @patch
 def path(self: Stage, *parts) -> Path:
     "A path inside this stage's folder."
     return self.dir.joinpath(*parts)
 
+# %% ../nbs/00_core.ipynb #ef89812f
 @patch
 def input(self: Stage, path) -> Path:
     "Declare a file or folder this stage reads (hashed into the manifest)."
@@ -277,6 +283,7 @@ def input(self: Stage, path) -> Path:
     self.inputs.append(p)
     return p
 
+# %% ../nbs/00_core.ipynb #250e0aba
 @patch
 def output(self: Stage, path) -> Path:
     "Declare a file or folder this stage wrote (hashed into the manifest)."
@@ -297,7 +304,7 @@ def timer(self: Stage, step: str):
     try: yield
     finally: self.timings[step] = round(self.timings.get(step, 0) + time.time() - t, 4)
 
-# %% ../nbs/00_core.ipynb #039fc10d
+# %% ../nbs/00_core.ipynb #914dab5d
 def quarantine_summary(path, # a quarantine JSONL (`Quarantine.save`): one `{reason, ..., row}` per line
                        run_dir=None, # the run folder, for the relative path
                       ) -> dict | None: # {'path', 'rows', 'reasons': {kind: rows}}, None when empty or missing
@@ -312,6 +319,7 @@ def quarantine_summary(path, # a quarantine JSONL (`Quarantine.save`): one `{rea
     rel = _rel(path, run_dir) if run_dir is not None else str(path)
     return {'path': rel, 'rows': sum(kinds.values()), 'reasons': dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}
 
+# %% ../nbs/00_core.ipynb #b23d842a
 REJECT_FILES = ('*quarantine*.jsonl', '*.failures.jsonl')   # the files a stage writes its rejected rows to (not reports)
 
 def _announce(folder, text: str):
@@ -320,6 +328,7 @@ def _announce(folder, text: str):
     print(line, file=sys.stderr, flush=True)
     with open(Path(folder) / 'log.txt', 'a', encoding='utf-8') as f: f.write(line + '\n')
 
+# %% ../nbs/00_core.ipynb #a427707b
 def quarantine_line(stage: str, q: dict) -> str:
     "One line saying what stage `stage` quarantined (`quarantine_summary`), for the console and the log."
     why = ', '.join(f'{n} {k}' for k, n in q['reasons'].items())
@@ -366,11 +375,12 @@ def default_config_path() -> Path:
     "The embedded demo configuration shipped with the package."
     return PKG_DIR / 'configs' / 'demo.yaml'
 
-# %% ../nbs/00_core.ipynb #0b851ea0
+# %% ../nbs/00_core.ipynb #d841ead0
 def _parse_value(s: str):
     try: return yaml.safe_load(s) if s != '' else ''
     except yaml.YAMLError as e: raise ConfigError(f'cannot parse value {s!r}: {e}') from None
 
+# %% ../nbs/00_core.ipynb #e35b0587
 def apply_override(cfg: dict, item: str) -> dict:
     "Apply one `section.key=value` override to `cfg` in place (value parsed as YAML)."
     if '=' not in item: raise ConfigError(f'override {item!r} is not of the form section.key=value')
@@ -455,10 +465,11 @@ def seed_everything(seed: int = 0) -> int:
         if torch.cuda.is_available(): torch.cuda.manual_seed_all(seed)
     return seed
 
-# %% ../nbs/00_core.ipynb #f32ee660
+# %% ../nbs/00_core.ipynb #f2182900
 def _has(mod: str) -> bool:
     return importlib.util.find_spec(mod) is not None
 
+# %% ../nbs/00_core.ipynb #3e6f7029
 def get_device(pref: str | None = 'auto') -> str:
     "Resolve a device name: `auto` (or None) gives cuda > mps > cpu; `$DFLASH_NB_DEVICE` overrides `auto`."
     pref = (pref or 'auto').lower()
@@ -496,7 +507,7 @@ def setup_logging(folder=None, level: int = logging.INFO) -> logging.Logger:
     log.propagate = False
     return log
 
-# %% ../nbs/00_core.ipynb #76a0ce26
+# %% ../nbs/00_core.ipynb #816d9990
 def default_target_layer_ids(num_target_layers: int, n: int = 5) -> list[int]:
     """The DFlash default feature layers of a target with `num_target_layers` decoder layers (DFlash convention):
     `round(1 + i*(N-4)/(n-1))`, or `[N // 2]` for `n = 1`. A target too shallow for `n` distinct layers gets the
@@ -508,6 +519,7 @@ def default_target_layer_ids(num_target_layers: int, n: int = 5) -> list[int]:
     if N < 4: return list(range(min(n, N)))
     return sorted({int(round(1 + i * (N - 4) / (n - 1))) for i in range(n)})
 
+# %% ../nbs/00_core.ipynb #24f1176b
 def check_target_layer_ids(ids, num_target_layers: int) -> list[int]:
     "Validate DFlash-convention ids: integers in [0, N-1], strictly increasing."
     ids = [int(i) for i in ids]
@@ -517,10 +529,12 @@ def check_target_layer_ids(ids, num_target_layers: int) -> list[int]:
     if any(b <= a for a, b in zip(ids, ids[1:])): raise ValueError(f'target_layer_ids must be strictly increasing, got {ids}')
     return ids
 
+# %% ../nbs/00_core.ipynb #b4b5219a
 def to_aux_layer_ids(ids) -> list[int]:
     "DFlash `target_layer_ids` -> vLLM/speculators aux hidden-state ids (+1)."
     return [int(i) + 1 for i in ids]
 
+# %% ../nbs/00_core.ipynb #40e8cbda
 def from_aux_layer_ids(ids) -> list[int]:
     "vLLM/speculators aux hidden-state ids -> DFlash `target_layer_ids` (-1)."
     return [int(i) - 1 for i in ids]
@@ -541,7 +555,7 @@ class Quarantine:
         write_jsonl(path, self.rows)
         return path
 
-# %% ../nbs/00_core.ipynb #8f3c3510
+# %% ../nbs/00_core.ipynb #98875aea
 def _prompt_record(obj: dict, stem: str, n: int) -> dict:
     "One prompt record from one parsed line (`n` = 1-based line number); raises ValueError with the reason."
     def text(x, what):
@@ -570,6 +584,7 @@ def _prompt_record(obj: dict, stem: str, n: int) -> dict:
     raise ValueError(f'unknown prompt layout (keys {sorted(obj)[:8]}); expected "messages" (canonical row), "prompt", '
                      '"turns" (MT-Bench) or "task_id" + "prompt" (HumanEval)')
 
+# %% ../nbs/00_core.ipynb #8965ad3d
 def prompt_set_name(path) -> str:
     "A prompt file's set name: its file name without `.jsonl`/`.json`/`.gz`."
     name = Path(path).name
@@ -599,7 +614,7 @@ def read_prompt_file(path) -> list[dict]:
     if not out: raise ValueError(f'{path}: empty prompt file (no prompt lines)')
     return out
 
-# %% ../nbs/00_core.ipynb #5489005c
+# %% ../nbs/00_core.ipynb #4c0997ae
 STAGE_LOG_ENV = 'DFLASH_NB_STAGE_LOG'
 
 def _fmt_secs(s: float) -> str:
@@ -608,6 +623,7 @@ def _fmt_secs(s: float) -> str:
     m, s = divmod(m, 60)
     return f'{h}:{m:02d}:{s:02d}' if h else f'{m}:{s:02d}'
 
+# %% ../nbs/00_core.ipynb #516bb2f8
 class Progress:
     "Work done of a total, with rate and time left: a tqdm bar on a terminal, else throttled plain lines (stderr and the stage log)."
     def __init__(self, iterable=None, total: int | None = None, desc: str = '', unit: str = 'it', every: float | None = None):
@@ -626,7 +642,7 @@ class Progress:
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
 
-# %% ../nbs/00_core.ipynb #541569e4
+# %% ../nbs/00_core.ipynb #0a63d686
 @patch
 def line(self: Progress) -> str:
     "The current state as one line: `desc: n/total unit (pct), rate, elapsed, left`."
@@ -638,6 +654,7 @@ def line(self: Progress) -> str:
     extra = f', {self.postfix}' if self.postfix else ''
     return f'{self.desc}: {done} {self.unit}{pct}, {rate:.3g} {self.unit}/s, {_fmt_secs(el)} elapsed{left}{extra}'
 
+# %% ../nbs/00_core.ipynb #64da2b27
 @patch
 def _emit(self: Progress):
     self._last, self._last_n = time.time(), self.n
@@ -647,7 +664,7 @@ def _emit(self: Progress):
         with contextlib.suppress(OSError), open(self.log_path, 'a', encoding='utf-8') as f:
             f.write(f"{time.strftime('%H:%M:%S')} PROGRESS {text}\n")
 
-# %% ../nbs/00_core.ipynb #b573991d
+# %% ../nbs/00_core.ipynb #f77ecdd2
 @patch
 def update(self: Progress, n: int = 1):
     "Count `n` more units done."
@@ -655,12 +672,14 @@ def update(self: Progress, n: int = 1):
     if self._bar is not None: self._bar.update(n)
     if time.time() - self._last >= self.every: self._emit()
 
+# %% ../nbs/00_core.ipynb #333ffabb
 @patch
 def set_postfix_str(self: Progress, s: str, refresh: bool = False):
     "Extra text at the end of the line (e.g. `12 tok/s`), as tqdm's."
     self.postfix = str(s)
     if self._bar is not None: self._bar.set_postfix_str(s, refresh=refresh)
 
+# %% ../nbs/00_core.ipynb #d987dc58
 @patch
 def set_total(self: Progress, total: int):
     "Move the end (a plan that shortened the work), as tqdm's `total`."
@@ -669,6 +688,7 @@ def set_total(self: Progress, total: int):
         self._bar.total = total
         self._bar.refresh()
 
+# %% ../nbs/00_core.ipynb #338177bb
 @patch
 def close(self: Progress):
     "Write the last line (once)."
@@ -677,6 +697,7 @@ def close(self: Progress):
     if self._bar is not None: self._bar.close()
     if self.n != self._last_n: self._emit()
 
+# %% ../nbs/00_core.ipynb #852b2192
 @patch
 def __iter__(self: Progress):
     try:

@@ -220,7 +220,7 @@ def stage_costs(cfg: dict,   # a complete run config
                          'trained_block_tokens': trained, 'flops': train,
                          'gpu_hours': gh(train, P['util_training']), 'target_forward_in_loop': online}}
 
-# %% ../nbs/94_costs.ipynb #8c63cadf
+# %% ../nbs/94_costs.ipynb #cb49beef
 def feasibility_warnings(cfg: dict,              # a complete run config
                          stages: dict,           # `stage_costs`
                          tot: dict,              # the mix's totals
@@ -240,6 +240,7 @@ def feasibility_warnings(cfg: dict,              # a complete run config
                  'sequences will use fewer anchors')
     return w
 
+# %% ../nbs/94_costs.ipynb #f17d9336
 def fmt_bytes(n: float,  # bytes
              ) -> str:     # e.g. `51.2 KB`
     "Bytes in decimal units (KB = 1000 B), one decimal."
@@ -312,7 +313,7 @@ def drafter_token_bytes(dims: dict,   # `target_dims` of the target
     per_ctx = n * H * 2 + 2 * H * 4 + layers * 2 * nkv * hd * 2
     return {'per_query_layer': per_q, 'per_ctx_token': per_ctx, 'layer_input': H * 4}
 
-# %% ../nbs/94_costs.ipynb #3dff9ce4
+# %% ../nbs/94_costs.ipynb #cc94232e
 def _loss_bytes(rows: int, dims: dict, ce: str, P: dict) -> float:
     "The loss's bytes over `rows` supervised block positions."
     if ce not in ('chunked', 'full'): raise ValueError(f"ce must be chunked or full, got {ce!r}")
@@ -320,6 +321,7 @@ def _loss_bytes(rows: int, dims: dict, ce: str, P: dict) -> float:
     if ce == 'full': return rows * V * P['logit_bytes']
     return min(rows * V, P['ce_chunk_elems']) * P['logit_bytes'] + rows * H * (4 + 2)
 
+# %% ../nbs/94_costs.ipynb #7ad5f30e
 def _trainer_bytes(dims, train, seq, batch, fsdp, grad_checkpoint, ce, world, P) -> dict:
     "The trainer's parts on one GPU (no target)."
     layers, Bk, A = train['num_hidden_layers'], train['block_size'], train['num_anchors']
@@ -361,9 +363,10 @@ def train_memory(dims: dict,                 # `target_dims` of the target
     if placement == 'colocated': return {'trainer': {**tgt, **tr}, 'target': None}
     return {'trainer': {**tr, 'received features': batch * seq * n * H * 2}, 'target': tgt}
 
-# %% ../nbs/94_costs.ipynb #2b2fcd4d
+# %% ../nbs/94_costs.ipynb #4d9c66bb
 def _fits(mem: dict, usable: float) -> bool: return all(sum(v.values()) <= usable for v in mem.values() if v)
 
+# %% ../nbs/94_costs.ipynb #9ca6ed2a
 def separate_split(dims: dict,            # `target_dims` of the target
                    train: dict,           # the complete `train` section
                    seq: int,              # tokens per sequence
@@ -378,12 +381,13 @@ def separate_split(dims: dict,            # `target_dims` of the target
     b = 6 * drafter_params(dims, train) * (Q + seq) / P['util_training']
     return max(1, min(num_gpus - 1, round(num_gpus * a / (a + b))))
 
+# %% ../nbs/94_costs.ipynb #d44d5071
 def train_settings() -> list[dict]:
     "The settings the plan tries, least intrusive first (always the chunked loss, the trainer's)."
     return [{'placement': p, 'fsdp': f, 'grad_checkpoint': c, 'ce': 'chunked'}
             for p in ('colocated', 'separate') for f, c in ((False, False), (True, False), (True, True))]
 
-# %% ../nbs/94_costs.ipynb #e39c0f9e
+# %% ../nbs/94_costs.ipynb #7bbe4633
 def train_fit(dims: dict,      # `target_dims` of the target
               train: dict,     # the complete `train` section
               seq: int,        # tokens per sequence
@@ -407,6 +411,7 @@ def train_fit(dims: dict,      # `target_dims` of the target
                     'target_bytes': sum(m['target'].values()) if m['target'] else None}
     return {**setting, 'batch': 0, 'target_gpus': tg, 'trainer_gpus': world}
 
+# %% ../nbs/94_costs.ipynb #52323470
 def recommend_train(dims: dict,            # `target_dims` of the target
                     train: dict,           # the complete `train` section
                     seq: int,              # tokens per sequence
@@ -423,7 +428,7 @@ def recommend_train(dims: dict,            # `target_dims` of the target
         if f['batch'] and (best is None or f['batch'] > best['batch']): best = f
     return best
 
-# %% ../nbs/94_costs.ipynb #161e983e
+# %% ../nbs/94_costs.ipynb #214e0e3a
 def _regen_setting(cfg: dict, P: dict) -> dict:
     "Batch, longest prompt of the mix, context and tensor parallelism of the regeneration as configured."
     rg, src = cfg['regenerate'], cfg['sources']
@@ -433,6 +438,7 @@ def _regen_setting(cfg: dict, P: dict) -> dict:
     return {'batch': batch, 'prompt': prompt, 'ctx': prompt + rg['max_new_tokens'], 'tp': int(P['regen_tp']),
             'backend': rg['backend']}
 
+# %% ../nbs/94_costs.ipynb #af2fd12b
 def _max_batch(fn, usable: float, cap: int = 1 << 16) -> int:
     "Largest b <= cap with sum(fn(b)) <= usable (fn grows with b)."
     if sum(fn(1).values()) > usable: return 0
@@ -444,6 +450,7 @@ def _max_batch(fn, usable: float, cap: int = 1 << 16) -> int:
         lo, hi = (mid, hi) if sum(fn(mid).values()) <= usable else (lo, mid)
     return lo
 
+# %% ../nbs/94_costs.ipynb #4086e088
 def recommend_regen(dims: dict,            # `target_dims` of the target
                     rs: dict,              # the regeneration as configured (batch, prompt, ctx, tp)
                     kind: str,             # a key of `GPU_KINDS`
@@ -494,7 +501,7 @@ def _stage_memory(cfg: dict, dims: dict, P: dict, kinds: list) -> dict:
                          'components': m['trainer'], 'target_components': m['target'],
                          'recommend': {k: recommend_train(dims, tr, seq, k, G, P) for k in kinds}}}
 
-# %% ../nbs/94_costs.ipynb #0dc35a61
+# %% ../nbs/94_costs.ipynb #e10818ac
 def format_recommendation(stage: str,       # 40_regenerate | 60_hidden_states | 80_train
                           r: dict | None,   # a recommendation (`recommend_regen`, `recommend_train`, ...)
                          ) -> str:          # one line
@@ -514,6 +521,7 @@ def format_recommendation(stage: str,       # 40_regenerate | 60_hidden_states |
     return (f"placement {where}, {', '.join(flags)}, batch {r['batch']} per GPU, "
             f"grad_accum {r['grad_accum']} ({per_step} sequences per step; {used})")
 
+# %% ../nbs/94_costs.ipynb #cd796954
 def _stage_line(name: str, s: dict) -> str:
     "What a stage's memory was computed for."
     if name == '40_regenerate':
@@ -582,7 +590,7 @@ def computing_stages(cfg: dict,      # a complete run config
                  '60_hidden_states': cfg['train']['source'] == 'online'}   # online: the target runs inside training
     return [s for s, key in PRECISION_KEYS.items() if key.split('.')[0] not in skip and not elsewhere.get(s)]
 
-# %% ../nbs/94_costs.ipynb #8ae7ac3d
+# %% ../nbs/94_costs.ipynb #5e804e24
 def run_device(cfg: dict,                  # a complete run config
                device: str | None = None,  # this device instead of `run.device`
               ) -> tuple[str | None, str | None]:  # (device, None), or (None, why it is not here)
@@ -590,6 +598,7 @@ def run_device(cfg: dict,                  # a complete run config
     try: return get_device(device or cfg['run'].get('device')), None
     except (RuntimeError, ValueError) as e: return None, f'{e}: the dtypes and minutes are decided where the run runs'
 
+# %% ../nbs/94_costs.ipynb #bb937e42
 def machine_probe(cfg: dict,                         # a complete run config
                   device: str | None = None,         # this device instead of `run.device`
                   probe_result: dict | None = None,  # this probe (`precision.probe`'s dict) instead of measuring
@@ -599,27 +608,30 @@ def machine_probe(cfg: dict,                         # a complete run config
     dev, why = run_device(cfg, device)
     return (dev, probe(dev), None) if dev else (None, None, why)
 
-# %% ../nbs/94_costs.ipynb #0513d924
+# %% ../nbs/94_costs.ipynb #d2888008
 def _decide(stage: str, want, device: str, p: dict) -> str:
     "The compute dtype `stage` takes for its setting `want` on `device`, decided on the probe `p` (warned in the plan, not a log)."
     if stage == '80_train': return amp_dtype(want, device, probe_result=p, warn=False) or 'float32'
     return choose_dtype(want, device, probe_result=p, warn=False)
 
+# %% ../nbs/94_costs.ipynb #0e8ee245
 def _speed(p: dict, dtype: str) -> str:
     return f"{dtype} runs at {p['ratio'][dtype]:g}x float32 here ({'native' if p['native'][dtype] else 'emulated'})"
 
+# %% ../nbs/94_costs.ipynb #76fed143
 def _optimizer(name: str, device: str, p: dict) -> dict:
     "{optimizer[, newton_schulz]}: `auto` resolved as the trainer resolves it (`precision.resolve_optimizer`), and Muon's Newton-Schulz dtype."
     ns, opt = _decide('muon', 'auto', device, p), resolve_optimizer(name, device, p)
     return {'optimizer': opt, **({'newton_schulz': ns} if opt == 'muon' else {})}
 
+# %% ../nbs/94_costs.ipynb #88300349
 def _why(want, got: str, p: dict) -> str:
     "Why the stage computes in `got`: the setting, and what the probe measured."
     if want in (None, 'auto'): return f"auto: {_speed(p, 'bfloat16')}"
     if want == 'none': return 'amp none: float32'
     return f'set to {want}' + (f': {_speed(p, got)}' if got != 'float32' else '')
 
-# %% ../nbs/94_costs.ipynb #27092cc9
+# %% ../nbs/94_costs.ipynb #fbd0dae7
 def stage_precision(cfg: dict,                         # a complete run config
                     device: str | None = None,         # this device instead of `run.device`
                     probe_result: dict | None = None,  # this probe instead of measuring
@@ -642,6 +654,7 @@ def stage_precision(cfg: dict,                         # a complete run config
         out['80_train'].update(_optimizer(cfg['train']['optimizer'], dev, p))
     return out
 
+# %% ../nbs/94_costs.ipynb #a3d5841c
 def precision_warnings(prec: dict,     # `stage_precision`'s result
                       ) -> list[str]:  # its warnings
     "The warnings of `stage_precision`'s result, for the plan's list."
@@ -698,7 +711,7 @@ def train_steps(train: dict,  # the complete `train` section
     total = math.ceil(rows / max(1, train['batch_size'] * train['grad_accum'])) * train['epochs']
     return min(total, train['max_steps']) if train['max_steps'] else total
 
-# %% ../nbs/94_costs.ipynb #9431e378
+# %% ../nbs/94_costs.ipynb #c0713aa5
 def drafter_matrices(dims: dict,   # `target_dims` of the target
                      train: dict,  # `num_hidden_layers`, `num_feature_layers` of the drafter
                     ) -> list[tuple[int, int]]:  # (out, in) of each matrix Muon updates
@@ -708,6 +721,7 @@ def drafter_matrices(dims: dict,   # `target_dims` of the target
     layer = [(q, H), (kv, H), (kv, H), (H, q), (I, H), (I, H), (H, I)]
     return layer * train['num_hidden_layers'] + [(H, train['num_feature_layers'] * H)]
 
+# %% ../nbs/94_costs.ipynb #584a400b
 def newton_schulz_flops(dims: dict,   # `target_dims` of the target
                         train: dict,  # the drafter's layers and features, `ns_steps`
                        ) -> float:    # FLOPs of one optimizer step's orthogonalizations
@@ -742,18 +756,20 @@ def eval_tokens(ev: dict,   # the complete `evaluate` section
     per = (n + 1) + sum(((ctl if v in few else n) + 1) * EVAL_COST.get(v, EVAL_COST['untrained']) for v in names)
     return sum(per * (ev['mt_bench_turns'] if s == 'mt_bench' else 1) for s in sets) * ev['max_new_tokens']
 
-# %% ../nbs/94_costs.ipynb #2dc59f81
+# %% ../nbs/94_costs.ipynb #699d0777
 def _timed(stage: str, flops: float, rate: float | None, how: str, note: str = '') -> dict:
     "`flops` at `rate` GFLOP/s plus the stage's overhead, in minutes; None (and why) without a rate."
     if rate is None: return {'minutes': None, 'why': how}
     why = f'{flops / 1e12:,.3g} TFLOP at {rate:,.3g} GFLOP/s ({how}) + {OVERHEAD_S[stage]:g} s{note}'
     return {'minutes': (flops / (rate * 1e9) + OVERHEAD_S[stage]) / 60, 'gflop': flops / 1e9, 'gflops': rate, 'why': why}
 
+# %% ../nbs/94_costs.ipynb #d0058168
 def _share(p: dict, threads) -> float:
     "The share of the probe's threads that `threads` (None: all) is."
     have = p['machine'].get('threads') or 1
     return min(1.0, (threads or have) / have)
 
+# %% ../nbs/94_costs.ipynb #636ef369
 def _regen_minutes(cfg: dict, tot: dict, dims: dict, p: dict, dtype: str, P: dict) -> dict:
     rg = cfg['regenerate']
     if rg['backend'] == 'http': return {'minutes': None, 'why': 'http backend: a server on another machine generates'}
@@ -815,7 +831,7 @@ def _other_minutes(stage: str, cfg: dict, tot: dict) -> dict:
     why = f'{OVERHEAD_S[stage]:g} s measured' + (f' + {tokens:,} tokens at {TOKENIZE_PER_S:,}/s' if tokens else '')
     return {'minutes': (OVERHEAD_S[stage] + tokens / TOKENIZE_PER_S) / 60, 'why': why}
 
-# %% ../nbs/94_costs.ipynb #5fa95ea4
+# %% ../nbs/94_costs.ipynb #a88691c1
 def _stage_minutes(name: str, cfg: dict, tot: dict, dims: dict, p: dict, prec: dict, P: dict) -> dict:
     dt = (prec.get(name) or {}).get('dtype')
     if name == '40_regenerate': return _regen_minutes(cfg, tot, dims, p, dt, P)
@@ -824,6 +840,7 @@ def _stage_minutes(name: str, cfg: dict, tot: dict, dims: dict, p: dict, prec: d
     if name == '90_evaluate': return _eval_minutes(cfg, dims, p, dt, P)
     return _other_minutes(name, cfg, tot)
 
+# %% ../nbs/94_costs.ipynb #66371000
 def predict_minutes(cfg: dict,                         # a complete run config (`num_feature_layers` set, as by `make_plan`)
                     tot: dict,                         # the mix's totals: rows, prompt, answer, tokens (`estimate`'s)
                     dims: dict,                        # `target_dims` of the target
@@ -851,7 +868,7 @@ def busy(threads: int | None = None) -> dict:
     load = getattr(os, 'getloadavg', lambda: (0.0,))()[0]
     return {'load': round(load, 2), 'cpus': os.cpu_count() or threads or 1}
 
-# %% ../nbs/94_costs.ipynb #4c55f209
+# %% ../nbs/94_costs.ipynb #3a817f36
 def machine_plan(cfg: dict,                         # a complete run config
                  dims: dict,                        # `target_dims` of the target
                  tot: dict,                         # the mix's totals (`estimate`'s `totals`)
@@ -866,6 +883,7 @@ def machine_plan(cfg: dict,                         # a complete run config
     warn = precision_warnings(prec) + ([BUSY.format(**m)] if m and m.get('load', 0) > m.get('cpus', 1) / 2 else [])
     return {'machine': m, 'precision': prec, 'minutes': predict_minutes(cfg, tot, dims, dev, p), 'warnings': warn}
 
+# %% ../nbs/94_costs.ipynb #204f082c
 def machine_line(m: dict | None,  # `machine_plan`'s machine
                 ) -> str:         # one line
     "The machine in words: the CPU's name, flags and threads or the GPU's name, and the probe's rates."

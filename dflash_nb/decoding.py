@@ -22,18 +22,21 @@ __all__ = ['TIE_FACTOR', 'keyed_uniform', 'gumbel_noise', 'Sampler', 'TargetSess
            'first_difference', 'tie_evidence', 'check_lossless', 'left_pad', 'slab_cache', 'keep_rows',
            'decoder_supported', 'PrefixStore', 'DecodeRows', 'greedy_decode']
 
-# %% ../nbs/85_decoding.ipynb #64251329
+# %% ../nbs/85_decoding.ipynb #3483ddcb
 def _mix(seed: int, position: int) -> int:
     "A 63-bit integer from `(seed, position)` (splitmix-style odd constants)."
     mixed = int(seed) * 0x9E3779B97F4A7C15 + int(position) * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB
     return mixed % (2**63 - 1)
 
+# %% ../nbs/85_decoding.ipynb #aabac36e
 def _stream(seed: int, key: int, position: int) -> int: return _mix(_mix(seed, key), position)
 
+# %% ../nbs/85_decoding.ipynb #18857423
 _GOLD, _M1, _M2 = (c - 2**64 for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))   # as int64
 
 def _srl(x, s: int): return (x >> s) & ((1 << (64 - s)) - 1)   # a logical right shift of int64
 
+# %% ../nbs/85_decoding.ipynb #7d088b3b
 def keyed_uniform(streams: torch.Tensor,  # `[n]` int64: one stream per row (seed, row key, position)
                   tokens: torch.Tensor,   # `[n, k]` or `[k]` token ids
                  ) -> torch.Tensor:       # `[n, k]` float64 uniforms in (0, 1)
@@ -43,6 +46,7 @@ def keyed_uniform(streams: torch.Tensor,  # `[n]` int64: one stream per row (see
     z = (z ^ _srl(z, 27)) * _M2
     return (_srl(z ^ _srl(z, 31), 11).double() + 0.5) / 2.0**53
 
+# %% ../nbs/85_decoding.ipynb #e9513bbe
 def gumbel_noise(seed: int,        # the sampler's seed
                  position: int,    # absolute position of the token this noise chooses
                  vocab_size: int,  # number of logits
@@ -75,7 +79,7 @@ def noise(self: Sampler, position: int, vocab_size: int, device) -> torch.Tensor
         self._noise[key] = gumbel_noise(self.seed, position, vocab_size).to(device)
     return self._noise[key]
 
-# %% ../nbs/85_decoding.ipynb #7cf98e75
+# %% ../nbs/85_decoding.ipynb #ea55203d
 @patch
 def _nucleus_draw(self: Sampler, z: torch.Tensor, streams: torch.Tensor) -> torch.Tensor:
     "Gumbel-max over each row's `top_p` nucleus of the tempered logits `z`, noise for the candidates only."
@@ -89,6 +93,7 @@ def _nucleus_draw(self: Sampler, z: torch.Tensor, streams: torch.Tensor) -> torc
     score = torch.where(p.cumsum(-1) - p < self.top_p, top.double() + g, float('-inf'))
     return idx.gather(-1, score.argmax(-1, keepdim=True))[:, 0]
 
+# %% ../nbs/85_decoding.ipynb #eadc2934
 @patch
 def __call__(self: Sampler, logits: torch.Tensor, # `[n, V]`
              positions,                            # the absolute positions of the n tokens being chosen
@@ -105,11 +110,12 @@ def __call__(self: Sampler, logits: torch.Tensor, # `[n, V]`
     g = torch.stack([self.noise(p, V, z.device) for p in positions])
     return (z + g).argmax(-1)
 
-# %% ../nbs/85_decoding.ipynb #40b8aa43
+# %% ../nbs/85_decoding.ipynb #dffe061a
 def _is_linear_layer(layer) -> bool:
     "A cache layer of a linear-attention (Gated DeltaNet) layer: it holds recurrent and conv states."
     return hasattr(layer, 'recurrent_states') and hasattr(layer, 'conv_states')
 
+# %% ../nbs/85_decoding.ipynb #0ddd6a6f
 def _crop_attention(cache, n: int):
     "Remove the last `n` positions from every attention layer of `cache`."
     if n <= 0: return
@@ -144,7 +150,7 @@ class TargetSession:
     def __enter__(self): return self
     def __exit__(self, *a): self.close()
 
-# %% ../nbs/85_decoding.ipynb #5cbc4102
+# %% ../nbs/85_decoding.ipynb #533dc1ca
 @patch
 def _hook(self: TargetSession, layers):
     "Register the forward hooks of `self.src` on the decoder `layers`."
@@ -159,13 +165,14 @@ def _hook(self: TargetSession, layers):
         if j == -1: self._handles.append(layers[0].register_forward_pre_hook(embeddings, with_kwargs=True))
         else: self._handles.append(layers[j].register_forward_hook(output_of(j)))
 
+# %% ../nbs/85_decoding.ipynb #2119b818
 @patch
 def close(self: TargetSession):
     "Remove the hooks (the session is also a context manager)."
     for h in self._handles: h.remove()
     self._handles = []
 
-# %% ../nbs/85_decoding.ipynb #6c452e68
+# %% ../nbs/85_decoding.ipynb #4e5f7efd
 @patch
 def reset(self: TargetSession):
     "Start a new generation: an empty cache, zero counters."
@@ -174,6 +181,7 @@ def reset(self: TargetSession):
     except TypeError: self.cache = DynamicCache()
     self.length, self.forwards, self.refeeds, self.tokens, self._hybrid = 0, 0, 0, 0, None
 
+# %% ../nbs/85_decoding.ipynb #e2a5d5cd
 @patch
 def _features(self: TargetSession):
     "The features `[L, n, H]` the hooks captured in the last forward (None without layers), then forgotten."
@@ -198,7 +206,7 @@ def forward(self: TargetSession, ids, # new token ids (a list or an `[L]` tensor
     logits = out.logits[0] if all_logits else out.logits[0, -1:]
     return logits.float(), self._features()
 
-# %% ../nbs/85_decoding.ipynb #c92ad9f6
+# %% ../nbs/85_decoding.ipynb #5b9af5e1
 @patch(as_prop=True)
 def hybrid(self: TargetSession) -> bool:
     "True when the cache holds recurrent (linear-attention) states."
@@ -206,6 +214,7 @@ def hybrid(self: TargetSession) -> bool:
         self._hybrid = any(_is_linear_layer(l) for l in getattr(self.cache, 'layers', []))
     return self._hybrid
 
+# %% ../nbs/85_decoding.ipynb #76dccca3
 @patch
 def snapshot(self: TargetSession):
     "Copies of the recurrent and conv states and the token count (None for a pure attention cache)."
@@ -215,6 +224,7 @@ def snapshot(self: TargetSession):
     return [(copy(l.conv_states), copy(l.recurrent_states), dict(l.has_previous_state),
              None if count(l) is None else count(l).clone()) if _is_linear_layer(l) else None for l in self.cache.layers]
 
+# %% ../nbs/85_decoding.ipynb #bba66f90
 @patch
 def _restore(self: TargetSession, snap):
     "Put the states of `snapshot()` back."
@@ -305,7 +315,7 @@ class LateFeatures:
         self.last = features[-1:].clone()
         return self.inner.draft(anchor, torch.cat([prev, features[:-1]]), positions, **kw)
 
-# %% ../nbs/85_decoding.ipynb #846530e4
+# %% ../nbs/85_decoding.ipynb #9b0b7ef5
 class ScriptedDrafter:
     """A hand-made drafter: proposes `reference[p]` for the first `k_correct` slots of every block and a wrong
     token after. Its logits rank the proposal first and the reference token second (a draft tree recovers it)."""
@@ -316,6 +326,7 @@ class ScriptedDrafter:
         self.target_layer_ids = list(target_layer_ids)
     def reset(self): pass
 
+# %% ../nbs/85_decoding.ipynb #c5c84c3a
 @patch
 def draft(self: ScriptedDrafter, anchor, features, positions) -> tuple:  # noqa: F811 (@patch: the method of another class)
     "The scripted block after the anchor at `positions[-1] + 1`."
@@ -328,7 +339,7 @@ def draft(self: ScriptedDrafter, anchor, features, positions) -> tuple:  # noqa:
         logits[k - 1, toks[-1]] = 2.0
     return torch.tensor(toks), logits
 
-# %% ../nbs/85_decoding.ipynb #cba01273
+# %% ../nbs/85_decoding.ipynb #f4688971
 class PromptLookupDrafter:
     "Training-free drafts: what followed the first earlier occurrence of the context's last n-gram."
     needs_tokens = True
@@ -336,6 +347,7 @@ class PromptLookupDrafter:
         self.block_size, self.max_ngram, self.target_layer_ids = int(block_size), int(max_ngram), []
     def reset(self): pass
 
+# %% ../nbs/85_decoding.ipynb #65c1cf38
 @patch
 def draft(self: PromptLookupDrafter, anchor, features=None, positions=None,  # noqa: F811 (@patch: the method of another class)
           context=None) -> tuple: # context: prompt + output so far (the anchor last)
@@ -496,7 +508,7 @@ def tree_mask(parents: list, ctx_len: int, device='cpu', dtype=torch.float32) ->
     m.masked_fill_(~full, torch.finfo(dtype).min)
     return m[None, None].to(device)
 
-# %% ../nbs/85_decoding.ipynb #dadd03cd
+# %% ../nbs/85_decoding.ipynb #cb9c8b5d
 def _tree_forward(s: TargetSession, ids: list, parents: list, depths: list, start: int) -> tuple:
     "ONE target forward over the anchor + nodes `ids`, with the tree mask and positions `start + depth`."
     pos = torch.tensor([[start] + [start + d for d in depths]], device=s.device)
@@ -508,6 +520,7 @@ def _tree_forward(s: TargetSession, ids: list, parents: list, depths: list, star
     s.length += len(ids)
     return out.logits[0].float(), s._features()
 
+# %% ../nbs/85_decoding.ipynb #24fec5d5
 def _tree_walk(logits, toks: list, parents: list, start: int, sampler) -> tuple:
     "`(accepted node path, the target's next token)`: from the anchor, the child equal to the target's choice."
     children = {}
@@ -520,7 +533,7 @@ def _tree_walk(logits, toks: list, parents: list, start: int, sampler) -> tuple:
         path.append(nxt)
         node = nxt
 
-# %% ../nbs/85_decoding.ipynb #b94396da
+# %% ../nbs/85_decoding.ipynb #f5012464
 def _draft_tree(drafter, context: list, ctx_f, ctx_p, tree: dict | None) -> tuple:
     "`(tokens, parents, depths)`: the drafter's own tree, else DDTree's `build_tree` over its block's logits."
     if hasattr(drafter, 'draft_tree'): return drafter.draft_tree(context, ctx_f, ctx_p)
@@ -528,6 +541,7 @@ def _draft_tree(drafter, context: list, ctx_f, ctx_p, tree: dict | None) -> tupl
     if dlogits is None: raise ValueError('DDTree needs a drafter that returns its logits')
     return build_tree(torch.log_softmax(dlogits.float(), -1), int(tree.get('budget', 32)), int(tree.get('topk', 4)))
 
+# %% ../nbs/85_decoding.ipynb #02d0a3ac
 def _tree_cycle(s: TargetSession, drafter, context: list, ctx_f, ctx_p, start: int, sampler, tree: dict | None):
     "A tree cycle from the anchor `context[-1]`: `(committed tokens, accepted drafts, the new context features, nodes drafted)`."
     if s.hybrid: raise NotImplementedError('tree verification needs a pure attention target cache')
@@ -608,7 +622,7 @@ def tie_evidence(model, prompt, prefix, # the target; the output so far is `prom
     spread = max(gaps) - min(gaps)
     return {'gap': gaps[0], 'spread': spread, 'tie': min(gaps) <= max(TIE_FACTOR * spread, unit)}
 
-# %% ../nbs/85_decoding.ipynb #4feb544e
+# %% ../nbs/85_decoding.ipynb #a99de9e2
 def check_lossless(gen: Generation, plain: Generation, # a speculative output and plain decoding's
                    prompt_len: int,                     # prompt tokens (for the absolute position)
                    where: str,                          # names the prompt and variant in the message
@@ -625,6 +639,7 @@ def check_lossless(gen: Generation, plain: Generation, # a speculative output an
     if enforce and not d['tie']: raise LosslessError(_difference_text(d, where, prompt_len))
     return d
 
+# %% ../nbs/85_decoding.ipynb #324b3634
 def _difference_text(d: dict, where: str, prompt_len: int) -> str:
     "The one-line failure message of difference `d`."
     a, b = (('end of output' if t is None else t) for t in (d['speculative'], d['plain']))
@@ -703,9 +718,10 @@ class PrefixStore:
 
     def __len__(self): return len(self.rows)
 
-# %% ../nbs/85_decoding.ipynb #9b0b2d07
+# %% ../nbs/85_decoding.ipynb #bd3ca9ae
 def _kv_bytes(kv) -> int: return sum(k.nbytes + v.nbytes for k, v in kv)
 
+# %% ../nbs/85_decoding.ipynb #631caa89
 @patch
 def put(self: PrefixStore, key, ids: list, kv: list):
     "Keep `ids` and their keys and values `kv` for `key`; the oldest entries go past `max_bytes`."
@@ -713,11 +729,13 @@ def put(self: PrefixStore, key, ids: list, kv: list):
     self.rows[key], self.size = (list(ids), kv), self.size + _kv_bytes(kv)
     while self.rows and self.size > self.max_bytes: self.drop(next(iter(self.rows)))
 
+# %% ../nbs/85_decoding.ipynb #4fea5652
 @patch
 def drop(self: PrefixStore, key):
     "Forget `key` (nothing if it is not kept)."
     if key in self.rows: self.size -= _kv_bytes(self.rows.pop(key)[1])
 
+# %% ../nbs/85_decoding.ipynb #a14c9f26
 @patch
 def take(self: PrefixStore, key, ids: list) -> tuple:
     "`(n, kv)`: the entry of `key` (removed) and how many leading tokens of `ids` it holds, the last token of `ids` apart."
@@ -726,7 +744,7 @@ def take(self: PrefixStore, key, ids: list) -> tuple:
     n = next((i for i, (a, b) in enumerate(zip(old or [], ids[:-1])) if a != b), min(len(old or []), len(ids) - 1))
     return n, kv
 
-# %% ../nbs/85_decoding.ipynb #773cc63b
+# %% ../nbs/85_decoding.ipynb #769c2c39
 @patch
 def fill(self: PrefixStore, cache, prompts: list, keys: list) -> int:
     "Write each row's stored prefix into the empty slab `cache` (rows left-padded as `left_pad`); the columns filled."
@@ -745,6 +763,7 @@ def fill(self: PrefixStore, cache, prompts: list, keys: list) -> int:
     for layer in cache.layers: layer.filled(start)
     return start
 
+# %% ../nbs/85_decoding.ipynb #010b3651
 @patch
 def save(self: PrefixStore, cache, prompts: list, keys: list, fed: list):
     "Keep each row's prompt and the tokens `fed` back to the model after it, with their keys and values in `cache`."

@@ -178,7 +178,7 @@ class exec_cells(exec_show_docs):
         self.k, self.errors = CaptureShell(getattr(self.nb, 'path_', None), mpl_format='png'), []
         self.k.run_cell('from nbdev.showdoc import show_doc')
 
-# %% ../nbs/04_docs.ipynb #fc27502d
+# %% ../nbs/04_docs.ipynb #83488fbc
 @patch
 def __call__(self: exec_cells, cell):
     "Run `cell` if selected; after a failure, only the cells `show_doc` needs are selected."
@@ -188,6 +188,7 @@ def __call__(self: exec_cells, cell):
     self.k.cell(cell)
     if self.k.exc: self.failed(cell)
 
+# %% ../nbs/04_docs.ipynb #d98d4a03
 @patch
 def failed(self: exec_cells, cell):
     "Record the failure of `cell` (its first line, the error's last line) and warn about it."
@@ -196,16 +197,18 @@ def failed(self: exec_cells, cell):
     warnings.warn(f'docs: {Path(getattr(self.nb, "path_", "notebook")).name} {self.errors[-1]}')
     self.k.exc = None
 
+# %% ../nbs/04_docs.ipynb #d66bea8c
 @patch
 def end(self: exec_cells):
     "Record the failures in the notebook's metadata (nbdev's widget state is not kept: the pages are static)."
     self.nb.metadata['dflash_nb_docs'] = {**self.nb.metadata.get('dflash_nb_docs', {}), 'errors': self.errors}
 
-# %% ../nbs/04_docs.ipynb #cca0a314
+# %% ../nbs/04_docs.ipynb #cd9add19
 def _shown(src: str) -> list[str]:
     "The names a cell passes to `show_doc` (`show_doc(Sampler.__call__)` gives `Sampler.__call__`)."
     return re.findall(r'(?m)^\s*show_doc\(\s*([\w.]+)', src or '')
 
+# %% ../nbs/04_docs.ipynb #3e4759d5
 class order_show_docs(Processor):
     "Put the `show_doc` cells `add_show_docs` inserted in the order of the definitions; drop those already shown."
     def begin(self):
@@ -222,6 +225,7 @@ class order_show_docs(Processor):
                 shown |= set(_shown(c.source))
         self.nb.cells = out + run[::-1]
 
+# %% ../nbs/04_docs.ipynb #e65e324f
 def docs_procs(execute: bool = True,  # run the whole notebook, else only what `show_doc` needs
                skip_flags=('slow',),  # cells `nbdev_test` skips
                skip_ids=(),  # ids of cells not run (a run's record shows them)
@@ -235,7 +239,7 @@ def docs_procs(execute: bool = True,  # run the whole notebook, else only what `
         if p is add_show_docs: out.append(order_show_docs)
     return out
 
-# %% ../nbs/04_docs.ipynb #0a61e4fc
+# %% ../nbs/04_docs.ipynb #b4514cd6
 def nbdev_settings_dir() -> Path:
     "A folder with a `settings.ini` for nbdev: the checkout's, else one written from the package's settings."
     root = repo_root()
@@ -247,6 +251,7 @@ def nbdev_settings_dir() -> Path:
     write_text(d / 'settings.ini', '[DEFAULT]\n' + ''.join(f'{k} = {v}\n' for k, v in ini.items()))
     return d
 
+# %% ../nbs/04_docs.ipynb #00949c1e
 @contextmanager
 def _cwd(path):
     old = os.getcwd()
@@ -254,20 +259,23 @@ def _cwd(path):
     try: yield
     finally: os.chdir(old)
 
-# %% ../nbs/04_docs.ipynb #92b36e20
+# %% ../nbs/04_docs.ipynb #7ff8ae9f
 def _tagged(cell, tag: str) -> bool: return tag in ((cell.get('metadata') or {}).get('tags') or [])
 
+# %% ../nbs/04_docs.ipynb #886c231d
 def _cpu() -> float:
     "CPU seconds of this process and the children it waited for (a stage notebook runs its upstream in some)."
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
+# %% ../nbs/04_docs.ipynb #034bb5a0
 @contextmanager
 def _table_renderer():
     old, nbdev.showdoc.BasicMarkdownRenderer = nbdev.showdoc.BasicMarkdownRenderer, DocsRenderer
     try: yield
     finally: nbdev.showdoc.BasicMarkdownRenderer = old
 
+# %% ../nbs/04_docs.ipynb #e3d9f21b
 def process_notebook(path,  # the notebook
                      execute: bool = True,  # run every cell, else only what `show_doc` needs
                      skip_ids=(),  # ids of cells not run (a run's record shows them)
@@ -312,7 +320,7 @@ def build_notebook(src,  # the source notebook
     nb.metadata['dflash_nb_docs']['key'] = key or notebook_key(src, execute, skip_ids)
     return write_text(dest, json.dumps(nb2dict(nb), ensure_ascii=False, default=str))
 
-# %% ../nbs/04_docs.ipynb #a36ab196
+# %% ../nbs/04_docs.ipynb #7ec3be12
 _BUILD = ('import sys; from dflash_nb.docs import build_notebook as b; '
           'b(*sys.argv[1:3], sys.argv[3] == "1", sys.argv[4], [i for i in sys.argv[5].split(",") if i])')
 
@@ -322,6 +330,7 @@ def _cached(dest: Path, key: str):
     nb = dict2nb(json.loads(dest.read_text(encoding='utf-8')))
     return nb if nb.metadata.get('dflash_nb_docs', {}).get('key') == key else None
 
+# %% ../nbs/04_docs.ipynb #89729a19
 def _build_elsewhere(src: Path, dest: Path, execute: bool, key: str, timeout, echo, skip_ids=()):
     "Run `build_notebook` in a new Python process; its warnings go to `echo`, a crash raises naming `src`."
     args = [sys.executable, '-c', _BUILD, str(src.resolve()), str(dest.resolve()), str(int(execute)), key,
@@ -360,7 +369,7 @@ def docs_cache(nbs=None  # folder of notebooks (default: the project's `nbs/`)
     nbs = Path(nbs or nbs_dir()).resolve()
     return cache_dir() / 'docs' / hashlib.sha256(str(nbs).encode()).hexdigest()[:12]
 
-# %% ../nbs/04_docs.ipynb #56afa76c
+# %% ../nbs/04_docs.ipynb #c073ffa2
 def recorded_cells(record  # the executed notebook of a run (papermill's output) or its path
                   ) -> frozenset:  # ids of the code cells it executed, its exported ones (the imports) apart
     "The cells a run executed: the docs build leaves them to the record (the stage's work is not done twice)."
@@ -369,6 +378,7 @@ def recorded_cells(record  # the executed notebook of a run (papermill's output)
     return frozenset(c.get('id') for c in rec.cells if c.cell_type == 'code' and c.get('execution_count') is not None
                      and not export(c))
 
+# %% ../nbs/04_docs.ipynb #faa28cdf
 def merge_record(nb,  # a processed notebook (from `docs_notebook`)
                  record  # the executed notebook of a run (papermill's output) or its path
                 ) -> int:  # the number of cells whose outputs were taken from the record
@@ -382,7 +392,7 @@ def merge_record(nb,  # a processed notebook (from `docs_notebook`)
     if inj is not None and at is not None: nb.cells.insert(at + 1, inj)
     return len(mine)
 
-# %% ../nbs/04_docs.ipynb #2ccf6fa4
+# %% ../nbs/04_docs.ipynb #09999ca0
 _CONTEXT: dict = {}   # {'project': Path, 'run_dir': Path} while `render_docs` renders
 
 @contextmanager
@@ -398,10 +408,12 @@ def scrub_context(project=None,  # the folder the build runs in
         _CONTEXT.clear()
         _CONTEXT.update(old)
 
+# %% ../nbs/04_docs.ipynb #f7cd62e0
 def _variants(p) -> set[str]:
     "A folder as given and resolved (a temporary folder is often a link)."
     return {str(p).rstrip('/'), os.path.realpath(p)} - {'', '/'}
 
+# %% ../nbs/04_docs.ipynb #f0567c1e
 def local_paths() -> list[tuple[str, str]]:
     "(prefix, replacement) for this machine's folders, longest first: '' drops a prefix, '*' drops it with the next folder."
     from dflash_nb.pipeline import smoke_run_dir
@@ -419,13 +431,14 @@ def local_paths() -> list[tuple[str, str]]:
     add(Path.home(), '')
     return sorted(pairs.items(), key=lambda kv: -len(kv[0]))
 
-# %% ../nbs/04_docs.ipynb #f45ab4de
+# %% ../nbs/04_docs.ipynb #ba2f41fb
 def _prefix_re(prefix: str) -> str:
     "The prefix as a whole folder name, or its last folders after an ellipsis (`.../.cache/dflash_nb`)."
     parts = prefix.strip('/').split('/')
     tails = '|'.join(re.escape('/'.join(parts[i:])) for i in range(len(parts)))
     return rf'(?:(?<![\w.$<-]){re.escape(prefix)}|(?:\.\.\.|…)/?(?:{tails}))'
 
+# %% ../nbs/04_docs.ipynb #05595665
 def _rewrite(new: str):
     "The replacement of a match of `_prefix_re` followed by its `rest` ('/', '' or, for '*', the folder made in it)."
     def f(m):
@@ -435,6 +448,7 @@ def _rewrite(new: str):
         return new + rest
     return f
 
+# %% ../nbs/04_docs.ipynb #f6a39a3c
 def scrub_paths(text: str  # text of an output
                ) -> str:  # the text with this machine's folders rewritten
     "`text` with the prefixes of `local_paths` rewritten (`<checkout>/runs/x` becomes `runs/x`)."
@@ -453,7 +467,7 @@ def find_local_path(text: str  # a page
     m = re.search(re.escape(tempfile.gettempdir()) + r'/(tmp\w{8}|pytest-of-)\S*', text)
     return m[0] if m else None
 
-# %% ../nbs/04_docs.ipynb #8290f2c7
+# %% ../nbs/04_docs.ipynb #551cfe2e
 _DIRECTIVE = re.compile(r'^\s*#\|\s*([\w-]+)\s*:?\s*(.*?)\s*$')
 _QUARTO_ATTR = re.compile(r'\{(?:target|style|\.)[^{}\n]*\}')
 _ANSI = re.compile(r'\x1B(?:[@-Z\\-_]|\[[0-?]*[ -/]*[@-~])')
@@ -467,6 +481,7 @@ def _split_directives(src: str) -> tuple[dict, str]:
         else: keep.append(line)
     return d, '\n'.join(keep).strip('\n')
 
+# %% ../nbs/04_docs.ipynb #77b8b802
 def _fix_text(s: str, links: dict, quarto: bool = True) -> str:
     "Quarto's link attributes removed (Markdown only), links of the published site made relative."
     if quarto: s = _QUARTO_ATTR.sub('', s)
@@ -522,7 +537,7 @@ def plain_cells(nb,  # a processed notebook
     ks = nb.metadata.get('kernelspec')
     return {'nbformat': 4, 'nbformat_minor': 5, 'metadata': {'kernelspec': ks} if ks else {}, 'cells': cells}
 
-# %% ../nbs/04_docs.ipynb #0b9496a5
+# %% ../nbs/04_docs.ipynb #59e4324f
 class _Outline(HTMLParser):
     "The headings (h1-h4 with an id) of a page, whether each is in a `show_doc` cell, the prose under each."
     def __init__(self):
@@ -545,6 +560,7 @@ class _Outline(HTMLParser):
         key = 'text' if self.h['in'] else 'x'
         if len(self.h[key]) < 200: self.h[key] = re.sub(r'\s+', ' ', self.h[key] + data)
 
+# %% ../nbs/04_docs.ipynb #1bf6dfa1
 def outline(body: str  # a rendered page
            ) -> list[dict]:  # {level, id, text, api, x (the first words under it)} per heading
     "The headings of a rendered page, in order."
@@ -577,7 +593,7 @@ def unique_ids(body: str  # a rendered page
         return m[0].replace(f'id="{m[3]}"', f'id="{new[m.start()]}"', 1).replace(f'href="#{m[3]}"', f'href="#{new[m.start()]}"')
     return re.sub(r'<(h[1-6])\b([^>]*?)\bid="([^"]+)"(.*?)</\1>', f, body, flags=re.S)
 
-# %% ../nbs/04_docs.ipynb #a30e1e0e
+# %% ../nbs/04_docs.ipynb #c0a3c065
 def toc_html(items: list[dict]  # `outline` of the page
             ) -> str:  # the page's table of contents, '' when it has fewer than two entries
     "The table of contents of a page: its h2 and h3 headings as links."
@@ -588,6 +604,7 @@ def toc_html(items: list[dict]  # `outline` of the page
     li = lambda h: f'<li class="l{h["level"]}"><a href="{href(h)}">{text(h)}</a></li>'
     return '<details open><summary>On this page</summary><ul>' + ''.join(map(li, es)) + '</ul></details>'
 
+# %% ../nbs/04_docs.ipynb #a3297d4d
 def search_entries(page: str,  # the page's file name
                    title: str,  # its title
                    summary: str,  # its one-line summary
@@ -644,7 +661,7 @@ def module(self: DocPage) -> str | None:
     m = re.search(r'#\|\s*default_exp\s+([\w.]+)', self.src.read_text(encoding='utf-8'))
     return f"{site_settings()['lib_path']}/{m[1].replace('.', '/')}.py" if m else None
 
-# %% ../nbs/04_docs.ipynb #26ee8b91
+# %% ../nbs/04_docs.ipynb #a3a69044
 @patch
 def kind(self: DocPage) -> str:
     "The header line: stage or library, where the outputs come from, links to the notebook and the module."
@@ -661,6 +678,7 @@ def kind(self: DocPage) -> str:
         parts.append(f'<span class="dn-err">execution stopped: {html.escape(err[0])}</span>')
     return ' · '.join(parts)
 
+# %% ../nbs/04_docs.ipynb #c7bc1247
 @patch(as_prop=True)
 def run(self: DocPage) -> Path | None:
     "The run folder whose record the page shows, if any."
@@ -676,7 +694,7 @@ def inline_md(s: str  # one line of Markdown
     s = re.sub(r'(?<![\w*])\*([^*]+)\*(?![\w*])', r'<i>\1</i>', s)
     return re.sub(r'\[([^\]]+)\]\(([^)\s]+)\)', r'<a href="\2">\1</a>', s)
 
-# %% ../nbs/04_docs.ipynb #828e5e89
+# %% ../nbs/04_docs.ipynb #25fe5db2
 def _sidebar(pages, current) -> str:
     "The pages by group (stages, library, guides, measurements) as links; the current page marked."
     on = lambda p: ' class="on"' if p is current else ''
@@ -685,6 +703,7 @@ def _sidebar(pages, current) -> str:
     groups = [(label, [p for p in pages if p.group == g]) for g, label in GROUPS.items() if label]
     return ''.join(f'<h4>{label}</h4>' + ''.join(map(link, g)) for label, g in groups if g)
 
+# %% ../nbs/04_docs.ipynb #8cb5b3bb
 def _pager(pages, i) -> str:
     "Links to the previous and the next page."
     link = lambda j, text: f'<a href="{pages[j].page}">{text}</a>'
@@ -692,6 +711,7 @@ def _pager(pages, i) -> str:
     nxt = link(i + 1, f'{html.escape(pages[i + 1].title)} →') if i + 1 < len(pages) else '<span></span>'
     return prev + nxt
 
+# %% ../nbs/04_docs.ipynb #b9c941f9
 def _index_table(pages) -> str:
     "The index's table of every page but itself, once each, by group: number, title, summary."
     rows = ''.join(f'<tr><td>{p.number}</td><td><a href="{p.page}"><b>{html.escape(p.title)}</b></a></td>'
@@ -699,13 +719,14 @@ def _index_table(pages) -> str:
     return (f'<h2 id="contents">Contents</h2><table class="dn-index"><tr><th></th><th>page</th><th>what</th>'
             f'</tr>{rows}</table>')
 
-# %% ../nbs/04_docs.ipynb #9436116e
+# %% ../nbs/04_docs.ipynb #520e2bc8
 def _site_links(pages) -> dict:
     "Absolute links of the published site -> the rendered page names."
     s = site_settings()
     base = (s.get('doc_host', '') + s.get('doc_baseurl', '')).rstrip('/') + '/'
     return {base + 'index.html': 'index.html'} | {base + p.output_file: p.page for p in pages if p.output_file}
 
+# %% ../nbs/04_docs.ipynb #8cdda725
 def fix_anchors(bodies: dict  # {page name: html}
                ) -> dict:  # the same pages, their in-site anchors resolving
     "Lowercase aliases of heading ids; links to an anchor no page defines point to the page."

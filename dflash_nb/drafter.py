@@ -179,10 +179,11 @@ def from_json_dict(cls: DFlashConfig, d: dict) -> DFlashConfig:
                tie_word_embeddings=d.get('tie_word_embeddings', False), **_target_fields(d.get('dflash_nb_target')),
                bos_token_id=d.get('bos_token_id'), eos_token_id=d.get('eos_token_id'), **kind_config(d))
 
-# %% ../nbs/70_drafter.ipynb #1174af32
+# %% ../nbs/70_drafter.ipynb #069cd1a8
 def _get(cfg, key, default=None):
     return cfg.get(key, default) if isinstance(cfg, dict) else getattr(cfg, key, default)
 
+# %% ../nbs/70_drafter.ipynb #3226853a
 def build_config(target_config, mask_token_id: int, num_hidden_layers: int = 5, block_size: int = 16,
                  target_layer_ids=None, num_feature_layers: int = 5, layer_types=None, sliding_window=None,
                  sliding_window_causal: bool = True, **overrides) -> DFlashConfig:
@@ -235,7 +236,7 @@ def resolve_mask_token_id(tokenizer=None, vocab_size: int | None = None, explici
                      f'(len(tokenizer) = {len(tokenizer)} = vocab_size {vocab_size}); pass mask_token_id explicitly '
                      '(an id or a token string that the training data never contains)')
 
-# %% ../nbs/70_drafter.ipynb #e0b4ae7e
+# %% ../nbs/70_drafter.ipynb #4cff7a3c
 FLEX_COMPILE = None                 # None: compile flex attention and block masks on CUDA only; True / False force it
 FLEX_COMPILE_BACKEND = 'inductor'
 _COMPILED = {}
@@ -244,17 +245,20 @@ def flex_compiles(device) -> bool:
     "Whether flex attention and its block masks run compiled on `device`."
     return FLEX_COMPILE if FLEX_COMPILE is not None else torch.device(device).type == 'cuda'
 
+# %% ../nbs/70_drafter.ipynb #ee0d77ca
 def compiled(name: str, fn):
     "`torch.compile(fn, dynamic=False)` with `FLEX_COMPILE_BACKEND`, made once per (name, backend)."
     key = (name, FLEX_COMPILE_BACKEND)
     if key not in _COMPILED: _COMPILED[key] = torch.compile(fn, dynamic=False, backend=FLEX_COMPILE_BACKEND)
     return _COMPILED[key]
 
+# %% ../nbs/70_drafter.ipynb #37f3d94a
 def compile_count() -> int:
     "Graphs dynamo has compiled in this process so far (each new shape of a compiled function adds one)."
     from torch._dynamo.utils import counters
     return int(counters['stats']['unique_graphs'])
 
+# %% ../nbs/70_drafter.ipynb #f7d9f063
 def ensure_recompile_limit(n: int):
     "Raise dynamo's per-function recompile limit to at least `n`, so that `n` shape buckets never fall back to eager."
     import torch._dynamo.config as dc
@@ -493,7 +497,7 @@ def build_masks(cfg: DFlashConfig, anchors, T: int, document_ids=None, backend: 
         else: raise ValueError(f'unknown attention backend {backend!r} (flex | sdpa)')
     return out
 
-# %% ../nbs/70_drafter.ipynb #c12180d8
+# %% ../nbs/70_drafter.ipynb #07120d07
 def anchor_candidates(loss_mask, block_size: int, full_block: bool = True):
     "Positions that may anchor a block in a sequence with `loss_mask [T]` (0/1)."
     lm = torch.as_tensor(loss_mask).bool()
@@ -506,6 +510,7 @@ def anchor_candidates(loss_mask, block_size: int, full_block: bool = True):
         if T > 1: ok[:-1] = lm[:-1] & lm[1:]
     return ok.nonzero().flatten()
 
+# %% ../nbs/70_drafter.ipynb #4c868fb7
 def sample_anchors(loss_mask, num_anchors: int, block_size: int, seed: int = 0, epoch: int = 0, index: int = 0,
                    full_block: bool = True, weights=None):
     """Sorted anchor positions for one sequence, drawn from a generator seeded by `(seed, epoch, index)`: uniformly,
@@ -518,6 +523,7 @@ def sample_anchors(loss_mask, num_anchors: int, block_size: int, seed: int = 0, 
     else: pick = torch.multinomial(torch.as_tensor(weights, dtype=torch.float)[cand], k, generator=g)
     return cand[pick].sort().values
 
+# %% ../nbs/70_drafter.ipynb #7fa35a01
 def pad_anchors(anchor_lists, n: int | None = None):
     "Stack per-sequence anchors into `anchors [b, max(n_max, n)]` (padding 0) and `valid` (padding anchors are invalid: weight 0)."
     n = max([len(a) for a in anchor_lists] + [1, n or 1])
@@ -600,7 +606,7 @@ def draft_block(drafter: DFlashDrafter, embed, lm_head, anchor_ids, new_features
     return lm_head(h[:, 1:].to(lm_head.weight.dtype)).float()
 
 
-# %% ../nbs/70_drafter.ipynb #ace1e701
+# %% ../nbs/70_drafter.ipynb #591fafb9
 def draft_weight_names(cfg: DFlashConfig) -> list[str]:
     "The exact tensor names of a DFlash checkpoint for `cfg` (11 per layer + fc, hidden_norm, norm), and its kind's (`kinds.kind_weight_names`)."
     per = ['self_attn.q_proj', 'self_attn.k_proj', 'self_attn.v_proj', 'self_attn.o_proj', 'self_attn.q_norm',
@@ -608,6 +614,7 @@ def draft_weight_names(cfg: DFlashConfig) -> list[str]:
     return sorted([f'layers.{i}.{p}.weight' for i in range(cfg.num_hidden_layers) for p in per]
                   + ['fc.weight', 'hidden_norm.weight', 'norm.weight'] + kind_weight_names(cfg))
 
+# %% ../nbs/70_drafter.ipynb #ef74d91f
 _DTYPES = {'bfloat16': torch.bfloat16, 'float16': torch.float16, 'float32': torch.float32}
 
 def export_drafter(drafter: DFlashDrafter, out_dir, dtype: str = 'bfloat16', extra_files: dict | None = None) -> Path:
@@ -676,7 +683,7 @@ def drafter_config_dict(d: dict, num_target_layers: int | None = None) -> tuple[
     out['dflash_config'] = dc
     return out, fmt
 
-# %% ../nbs/70_drafter.ipynb #12270221
+# %% ../nbs/70_drafter.ipynb #20222ec3
 def _read_weights(path: Path) -> dict:
     "Every tensor of a drafter folder, by `core.weight_map`; without an index, exactly one `model.safetensors`."
     from safetensors.torch import load_file
@@ -685,6 +692,7 @@ def _read_weights(path: Path) -> dict:
         raise ValueError(f'{path}: expected exactly one model.safetensors, found {files}')
     return {k: v for f in sorted(set(weight_map(path).values())) for k, v in load_file(str(path / f)).items()}
 
+# %% ../nbs/70_drafter.ipynb #4477351e
 def load_drafter(path, device='cpu', dtype=torch.float32, num_target_layers: int | None = None) -> DFlashDrafter:
     "Load a DFlash drafter folder (ours, z-lab's or speculators'); strict on the draft tensors' names and shapes."
     path = Path(path)

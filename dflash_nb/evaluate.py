@@ -35,7 +35,7 @@ __all__ = ['VARIANTS', 'CONTROLS', 'WARMUP', 'DECLARED_OPTIONS', 'STAGE_FILES', 
            'EvalSettings', 'EvalJob', 'default_out_dir', 'write_outputs', 'evaluate_drafter', 'register_cli',
            'finish_evaluate_stage', 'evaluate_stage', 'smoke_stage']
 
-# %% ../nbs/90_evaluate.ipynb #d8762819
+# %% ../nbs/90_evaluate.ipynb #bb42b13a
 def variant_runs(variants: dict,          # `{name: (drafter, feature_shift)}`
                  tree: dict | None = None, # DDTree settings: adds `NAME+ddtree` for drafters with logits
                 ) -> list[tuple]:         # `[(run name, drafter or None, feature_shift, tree or None)]`
@@ -46,24 +46,27 @@ def variant_runs(variants: dict,          # `{name: (drafter, feature_shift)}`
         if tree and not getattr(dr, 'needs_tokens', False): runs.append((f'{name}+ddtree', dr, shift, tree))
     return runs
 
+# %% ../nbs/90_evaluate.ipynb #da93a608
 def rotated(xs: list, k: int) -> list:
     "`xs` rotated left by `k`: the order of the runs on the k-th prompt (each run goes first as often as any)."
     k = k % max(len(xs), 1)
     return list(xs[k:]) + list(xs[:k])
 
-# %% ../nbs/90_evaluate.ipynb #c34efd71
+# %% ../nbs/90_evaluate.ipynb #26d6c403
 def _generate(model, run: tuple, prompt: list, max_new_tokens: int, sampler, eos_ids) -> Generation:
     "One run `(name, drafter, feature_shift, tree)` on one prompt; plain decoding when the drafter is None."
     _, dr, shift, tree = run
     if dr is None: return plain_generate(model, prompt, max_new_tokens, sampler, eos_ids)
     return speculative_generate(model, dr, prompt, max_new_tokens, sampler, eos_ids, shift, tree)
 
+# %% ../nbs/90_evaluate.ipynb #9704c22e
 def _gen_record(g: Generation) -> dict:
     "A generation as a JSON record."
     d = asdict(g)
     d['tau'] = round(g.tau, 4)
     return d
 
+# %% ../nbs/90_evaluate.ipynb #5faaf586
 def _from_record(d: dict) -> Generation:
     "A generation from its record."
     return Generation(**{k: v for k, v in d.items() if k in Generation.__dataclass_fields__})
@@ -76,7 +79,6 @@ def warm_key(run: tuple) -> tuple:
     cfg = getattr(getattr(dr, 'drafter', None), 'config', None)
     shape = json.dumps(asdict(cfg), sort_keys=True, default=str) if is_dataclass(cfg) else None
     return (type(dr).__name__, getattr(dr, 'block_size', None), shape, tree is not None)
-
 
 # %% ../nbs/90_evaluate.ipynb #2bb633f3
 def _run_turn(runs: list, prompt: list, where: dict, model, max_new_tokens: int, sampler, eos_ids, done: dict,
@@ -101,11 +103,12 @@ def _run_turn(runs: list, prompt: list, where: dict, model, max_new_tokens: int,
                    'prompt_tokens': len(prompt), **same, **_gen_record(gens[name])})
     return gens
 
-# %% ../nbs/90_evaluate.ipynb #d25e0538
+# %% ../nbs/90_evaluate.ipynb #f8b99cde
 def _turns(it: dict) -> list:
     "The user turns of an item: `[None]` for one ready prompt (`input_ids` or `messages`), else its `turns`."
     return [None] if ('input_ids' in it or 'messages' in it) else list(it['turns'])
 
+# %% ../nbs/90_evaluate.ipynb #d345a254
 def _prompt_ids(tokenizer, it: dict, turn, history: list, enable_thinking) -> list[int]:
     "Token ids of one turn: the item's own prompt, or `history` + the user `turn` (appended to `history`)."
     if turn is None:
@@ -114,6 +117,7 @@ def _prompt_ids(tokenizer, it: dict, turn, history: list, enable_thinking) -> li
     history.append({'role': 'user', 'content': turn})
     return render_prompt(tokenizer, history, enable_thinking)
 
+# %% ../nbs/90_evaluate.ipynb #0e414790
 def _eos_ids(model, tokenizer) -> list:
     "The target's end-of-sequence tokens (generation config, else the tokenizer's)."
     e = getattr(model.generation_config, 'eos_token_id', None) or tokenizer.eos_token_id
@@ -148,7 +152,7 @@ class Bookkeeping:
     warm: set = field(default_factory=set)     # runs warmed up already (updated; shared across sets)
     log: Callable | None = print               # None: silent
 
-# %% ../nbs/90_evaluate.ipynb #97e1d92e
+# %% ../nbs/90_evaluate.ipynb #72fd1ae9
 def evaluate_prompts(model, tokenizer, items: list, # each `{'id'}` and `turns`, `messages` or `input_ids`
                      variants: dict,                 # `{name: (drafter, feature_shift)}`
                      gen: EvalGeneration,            # new tokens, sampling, template, lossless (at T=0), limits, tree
@@ -175,6 +179,7 @@ def evaluate_prompts(model, tokenizer, items: list, # each `{'id'}` and `turns`,
         if book.log: book.log(f"[evaluate] {set_name} {it['id']}: {taus}")
     return out
 
+# %% ../nbs/90_evaluate.ipynb #fc0af44d
 def _check_turn(gens: dict, names: list, prompt: list, where: dict, model, enforce: bool):
     "`check_lossless` of the runs `names` of one turn against its plain decoding: their `difference`."
     at = f"{where['set']}/{where['id']} turn {where['turn']}"
@@ -182,7 +187,7 @@ def _check_turn(gens: dict, names: list, prompt: list, where: dict, model, enfor
         g = gens[name]
         g.difference = check_lossless(g, gens['plain'], len(prompt), f'{at}, variant {name}', model, prompt, enforce)
 
-# %% ../nbs/90_evaluate.ipynb #2aecc795
+# %% ../nbs/90_evaluate.ipynb #3863c406
 def _usable(tokenizer, set_name: str, items: list, quarantine, enable_thinking, max_prompt_tokens: int):
     "The items with 1..`max_prompt_tokens` prompt tokens; the others go to `quarantine` with the reason."
     ok = []
@@ -195,6 +200,7 @@ def _usable(tokenizer, set_name: str, items: list, quarantine, enable_thinking, 
         else: ok.append(it)
     return ok
 
+# %% ../nbs/90_evaluate.ipynb #fc627ca6
 def _summaries(gens: dict, variants: dict, block_size: int) -> dict:
     "`summarize` of every run against plain decoding, with the trained drafter's tau on the same prompts."
     out = {}
@@ -259,7 +265,7 @@ def drafter_target(drafter_dir,              # a drafter folder
         if target is None: raise ValueError(note + '; pass --target SPEC to evaluate against it anyway')
     return spec, {'spec': spec, 'fingerprint': fp, 'recorded': rec, 'note': note}
 
-# %% ../nbs/90_evaluate.ipynb #aa67170d
+# %% ../nbs/90_evaluate.ipynb #b0285dac
 def check_drafter_fits(dcfg,                # a `DFlashConfig`
                        target_config,       # the target's config (or a model)
                        where: str = 'drafter'):
@@ -273,6 +279,7 @@ def check_drafter_fits(dcfg,                # a `DFlashConfig`
     try: check_target_layer_ids(dcfg.target_layer_ids, N)
     except ValueError as e: raise ValueError(f'{where}: {e}') from None
 
+# %% ../nbs/90_evaluate.ipynb #1bf9c5a3
 def open_drafter(path, device='cpu', dtype=torch.float32):
     "`drafter.load_drafter(path)`, with any failure turned into one line naming the folder."
     p = Path(path)
@@ -292,7 +299,7 @@ def load_pair(drafter_dir, spec: str, device: str = 'auto', dtype='auto') -> tup
     w = next(model.parameters())
     return model, tok, dr.to(w.device, w.dtype).eval()
 
-# %% ../nbs/90_evaluate.ipynb #07e620ca
+# %% ../nbs/90_evaluate.ipynb #e896721b
 VARIANTS = {
     'trained': 'the drafter folder, features served by the DFlash convention (layer L = hidden_states[L+1])',
     'untrained': "the same config at its random initialization (the training's seed)",
@@ -308,6 +315,7 @@ def check_variants(names):
     bad = [n for n in names if n not in VARIANTS]
     if bad: raise ValueError(f'unknown variants {bad}; known: {", ".join(VARIANTS)}')
 
+# %% ../nbs/90_evaluate.ipynb #e4516dd1
 def target_mtp(model):
     "The target's MTP block (`mtp.load_mtp`); a ValueError (one line) when its checkpoint has no `mtp.*` tensors."
     block = load_mtp(model)
@@ -315,6 +323,7 @@ def target_mtp(model):
                                        'Qwen3.5 and Qwen3.6 checkpoints carry them; transformers drops them on load)')
     return block
 
+# %% ../nbs/90_evaluate.ipynb #5480f11b
 def build_variants(drafter, model, names,        # a loaded drafter, the target, variant names (`VARIANTS`)
                    block_size: int | None = None, # verify only the first B-1 drafts; None: each drafter's own
                    init_seed: int = 0,            # the seed of the untrained drafter's initialization
@@ -347,7 +356,7 @@ def load_controls(control_drafters: dict | None, # `{name: drafter folder}`
         out[name] = d
     return out
 
-# %% ../nbs/90_evaluate.ipynb #fd8ef0e3
+# %% ../nbs/90_evaluate.ipynb #b1094202
 def _builtin_set(name: str, n, allow_hub: bool, held_out) -> tuple:
     "`(items, source, rejected)` of a built-in set (`held_out` = `(dataset_dir, training ids)` of 'held_out')."
 
@@ -357,6 +366,7 @@ def _builtin_set(name: str, n, allow_hub: bool, held_out) -> tuple:
     items, rej = held_out_prompts(ds, exclude)
     return spread_evenly(items, n), f'{ds} minus the {len(exclude)} training rows ({len(rej)} unusable)', rej
 
+# %% ../nbs/90_evaluate.ipynb #0d33fa8a
 def gather_prompt_sets(names=(),               # built-in sets: `PROMPT_SETS`
                        files=(),               # prompt files, one set each (named by the stem)
                        n: int | None = None,   # prompts per set, evenly spaced
@@ -454,7 +464,7 @@ def generation(self: EvalSettings, limited=(), block_size: int | None = None) ->
                 tree={'budget': self.ddtree_budget, 'topk': self.ddtree_topk} if self.ddtree_budget else None,
                 block_size=block_size)
 
-# %% ../nbs/90_evaluate.ipynb #aa5a08fb
+# %% ../nbs/90_evaluate.ipynb #35aaa2c1
 def _evaluation_sets(s: EvalSettings, prompt_files=(), prompt_sets=None, held_out=None) -> dict:
     "The prompt sets of an evaluation (`gather_prompt_sets`); ValueError when nothing names a prompt."
     names = list(prompt_sets) if prompt_sets is not None else [] if prompt_files else ['mt_bench', 'humaneval']
@@ -464,6 +474,7 @@ def _evaluation_sets(s: EvalSettings, prompt_files=(), prompt_sets=None, held_ou
         raise ValueError('no prompts: pass --prompts FILE (the MT-Bench/HumanEval fixtures are not available)')
     return sets
 
+# %% ../nbs/90_evaluate.ipynb #37909889
 def _load_variants(drafter_dir, spec: str, s: EvalSettings, controls: dict) -> tuple:
     "`(target, tokenizer, drafter, variants)` of an evaluation, seeded, on `s.cpu_threads` threads on a CPU."
     seed_everything(s.seed)
@@ -484,7 +495,7 @@ class EvalJob:
     resume: bool = False                  # reuse the records of an earlier, identical run
     extra: dict | None = None             # more keys for eval.json
 
-# %% ../nbs/90_evaluate.ipynb #f61ce2a4
+# %% ../nbs/90_evaluate.ipynb #b59f4246
 WARMUP = ('each kind of run (plain; a drafter class and shape, its controls with it; a tree) generated its first prompt '
           'once, untimed, before its timed generations')
 
@@ -494,11 +505,13 @@ def _records_key(drafter_dir, spec: str, sets: dict, controls: dict, settings: d
             'prompts': {k: obj_hash(v[0]) for k, v in sets.items()},
             'controls': {k: file_hash(expand_path(v)) for k, v in controls.items()}}
 
+# %% ../nbs/90_evaluate.ipynb #58e23fe0
 def default_out_dir(drafter_dir) -> Path:
     "Where an evaluation writes without `--out`: beside the drafter, `DRAFTER_eval` (never the working directory)."
     d = Path(drafter_dir).resolve()
     return d.parent / f'{d.name}_eval'
 
+# %% ../nbs/90_evaluate.ipynb #b4f72b02
 def write_outputs(out: Path, ev: dict):
     "`eval.json`, `acceptance.png` and `report.md` of an evaluation."
     write_json(out / 'eval.json', ev)
@@ -537,13 +550,14 @@ def evaluate_drafter(drafter_dir,                          # a drafter folder (D
     write_outputs(out, ev)
     return ev
 
-# %% ../nbs/90_evaluate.ipynb #e41765c0
+# %% ../nbs/90_evaluate.ipynb #9edb215b
 def _name_dir(s: str) -> tuple:
     "`NAME=DIR` of `--control`."
     name, sep, folder = s.partition('=')
     if not (sep and name and folder): raise argparse.ArgumentTypeError(f'{s!r}: expected NAME=DIR')
     return name, folder
 
+# %% ../nbs/90_evaluate.ipynb #2e82f4f2
 def _cli_run(a) -> int:
     "`dflash-nb evaluate`: print the report (the verdict last); a lossless failure: one `error:` line, exit status 1."
     settings = from_declared(EvalSettings, vars(a), block_size=a.block_size)
@@ -581,7 +595,7 @@ def register_cli(sub):
                                                '(default: DRAFTER_DIR_eval beside the drafter folder)')
     p.set_defaults(func=_cli_run)
 
-# %% ../nbs/90_evaluate.ipynb #3a694655
+# %% ../nbs/90_evaluate.ipynb #42af0a33
 def _stage_inputs(stage: Stage) -> tuple:
     "`(drafter folder, `EvalJob` fields)` of the run folder, each declared to `stage` as an input."
     P, run = stage.params, stage.run_dir
@@ -592,13 +606,14 @@ def _stage_inputs(stage: Stage) -> tuple:
     return drafter, dict(held_out=held, prompt_files=[stage.input(expand_path(f)) for f in P['prompt_files']],
                          control_drafters={k: stage.input(expand_path(v)) for k, v in P['control_drafters'].items()})
 
+# %% ../nbs/90_evaluate.ipynb #7c413fab
 def _train_facts(train_dir: Path, seed: int) -> tuple:
     "`(init_seed, extra)`: the training's seed (the untrained control's) and its steps and tau, for eval.json."
     m = read_json(train_dir / 'metrics.json') if (train_dir / 'metrics.json').exists() else {}
     return (read_json(train_dir / 'manifest.json')['params'].get('seed', seed),
             {'train': {'steps': m.get('steps'), 'tau_train': m.get('tau')}})
 
-# %% ../nbs/90_evaluate.ipynb #f8fb6fb9
+# %% ../nbs/90_evaluate.ipynb #8dce7ea8
 STAGE_FILES = ('eval.json', 'records.jsonl', 'acceptance.png', 'report.md', 'quarantine.jsonl')
 
 def finish_evaluate_stage(stage: Stage, ev: dict) -> dict:
@@ -611,6 +626,7 @@ def finish_evaluate_stage(stage: Stage, ev: dict) -> dict:
                         identical={s: {v: m['identical'] for v, m in r['variants'].items()} for s, r in sets.items()},
                         ties={s: {v: m.get('ties', 0) for v, m in r['variants'].items()} for s, r in sets.items()})
 
+# %% ../nbs/90_evaluate.ipynb #c178b634
 def evaluate_stage(stage: Stage) -> dict:
     "Run `90_evaluate` opened as `stage` (`pipeline.open_stage`), manifest included; returns the evaluation (eval.json)."
     P, slog = stage.params, setup_logging(stage.dir)

@@ -36,7 +36,7 @@ EXPLORER_CSS = """
 .dx details.row{border-top:1px solid #d0d7de;padding:4px 0}.dx summary{cursor:pointer}
 """
 
-# %% ../nbs/21_explorer.ipynb #21d3325f
+# %% ../nbs/21_explorer.ipynb #3e825647
 def tokens_html(
     tokenizer,  # the tokenizer
     ids,  # token ids
@@ -53,6 +53,7 @@ def tokens_html(
     more = f' <small>({len(ids) - n} more tokens not shown)</small>' if n < len(ids) else ''
     return f'<div class="tok">{"".join(out)}{more}</div>'
 
+# %% ../nbs/21_explorer.ipynb #c61de8d6
 def spans_html(
     text: str,  # a rendered conversation
     spans,  # supervised character spans [(start, end)]
@@ -73,7 +74,7 @@ def row_label(v: dict,  # a row view (`explore_row`) or a row (`load_rows`)
     if not run or run == f"{v.get('source')}/{own}": return own, ''
     return run, '' if own.startswith('line ') else own
 
-# %% ../nbs/21_explorer.ipynb #63ab5143
+# %% ../nbs/21_explorer.ipynb #f08df591
 def _mask_view(tokenizer, m: dict, max_tokens) -> str:
     body = tokens_html(tokenizer, m['ids'], m['mask'], max_tokens) if 'ids' in m else spans_html(m['text'], m['spans'])
     n = f"{len(m['ids'])} tokens, {sum(m['mask'])} supervised" if 'ids' in m else f"{len(m['text'])} characters"
@@ -81,6 +82,7 @@ def _mask_view(tokenizer, m: dict, max_tokens) -> str:
     return (f'<div>{n} in {len(m["pieces"])} supervised run(s) (green)</div>{body}'
             f'<details><summary>supervised pieces, decoded</summary>{pieces or "<i>none</i>"}</details>')
 
+# %% ../nbs/21_explorer.ipynb #e3f123ec
 def _context_html(v: dict) -> str:
     "The template lines around the rule that raised (red) and its condition (yellow)."
     lines, prev, e = [], None, html.escape
@@ -94,7 +96,7 @@ _KIND_NOTE = {FORMAT_ONLY: 'format-only: what the model sees is unchanged; appli
               MEANING_CHANGING: 'meaning-changing: it moves, inserts or drops what the model sees; off by default, so this row is '
                                 'quarantined unless the run opts in to it (<code>sources.repairs</code>: the stage that reads your file)'}
 
-# %% ../nbs/21_explorer.ipynb #79b500e8
+# %% ../nbs/21_explorer.ipynb #d47eb1ee
 def _repair_html(v: dict, tokenizer, max_tokens) -> str:
     "The repair of a failed row: its name and class, then the repaired render and mask (or why none works)."
     e = html.escape
@@ -107,6 +109,7 @@ def _repair_html(v: dict, tokenizer, max_tokens) -> str:
     else: out.append('<div>after the repair the row is a prompt (no answer left to supervise)</div>')
     return ''.join(out)
 
+# %% ../nbs/21_explorer.ipynb #10de5a61
 def _samples_html(v: dict, tokenizer, max_tokens) -> str:
     "Why a row is split, then each sample: the assistant turn rendered last and its mask, or why the sample fails."
     e = html.escape
@@ -169,7 +172,7 @@ def summary_html(
             + ''.join(f'<div class="counts">{e(l.strip())}</div>' for l in headline(s))
             + f"<table><tr><th>reason</th><th>rows</th><th>repairs found (class)</th></tr>{rows}</table>")
 
-# %% ../nbs/21_explorer.ipynb #c2d13cff
+# %% ../nbs/21_explorer.ipynb #d89864c9
 _EXPLORER_JS = """(function(){var root=document.getElementById('%s');if(!root)return;
 var modes=[].slice.call(root.querySelectorAll('.mode')),tabs=[].slice.call(root.querySelectorAll('.tab'));
 function pick(m){modes.forEach(function(x){x.style.display=x.getAttribute('data-mode')===m?'':'none'});
@@ -190,6 +193,7 @@ _PASSING = ('ok', 'split', 'prompt-only')   # the outcomes that are no failure (
 
 def _mode_label(ex) -> str: return f"thinking {ex['thinking']['in_use']}" if ex['thinking']['switchable'] else 'default'
 
+# %% ../nbs/21_explorer.ipynb #3ca4d47c
 def _options(counts: dict, first='*', everything='all') -> str:
     "The `<option>`s of a filter: everything, then each key with its count."
     e = html.escape
@@ -214,7 +218,7 @@ def _mode_html(x: dict, tokenizer, max_rows: int, max_tokens) -> str:
             + (f'<div><small>{capped} rows not included (at most {max_rows} per reason)</small></div>' if capped else '')
             + ''.join(shown) + '</div>')
 
-# %% ../nbs/21_explorer.ipynb #6851cf29
+# %% ../nbs/21_explorer.ipynb #2af59f72
 def explorer_html(
     explorations,  # one exploration, or a list (one per thinking mode)
     tokenizer=None,  # the tokenizer (None: character spans)
@@ -229,6 +233,7 @@ def explorer_html(
     return (f'<div class="dx" id="{uid}"><style>{EXPLORER_CSS}</style>' + (f'<div class="bar">{tabs}</div>' if tabs else '')
             + ''.join(_mode_html(x, tokenizer, max_rows, max_tokens) for x in exs) + f'<script>{_EXPLORER_JS % uid}</script></div>')
 
+# %% ../nbs/21_explorer.ipynb #8764fe8a
 def explorer_page(
     explorations,  # as for `explorer_html`
     tokenizer=None,  # the tokenizer
@@ -241,7 +246,7 @@ def explorer_page(
             '<style>body{margin:24px auto;max-width:1100px;padding:0 16px;font-family:system-ui,sans-serif}</style></head>'
             f'<body><h1 style="font-size:22px">{html.escape(title)}</h1>{explorer_html(explorations, tokenizer, **kw)}</body></html>\n')
 
-# %% ../nbs/21_explorer.ipynb #934e7d0f
+# %% ../nbs/21_explorer.ipynb #cc0a36b0
 _MODES = {'default': None, 'on': True, 'off': False}
 
 def _other_mode(ex: dict, enable_thinking: bool | None) -> bool | None:
@@ -249,6 +254,7 @@ def _other_mode(ex: dict, enable_thinking: bool | None) -> bool | None:
     if enable_thinking is not None or not ex['thinking']['switchable']: return None
     return {'on': False, 'off': True}.get(ex['thinking']['in_use'])
 
+# %% ../nbs/21_explorer.ipynb #0b9ce3fc
 class ExplorerWidget:
     "Page through a data file's rows by failure reason and source, with the thinking mode shown and switchable."
     def __init__(self,
@@ -278,7 +284,7 @@ class ExplorerWidget:
         exs = [ex] + ([self.exploration({True: 'on', False: 'off'}[other])] if other is not None else [])
         return explorer_html(exs, self.r.tokenizer, **{'max_rows': self.max_rows, 'max_tokens': self.max_tokens, **kw})
 
-# %% ../nbs/21_explorer.ipynb #48eea723
+# %% ../nbs/21_explorer.ipynb #72eaeb15
 @patch
 def _wire(self: ExplorerWidget):
     "Connect the switch, the filters and the buttons."
@@ -287,6 +293,7 @@ def _wire(self: ExplorerWidget):
     self.prev.on_click(lambda _: self.go(self.page - 1))
     self.next.on_click(lambda _: self.go(self.page + 1))
 
+# %% ../nbs/21_explorer.ipynb #1371ab79
 @patch
 def exploration(self: ExplorerWidget,
                 mode: str | None = None,  # `default`, `on` or `off` (None: the selected one)
@@ -296,6 +303,7 @@ def exploration(self: ExplorerWidget,
     if mode not in self._cache: self._cache[mode] = explore(self.r, self.rows, None, _MODES[mode], self.method, self.data_info)
     return self._cache[mode]
 
+# %% ../nbs/21_explorer.ipynb #b11b0481
 @patch
 def _load(self: ExplorerWidget):
     "Show the selected mode: summary, filter options (a failure reason first), the first page."
@@ -308,12 +316,13 @@ def _load(self: ExplorerWidget):
     self.reason.value, self.source.value = first or '*', '*'
     self.go(0)
 
-# %% ../nbs/21_explorer.ipynb #40cda1ef
+# %% ../nbs/21_explorer.ipynb #fc3a8b1f
 @patch
 def selected(self: ExplorerWidget) -> list[dict]:
     "The row views matching the reason and source filters."
     return [v for v in self.exploration()['rows'] if self.reason.value in ('*', v['reason']) and self.source.value in ('*', v['source'])]
 
+# %% ../nbs/21_explorer.ipynb #131eebb1
 @patch
 def go(self: ExplorerWidget,
        page: int):  # the position in the selection (clipped)
@@ -324,7 +333,7 @@ def go(self: ExplorerWidget,
     self.body.value = (f'<div class="dx"><style>{EXPLORER_CSS}</style>{row_html(sel[self.page], self.r.tokenizer, self.max_tokens)}</div>'
                        if sel else '')
 
-# %% ../nbs/21_explorer.ipynb #272f7266
+# %% ../nbs/21_explorer.ipynb #06f91956
 _HIDE_JS = """(function(){var me=document.currentScript&&document.currentScript.parentNode;if(!me||!me.closest)return;
 var cell=me.closest('.jp-Cell,.cell')||document.body,n=0;
 function live(){return [].some.call(cell.querySelectorAll('.widget-box,.widget-vbox,.jupyter-widget-box'),function(w){return !me.contains(w)})}
@@ -341,6 +350,7 @@ def outputs(self: ExplorerWidget) -> list[dict]:
     return [widget, {'text/html': f'<div class="dx-static">{page}<script>{_HIDE_JS}</script></div>',
                      'text/plain': '\n'.join([head, *headline(ex['summary'])])}]
 
+# %% ../nbs/21_explorer.ipynb #809b3ad8
 @patch
 def _ipython_display_(self: ExplorerWidget):
     "Display the widget and the static explorer beside it (`outputs`)."
@@ -384,7 +394,7 @@ def template_report(
     if out is not None: write_text(out, page)
     return exs, page
 
-# %% ../nbs/21_explorer.ipynb #d6229570
+# %% ../nbs/21_explorer.ipynb #e4824a70
 def _reason_rows(ex: dict) -> list[dict]:
     "One table row per (reason, repair): how many rows, the class and what happens by default."
     groups = {}
@@ -396,10 +406,12 @@ def _reason_rows(ex: dict) -> list[dict]:
     return [{'reason': k[0], 'rows': n, 'repair': k[1], 'class': k[2], 'by default': k[3]}
             for k, n in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), -kv[1]))]
 
+# %% ../nbs/21_explorer.ipynb #517139c9
 def _repair_cell(v: dict) -> str:
     "The repair of a row view, or the one tried and what still stops the row."
     return v.get('repair') or (f"{v['repair_tried']}, then: {v['after_repair_reason']}" if v.get('repair_tried') else '')
 
+# %% ../nbs/21_explorer.ipynb #5e33929b
 def _row_line(v: dict) -> dict:
     result = 'split: earlier reasoning dropped' if v['status'] == 'split' else v['reason'] if v['status'] != 'ok' \
              else f"ok, {sum(v['mask'])} supervised tokens" if 'mask' in v else 'ok'
@@ -424,13 +436,14 @@ def format_report(
         if len(ex['rows']) > max_rows: out.append(f'… {len(ex["rows"]) - max_rows} more rows (the HTML report has them all)')
     return '\n'.join(out)
 
-# %% ../nbs/21_explorer.ipynb #aba96728
+# %% ../nbs/21_explorer.ipynb #08864887
 def _mask_line(n, r, m) -> dict:
     "The output line of input line `n`: its id and the mask, or the error."
     if '_error' in r: return {'id': row_id(r, n), 'error': f"line {n}: {r['_error']}"}
     return {'id': row_id(r, n),
             **({'input_ids': m['input_ids'], 'loss_mask': m['loss_mask']} if 'error' not in m else {'error': m['error']})}
 
+# %% ../nbs/21_explorer.ipynb #3b19c786
 def masks_file(
     tokenizer,  # a fast tokenizer
     inp,  # a JSONL file of canonical rows
@@ -458,13 +471,15 @@ def masks_file(
         if buf: flush(f)
     return counts
 
-# %% ../nbs/21_explorer.ipynb #e86faf7e
+# %% ../nbs/21_explorer.ipynb #c8d4f044
 def _size(m: dict) -> str:
     n = f"{len(m['ids'])} tokens, {sum(m['mask'])} supervised" if 'ids' in m else f"{len(m['text'])} characters"
     return f"{n} in {len(m['pieces'])} run(s)"
 
+# %% ../nbs/21_explorer.ipynb #e78539f5
 def _pieces(m: dict) -> list[str]: return [f'  supervised {k}: {json.dumps(p, ensure_ascii=False)}' for k, p in enumerate(m['pieces'], 1)]
 
+# %% ../nbs/21_explorer.ipynb #c2a15907
 def format_row_debug(
     v: dict,  # a row view (`explore_row`)
 ) -> str:  # a few lines of text
@@ -514,7 +529,7 @@ def _target_or_template(a) -> tuple:
     if spec: return load_tokenizer(str(spec)), None
     return (load_tokenizer(str(a.tokenizer)), a.template) if a.tokenizer else (a.template, None)
 
-# %% ../nbs/21_explorer.ipynb #0fcb986f
+# %% ../nbs/21_explorer.ipynb #53cdb142
 def _probe_cmd(a) -> int:
     obj, tpl = _target_or_template(a)
     rep = probe_template(obj, tpl, enable_thinking=a.enable_thinking)
@@ -522,6 +537,7 @@ def _probe_cmd(a) -> int:
     if a.json: write_json(a.json, rep)
     return 0
 
+# %% ../nbs/21_explorer.ipynb #7bbf009c
 def _add_probe(ts):
     pr = ts.add_parser('probe',
                        help="render the probe matrix through a target's template and diagnose failures")
@@ -533,6 +549,7 @@ def _add_probe(ts):
     pr.add_argument('--json', help='also write the full report to this JSON file')
     pr.set_defaults(func=_probe_cmd)
 
+# %% ../nbs/21_explorer.ipynb #a147cc63
 def _masks_cmd(a) -> int:
     tok = load_tokenizer(str(a.tokenizer))
     c = masks_file(tok, a.input, a.output, a.template, a.enable_thinking, a.mask_method)
@@ -540,7 +557,7 @@ def _masks_cmd(a) -> int:
     print(f"{c['rows']} rows: {c['ok']} with a mask, {c['errors']} with an error -> {a.output}")
     return 0
 
-# %% ../nbs/21_explorer.ipynb #68e8fa40
+# %% ../nbs/21_explorer.ipynb #8fc4884f
 def _add_masks(ts):
     mk = ts.add_parser('masks', help='exact assistant masks for a JSONL file of canonical rows')
     mk.add_argument('--tokenizer', required=True, help='tokenizer folder or target spec')
@@ -553,6 +570,7 @@ def _add_masks(ts):
     mk.add_argument('output', help='one JSON line per input line')
     mk.set_defaults(func=_masks_cmd)
 
+# %% ../nbs/21_explorer.ipynb #c9f3b48e
 def _report_cmd(a) -> int:
     obj, tpl = _target_or_template(a)
     exs, _ = template_report(a.data, obj, tpl, a.enable_thinking, a.format, a.limit, a.mask_method, a.out,
@@ -561,7 +579,7 @@ def _report_cmd(a) -> int:
     print(f'wrote {a.out}')
     return 0
 
-# %% ../nbs/21_explorer.ipynb #724a5c9a
+# %% ../nbs/21_explorer.ipynb #ceed99ef
 def _add_report(ts):
     rp = ts.add_parser('report',
                        help='a standalone HTML explorer of a data file: failures per reason, rule, repair and its class, masks')
@@ -582,6 +600,7 @@ def _add_report(ts):
     rp.add_argument('--out', required=True, help='the HTML file to write')
     rp.set_defaults(func=_report_cmd)
 
+# %% ../nbs/21_explorer.ipynb #6a5e2415
 def register_cli(
     sub,  # the CLI's argparse sub-parsers
 ):

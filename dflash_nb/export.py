@@ -71,7 +71,7 @@ def open_features(run_dir,                  # a run folder
                          'hidden_states.include_last=true --from hidden_states`)')
     return store
 
-# %% ../nbs/96_export.ipynb #415246d2
+# %% ../nbs/96_export.ipynb #906935fa
 def aligned_rows(ds,     # the tokenized dataset (rows with `id`, `input_ids`, `loss_mask`)
                  store,  # the run's `FeatureStore` (anything with `in`)
                 ) -> tuple[list[dict], list[dict]]:  # (rows with features, {index, id, reason} of the rest)
@@ -84,6 +84,7 @@ def aligned_rows(ds,     # the tokenized dataset (rows with `id`, `input_ids`, `
                               'reason': 'no stored features (not extracted or quarantined by hidden_states)'})
     return kept, skipped
 
+# %% ../nbs/96_export.ipynb #e4525513
 def check_tokens(row: dict,   # a dataset row
                  feat: dict,  # its stored features (`input_ids` tensor)
                 ):
@@ -92,7 +93,7 @@ def check_tokens(row: dict,   # a dataset row
         raise ValueError(f"row {row['id']!r}: the stored features belong to other token ids than the dataset "
                          'row; the hidden-states stage must be rerun on this dataset')
 
-# %% ../nbs/96_export.ipynb #60dd4ccf
+# %% ../nbs/96_export.ipynb #f6871bda
 def _speculators_features(tmp: Path, kept: list, store) -> dict:
     "Write `hidden_states/hs_{i}.safetensors` (feature layers + final layer) per row; returns token counts."
     (tmp / 'hidden_states').mkdir()
@@ -106,6 +107,7 @@ def _speculators_features(tmp: Path, kept: list, store) -> dict:
         counts = count_tokens(r['input_ids'], r['loss_mask'], counts)
     return counts
 
+# %% ../nbs/96_export.ipynb #94458bb2
 def _speculators_rows(tmp: Path, kept: list):
     "The rows (`id`, `input_ids`, `loss_mask`, `seq_len`) saved in torch format at the top of `tmp`."
     feats = Features({'id': Value('string'), 'input_ids': Sequence(Value('int64')),
@@ -178,7 +180,7 @@ def specforge_template(tokenizer,  # anything with `apply_chat_template`
     return None, ('no SpecForge template matches this chat template: register one '
                   '(specforge/data/template.py) and pass its name')
 
-# %% ../nbs/96_export.ipynb #ecd5577d
+# %% ../nbs/96_export.ipynb #bb6b7526
 def training_conversations(run_dir,    # a finished run folder
                            ids=None,   # only these row ids (None: all)
                           ) -> list[dict]:  # rows in SpecForge/speculators layout
@@ -190,6 +192,7 @@ def training_conversations(run_dir,    # a finished run folder
     keep = None if ids is None else set(ids)
     return [to_speculators(r) for r in iter_jsonl(p) if keep is None or str(r.get('id')) in keep]
 
+# %% ../nbs/96_export.ipynb #d0b5d6b2
 def consecutive_supervised(loss_mask,  # 0/1 per token
                           ) -> bool:   # SpecForge's DFlash eligibility
     "True when two neighbouring tokens are both supervised."
@@ -257,7 +260,7 @@ def serving_commands(base_model: str,  # the target's hub id
                        f'DFLASH --speculative-draft-model-path {drafter} --speculative-num-draft-tokens {B} '
                        '--trust-remote-code')}
 
-# %% ../nbs/96_export.ipynb #45987385
+# %% ../nbs/96_export.ipynb #adcce603
 KNOWN_BASE_MODELS = {'smollm2': 'HuggingFaceTB/SmolLM2-135M-Instruct'}
 
 def _target_record(run_dir) -> dict:
@@ -265,11 +268,13 @@ def _target_record(run_dir) -> dict:
     p = Path(run_dir) / '01_targets' / 'target.json'
     return read_json(p) if p.exists() else {}
 
+# %% ../nbs/96_export.ipynb #691b9201
 def _target_config(t: dict) -> dict:
     "The config.json of the target folder a `target.json` names (empty when absent)."
     cj = Path(t.get('path') or '') / 'config.json'
     return read_json(cj) if t.get('path') and cj.exists() else {}
 
+# %% ../nbs/96_export.ipynb #1b414f60
 def base_model_id(run_dir,                     # a finished run folder
                   explicit: str | None = None,  # the hub id to use, if given
                  ) -> str:                     # the target's hub id (or its spec)
@@ -282,6 +287,7 @@ def base_model_id(run_dir,                     # a finished run folder
     name = _target_config(t).get('_name_or_path')
     return name if hub_like(name) and '/' in str(name) else str(spec)
 
+# %% ../nbs/96_export.ipynb #da0e7bd4
 def target_token_ids(run_dir,  # a finished run folder
                     ) -> dict:  # {'bos_token_id': ..., 'eos_token_id': ...} where known
     "The target's bos/eos token ids (its config.json, else target.json), for drafters trained without them."
@@ -291,7 +297,7 @@ def target_token_ids(run_dir,  # a finished run folder
     c = c.get('text_config') or c
     return {k: c.get(k, t.get(k)) for k in ('bos_token_id', 'eos_token_id') if c.get(k, t.get(k)) is not None}
 
-# %% ../nbs/96_export.ipynb #191d8e9f
+# %% ../nbs/96_export.ipynb #a587d644
 def _eval_rows(obj, path=()):
     "`(name, summary)` of every dict with `tau` (and `speedup` or `accept_at`) in an `eval.json`."
     if isinstance(obj, dict):
@@ -300,6 +306,7 @@ def _eval_rows(obj, path=()):
             return
         for k, v in obj.items(): yield from _eval_rows(v, path + (k,))
 
+# %% ../nbs/96_export.ipynb #107a131a
 def eval_table(run_dir,  # a finished run folder
               ) -> str:  # a markdown table (or a sentence saying there is none)
     "The run's evaluation summaries: tau, acceptance at slot 1, speedup, identical outputs."
@@ -382,13 +389,14 @@ def model_card(run_dir,                     # a finished run folder
     if notes: lines += ['', '## Warnings', '', *[f'- {n}' for n in notes]]
     return '\n'.join(lines) + '\n'
 
-# %% ../nbs/96_export.ipynb #d3b397d0
+# %% ../nbs/96_export.ipynb #2e9c3ec6
 def hub_model_source() -> str:
     "The text of `modeling_dflash.py` (the standalone `dflash_nb.hub_model` module)."
     body = (PKG_DIR / 'hub_model.py').read_text(encoding='utf-8')
     return ('# modeling_dflash.py: the DFlash drafter for transformers trust_remote_code users, written by '
             'dflash_nb\n# (module dflash_nb.hub_model). Imports only torch and transformers.\n' + body)
 
+# %% ../nbs/96_export.ipynb #7a77d22a
 def _no_paths(obj, where='config.json'):
     "Raise when a string of `obj` is a local path."
     if isinstance(obj, dict):
@@ -482,11 +490,12 @@ def speculators_drafter_config(cfg,                # a `DFlashConfig` of any kin
                 'verifier': {'name_or_path': str(verifier), 'architectures': list(verifier_architectures)}}}
 
 
-# %% ../nbs/96_export.ipynb #9c1aca4c
+# %% ../nbs/96_export.ipynb #a5872f4b
 def _drafter_config(run_dir):
     "The `DFlashConfig` of the run's trained drafter (its config.json only)."
     return DFlashConfig.from_json_dict(read_json(stage_dir(run_dir, 'train') / 'drafter' / 'config.json'))
 
+# %% ../nbs/96_export.ipynb #8588fd4c
 def export_speculators_drafter(run_dir,                    # a finished run folder (a trained drafter)
                                out_dir,                    # the folder to write (replaced atomically)
                                verifier: str | None = None,  # the verifier's hub id or folder (default: the run's target)
@@ -502,7 +511,6 @@ def export_speculators_drafter(run_dir,                    # a finished run fold
         write_json(tmp / 'config.json', conf)
     return {'format': 'speculators-0.9', 'kind': cfg.kind, 'block_size': cfg.block_size, 'verifier': name,
             'speculative_tokens': drafted_slots(cfg)}
-
 
 # %% ../nbs/96_export.ipynb #cc5e7b3b
 def target_embed_head(folder,  # the target's model folder (safetensors)
@@ -538,7 +546,7 @@ def kind_hub_layout(cfg,        # the drafter's `DFlashConfig` (kind dflash2 or 
     return {**conf, 'block_size': cfg.block_size, 'dflash_config': dc}, weights
 
 
-# %% ../nbs/96_export.ipynb #3b944896
+# %% ../nbs/96_export.ipynb #6060df0a
 DSPARK_NOTE = ("SpecForge 0.2's DSparkDraftModel loads these weights, but its spec_generate drafts block_size - 1 slots "
                "in DFlash's alignment; this drafter was trained DeepSpec's way (block_size slots, slot 0 predicts the "
                "next token, the Markov head conditioned on the token before each slot)")
@@ -548,6 +556,7 @@ def _target_folder(run_dir) -> Path:
     p = _target_record(run_dir).get('path')
     return Path(p) if p else Path(resolve_target(read_json(stage_dir(run_dir, 'train') / 'manifest.json')['params']['target']))
 
+# %% ../nbs/96_export.ipynb #06f4a808
 def _hub_weights(run_dir, cfg, conf: dict) -> tuple:
     "`(config.json, tensors)` of the hub folder for the drafter's kind; tensors None for DFlash (the file is copied)."
     if cfg.kind == 'dflash': return conf, None
@@ -555,12 +564,12 @@ def _hub_weights(run_dir, cfg, conf: dict) -> tuple:
     w = load_file(str(stage_dir(run_dir, 'train') / 'drafter' / 'model.safetensors'))
     return kind_hub_layout(cfg, conf, w, _target_folder(run_dir) if cfg.kind == 'dspark' else None)
 
-
-# %% ../nbs/96_export.ipynb #9141a5fa
+# %% ../nbs/96_export.ipynb #0cf9a914
 def _add_run_out(p):
     p.add_argument('run_dir', help='a finished run folder (e.g. runs/demo)')
     p.add_argument('out', help='the folder to write (replaced as a whole when the export succeeds)')
 
+# %% ../nbs/96_export.ipynb #119f473b
 def register_cli(sub,  # the `dflash-nb` sub-parsers action
                 ):
     "Add `dflash-nb export speculators|specforge|drafter|speculators-drafter RUN_DIR OUT` to the CLI."

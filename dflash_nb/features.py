@@ -17,10 +17,11 @@ from .models import decoder_layers
 __all__ = ['extract_features', 'final_norm_and_head', 'head_topk', 'target_outputs', 'FeatureStore', 'target_features',
            'online_features', 'join_ranks', 'placement_roles', 'RemoteFeatures', 'serve_features']
 
-# %% ../nbs/08_features.ipynb #532d9b9a
+# %% ../nbs/08_features.ipynb #03df3284
 class _Stop(Exception):
     "Raised by the hook of the deepest needed layer to end the forward pass early."
 
+# %% ../nbs/08_features.ipynb #e86d499b
 def extract_features(model, input_ids, layer_ids, attention_mask=None, include_last: bool = False):
     """Target features `[B, T, n, D]` at DFlash `layer_ids` (output of 0-based decoder layer L == HF
     `hidden_states[L+1]`), in the model's dtype, on its device. With `include_last`, returns `(features, last)`
@@ -53,7 +54,7 @@ def extract_features(model, input_ids, layer_ids, attention_mask=None, include_l
     if include_last: return feats, outs[N - 1].clone()
     return feats
 
-# %% ../nbs/08_features.ipynb #608df1c1
+# %% ../nbs/08_features.ipynb #88aef1d4
 def final_norm_and_head(model) -> tuple:
     "`(final norm, LM head)` of a causal LM: what turns its last decoder layer's raw output into logits."
     dec, _ = decoder_layers(model)
@@ -63,6 +64,7 @@ def final_norm_and_head(model) -> tuple:
         raise ValueError(f'{type(model).__name__}: no final norm (decoder.norm) or LM head (get_output_embeddings) found')
     return norm, head
 
+# %% ../nbs/08_features.ipynb #185dd275
 def _argmax_first(ids, vals):
     """Reorder the tied maxima of each row of a top-k `(ids, vals) [N, k]` so that column 0 holds the lowest id among
     them: the first index of the maximum, greedy decoding's pick (no second pass over the vocabulary)."""
@@ -75,6 +77,7 @@ def _argmax_first(ids, vals):
     ids[:, 0] = first
     return ids, vals
 
+# %% ../nbs/08_features.ipynb #a68d189f
 def head_topk(model, last, k: int, chunk_tokens: int = 512) -> tuple:
     """The target's top-`k` next-token ids `[B, T, k]` (long) and log-probs `[B, T, k]` (fp32) at every position, from
     its last decoder layer's raw output `last [B, T, D]`: final norm, LM head, top-k of the logits and their
@@ -153,11 +156,12 @@ def __getitem__(self: FeatureStore, key) -> dict:
     return out
 
 
-# %% ../nbs/08_features.ipynb #b4bc1db1
+# %% ../nbs/08_features.ipynb #1495939f
 def target_features(model, input_ids, layer_ids, attention_mask=None):
     "Target features `[b, T, n, D]` at DFlash `layer_ids` (the output of decoder layer L = HF `hidden_states[L+1]`)."
     return extract_features(model, input_ids, layer_ids, attention_mask=attention_mask)
 
+# %% ../nbs/08_features.ipynb #5d3be5c6
 def online_features(model, layer_ids, label_topk: int = 0, final_normed: bool = False):
     """A `feature_fn(input_ids, attention_mask)` for online training: the features, the target's labels when `label_topk`,
     and its final-normed last hidden state `target_last` when `final_normed` (DSpark)."""
@@ -172,7 +176,7 @@ def online_features(model, layer_ids, label_topk: int = 0, final_normed: bool = 
     if not label_topk: return lambda ids, am: target_features(model, ids, layer_ids, am)
     return lambda ids, am: target_outputs(model, ids, layer_ids, am, label_topk=label_topk)
 
-# %% ../nbs/08_features.ipynb #b311727c
+# %% ../nbs/08_features.ipynb #c268af4c
 def join_ranks() -> tuple[int, int]:
     "`(rank, world)` of this process; joins the torchrun process group (gloo on CPU, nccl on CUDA) when `WORLD_SIZE` > 1."
     import torch
@@ -184,6 +188,7 @@ def join_ranks() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized(): return dist.get_rank(), dist.get_world_size()
     return 0, 1
 
+# %% ../nbs/08_features.ipynb #d23b9033
 def placement_roles(cfg) -> dict:
     """This rank's role under `cfg` (`train.TrainConfig`: its `placement`, `feature_ranks`): `{'role': 'trainer' |
     'features', 'group', 'server', 'clients'}`. With `placement='separate'` every rank must call it (it creates the
@@ -198,12 +203,13 @@ def placement_roles(cfg) -> dict:
     if rank < n_train: return {'role': 'trainer', 'group': group, 'server': n_train + rank % F_, 'clients': []}
     return {'role': 'features', 'group': None, 'server': None, 'clients': [t for t in range(n_train) if n_train + t % F_ == rank]}
 
-# %% ../nbs/08_features.ipynb #e81e4d6c
+# %% ../nbs/08_features.ipynb #ef4d95d4
 def _comm_device(device):
     import torch
     import torch.distributed as dist
     return torch.device(device) if dist.get_backend() == 'nccl' else torch.device('cpu')
 
+# %% ../nbs/08_features.ipynb #9a01f01e
 class RemoteFeatures:
     "A `feature_fn` for trainer ranks: asks feature rank `server` for the features `[b, T, n, D]` (and k labels) of each batch."
     def __init__(self, server: int, n_features: int, hidden_size: int, dtype=None, device='cpu', label_topk: int = 0):

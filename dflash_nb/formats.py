@@ -184,7 +184,7 @@ def norm_anthropic(raw: dict, # `{id?, system?, messages: [{role, content: str |
     if raw.get('tools'): out['tools'] = as_tools(json_field(raw['tools'], 'tools'))
     return [out]
 
-# %% ../nbs/07_formats.ipynb #ab36795a
+# %% ../nbs/07_formats.ipynb #337524ab
 RESPONSE_ITEMS = ('message', 'reasoning', 'function_call', 'function_call_output')
 
 def _response_items(raw) -> list:
@@ -196,6 +196,7 @@ def _response_items(raw) -> list:
         if v is not None and not isinstance(v, list): raise NormalizeError(f'wrong type: {k} is {type(v).__name__}, not a list')
     return (inp or []) + (out or [])
 
+# %% ../nbs/07_formats.ipynb #46d73abc
 def _item_parts(it: dict, k: int) -> list:
     "The content parts an assistant-side item adds to the answer it belongs to."
     kind = it.get('type', 'message')
@@ -208,7 +209,7 @@ def _item_parts(it: dict, k: int) -> list:
     if kind == 'function_call': return [it]
     raise NormalizeError(f'unknown item: item {k} has type {kind!r}; only {", ".join(RESPONSE_ITEMS)} are read')
 
-# %% ../nbs/07_formats.ipynb #85332a42
+# %% ../nbs/07_formats.ipynb #f1457d11
 def _response_messages(items: list) -> list[dict]:
     "OpenAI-like messages of Responses items: an assistant's consecutive items joined into one answer."
     msgs, cur = [], None
@@ -229,6 +230,7 @@ def _response_messages(items: list) -> list[dict]:
             cur['content'] += parts
     return [{'role': 'tool', 'content': [m]} if m.get('type') == 'function_call_output' else m for m in msgs]
 
+# %% ../nbs/07_formats.ipynb #b22fbd88
 @normalizer('openai_responses')
 def norm_openai_responses(raw: dict, # `{id?, instructions?, input: str | [items], output?: [items], tools?}`
                          ) -> list[dict]: # one partial row
@@ -300,13 +302,14 @@ def norm_openai_preference(raw: dict, # `{prompt, chosen, rejected}`, or `{input
     msgs += _answer(chosen, 'chosen')
     return [{'messages': msgs, 'native_id': raw.get('id'), 'needs_answer': 'chosen'}]
 
-# %% ../nbs/07_formats.ipynb #46dd8b94
+# %% ../nbs/07_formats.ipynb #4adb2112
 class SourceUnavailable(RuntimeError):
     "A source that cannot be read here (offline, gated, missing file); `status` says which."
     def __init__(self, status: str, msg: str):
         self.status = status
         super().__init__(f'{status}: {msg}')
 
+# %% ../nbs/07_formats.ipynb #e2442d77
 def resolve_path(path: str, # `pkg:NAME`, `fixtures:REL`, or a path (`~` and `$VARS` expanded)
                 ) -> Path: # the file; SourceUnavailable('missing', ...) when it is not there
     "A registry path as a filesystem path."
@@ -329,7 +332,7 @@ def _is_lines(p: Path) -> bool:
     try: return isinstance(json.loads(first), dict)
     except ValueError: return False
 
-# %% ../nbs/07_formats.ipynb #0ab56026
+# %% ../nbs/07_formats.ipynb #e3500af7
 CONTAINER_KEYS = ('data', 'train', 'rows', 'records', 'examples', 'instances')   # {"data": [...], "v": 1}
 
 def _container_key(doc: dict) -> str | None:
@@ -340,6 +343,7 @@ def _container_key(doc: dict) -> str | None:
                 and not any(isinstance(x, (list, dict)) for kk, x in doc.items() if kk != k)): return k
     return None
 
+# %% ../nbs/07_formats.ipynb #b279d12a
 def _read_document(p: Path) -> Iterator[dict]:
     "The records of a one-document JSON file."
     try:
@@ -386,7 +390,7 @@ def group_records(records: Iterable, # native records in file order
         rows.append(r)
     if rows: yield {key: cur, 'rows': rows}
 
-# %% ../nbs/07_formats.ipynb #7e66e40a
+# %% ../nbs/07_formats.ipynb #2b657b0e
 class _Tracked(dict):
     "A native record that remembers which of its fields the normalizer looked at."
     def __init__(self, *a):
@@ -402,6 +406,7 @@ class _Tracked(dict):
         self.seen.add(k)
         return super().__contains__(k)
 
+# %% ../nbs/07_formats.ipynb #4ff8562c
 def _apply(norm, raw, unmapped: Counter | None) -> tuple:
     "(record, partial rows, None) or (record, None, reason); the unread fields are counted in `unmapped`."
     if isinstance(raw, dict) and unmapped is not None: raw = _Tracked(raw)
@@ -414,7 +419,7 @@ def _apply(norm, raw, unmapped: Counter | None) -> tuple:
         raw = dict(raw)
     return raw, parts, None
 
-# %% ../nbs/07_formats.ipynb #ab82ffae
+# %% ../nbs/07_formats.ipynb #8811a5e8
 def _row(src_name: str, p: dict, index: int, k: int, n: int, prompts_only: bool) -> dict:
     "Partial row `p` (the `k`-th of `n` from record `index`) with its id and source."
     nid = p.get('native_id')
@@ -427,6 +432,7 @@ def _row(src_name: str, p: dict, index: int, k: int, n: int, prompts_only: bool)
     meta = {kk: v for kk, v in (p.get('meta') or {}).items() if v is not None}
     return {**row, 'meta': meta} if meta else row
 
+# %% ../nbs/07_formats.ipynb #dd930729
 def repair_hint(row: dict, repairs) -> str:
     """What a rejected row's reason adds: the meaning-changing repair that would save it (opt in with `run.repairs`),
     or, when the opted-in ones apply and the row still fails, what is left after them."""
@@ -438,6 +444,7 @@ def repair_hint(row: dict, repairs) -> str:
     used, left = [n for n in repair_names(notes) if n in opted], validate_row(tried)
     return f' (opted in: {"+".join(used)} applied, but the row still fails: {left[0]})' if used and left else ''
 
+# %% ../nbs/07_formats.ipynb #9ca1d18c
 def _checked(row: dict, repairs, needs_answer: str | None) -> tuple[dict, list[str]]:
     """(the row after the format-only and the allowed repairs, the reasons it is still rejected). A row that only a
     meaning-changing repair would save says which, so the user can opt in (`schema.check_row`)."""
@@ -476,18 +483,20 @@ def normalize_record(src_name: str, # the source's name: the rows' `source` and 
         else: rows.append(row)
     return rows, rej
 
-# %% ../nbs/07_formats.ipynb #c8a9add9
+# %% ../nbs/07_formats.ipynb #b048c073
 def _turns(r, key='conversations') -> bool:
     "ShareGPT turns: a non-empty list of `{from, value}`."
     c = r.get(key)
     return isinstance(c, list) and bool(c) and all(isinstance(t, dict) and 'from' in t and 'value' in t
                                                    for t in c)
 
+# %% ../nbs/07_formats.ipynb #9f58c0a1
 def _blob(x) -> str:
     "The start of `x` as JSON text, to look for markup in."
     try: return json.dumps(x, ensure_ascii=False)[:20000]
     except (TypeError, ValueError): return ''
 
+# %% ../nbs/07_formats.ipynb #972c0ed3
 def _roles(r, key='messages') -> bool:
     "OpenAI messages: a non-empty list of `{role, ...}` (or of turns, each a list of them)."
     m = r.get(key)
@@ -495,12 +504,13 @@ def _roles(r, key='messages') -> bool:
     flat = [x for t in m for x in (t if isinstance(t, list) else [t])]
     return bool(flat) and all(isinstance(t, dict) and 'role' in t for t in flat)
 
+# %% ../nbs/07_formats.ipynb #f93ca7d6
 def _nested(r, key) -> bool:
     "Turns given as lists of messages: `[[{role, ...}], ...]`."
     t = r.get(key)
     return isinstance(t, list) and bool(t) and all(isinstance(x, list) for x in t) and _roles(r, key)
 
-# %% ../nbs/07_formats.ipynb #5e942850
+# %% ../nbs/07_formats.ipynb #592cc9ab
 _JSON_NAMES = {str: 'str', int: 'int', float: 'float', bool: 'bool', type(None): 'null'}
 
 def _describe(v) -> str:
@@ -513,12 +523,13 @@ def _describe(v) -> str:
     if v and all(isinstance(x, list) for x in v): return '[' + _describe([y for x in v for y in x]) + ', ...]'
     return '[' + '|'.join(sorted({_describe(x) for x in v})) + (', ...]' if v else ']')
 
+# %% ../nbs/07_formats.ipynb #3fbb5772
 def _found(recs: list, key: str) -> str:
     "The commonest shape of field `key` in the sampled records."
     got = Counter(_describe(r[key]) for r in recs if isinstance(r, dict) and key in r)
     return got.most_common(1)[0][0] if got else 'nothing'
 
-# %% ../nbs/07_formats.ipynb #863d72b9
+# %% ../nbs/07_formats.ipynb #397515c4
 class Signature(NamedTuple):
     "What a layout's records look like: the fields they must have (or all of `alt`, or any one of `one_of`), and a shape check."
     fields: tuple
@@ -526,8 +537,10 @@ class Signature(NamedTuple):
     alt: tuple = ()
     one_of: tuple = ()
 
+# %% ../nbs/07_formats.ipynb #c95b0bd1
 def _hh(r) -> bool: return isinstance(r['chosen'], str) and 'Human:' in r['chosen']
 
+# %% ../nbs/07_formats.ipynb #d3a728b4
 _ANTHROPIC_BLOCKS = ('tool_use', 'tool_result', 'thinking', 'redacted_thinking')
 
 def _anthropic(r) -> bool:
@@ -538,10 +551,13 @@ def _anthropic(r) -> bool:
     return any(isinstance(p, dict) and p.get('type') in _ANTHROPIC_BLOCKS for m in r['messages']
                if isinstance(m, dict) and isinstance(m.get('content'), list) for p in m['content'])
 
+# %% ../nbs/07_formats.ipynb #1ce78c69
 def _responses(r) -> bool:
     "OpenAI Responses: typed items in `input` or `output`."
     return any(isinstance(x, dict) and x.get('type') in RESPONSE_ITEMS
                for k in ('input', 'output') if isinstance(r.get(k), list) for x in r[k])
+
+# %% ../nbs/07_formats.ipynb #0e4468d7
 def _tool_markup(r, key, marks) -> bool: return any(m in _blob(r[key]) for m in marks)
 
 # %% ../nbs/07_formats.ipynb #6b3fb189
@@ -607,11 +623,12 @@ SHAPES = {   # what the first field of a layout holds, where its signature's che
     'hh_rlhf': 'a Human:/Assistant: transcript', 'chat': '[{role, content}] (any role and text keys) or [{human, assistant}]',
 }
 
-# %% ../nbs/07_formats.ipynb #b6f8ce43
+# %% ../nbs/07_formats.ipynb #6256b29e
 def _expects(sig: Signature) -> str:
     if sig.one_of: return '|'.join(sig.one_of[:4]) + '|...'
     return '+'.join(sig.fields) + (f' (or {"+".join(sig.alt)})' if sig.alt else '')
 
+# %% ../nbs/07_formats.ipynb #dd94a924
 def _near(sig: Signature, fields: Counter) -> tuple[list, list]:
     "(the layout's fields the sample has, those it lacks): of its nearer field set, or the commonest of `one_of`."
     if sig.one_of:
@@ -620,6 +637,7 @@ def _near(sig: Signature, fields: Counter) -> tuple[list, list]:
     have = max((s for s in (sig.fields, sig.alt) if s), key=lambda s: sum(f in fields for f in s) / len(s))
     return [f for f in have if f in fields], [f for f in have if f not in fields]
 
+# %% ../nbs/07_formats.ipynb #b7ab2909
 def _shape(name: str, recs: list, present: list) -> dict:
     "`{shape, found}`: what the layout's first field should hold and what the sample holds there (where it says)."
     if name not in SHAPES or not present: return {}
@@ -709,7 +727,7 @@ def eval_prompt_path(
     if not p.is_file(): raise FileNotFoundError(f'eval prompt file {name!r} does not exist (sets: {", ".join(EVAL_SETS)}, or a JSONL path)')
     return p
 
-# %% ../nbs/07_formats.ipynb #e8845088
+# %% ../nbs/07_formats.ipynb #38ee3fcb
 class EvalIndex:
     "The normalized user texts of evaluation prompts; `match(row)` names the prompt a training row contains, or None."
     def __init__(self,
@@ -720,6 +738,7 @@ class EvalIndex:
         self.mode, self.keys, self.sets = mode, {}, {}
         for f in files: self._add(f, min_chars)
 
+# %% ../nbs/07_formats.ipynb #fb8ac599
 @patch
 def _add(self: EvalIndex, f, min_chars: int):
     "Index the user texts of one prompt set or file."

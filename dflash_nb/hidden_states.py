@@ -33,23 +33,26 @@ def resolve_layer_ids(num_layers: int, layer_ids=None, num_features: int = 5) ->
         log.warning('target has %d layers: the DFlash rule gives the %d distinct id(s) %s', num_layers, len(ids), ids)
     return check_target_layer_ids(ids, num_layers)
 
-# %% ../nbs/60_hidden_states.ipynb #2fb56536
+# %% ../nbs/60_hidden_states.ipynb #c035d687
 STORAGE_DTYPES = ('bfloat16', 'float16', 'float32')
 _ITEMSIZE = {'bfloat16': 2, 'float16': 2, 'float32': 4}
 
 class InsufficientDiskError(RuntimeError):
     "The features would not fit on the free disk."
 
+# %% ../nbs/60_hidden_states.ipynb #afe2a5bf
 def bytes_per_token(n_layers: int, hidden_size: int, storage_dtype: str, include_last: bool, label_topk: int) -> int:
     "Stored bytes per token: features `[n, D]`, optional last hidden `[D]`, int32 token id, uint8 loss mask, k labels."
     if storage_dtype not in STORAGE_DTYPES: raise ValueError(f'storage dtype {storage_dtype!r} not in {STORAGE_DTYPES}')
     return _ITEMSIZE[storage_dtype] * hidden_size * (n_layers + int(include_last)) + 4 + 1 + 8 * int(label_topk)
 
+# %% ../nbs/60_hidden_states.ipynb #ffc8b7d3
 def _fmt_bytes(b: float) -> str:
     for u in ('B', 'KB', 'MB', 'GB', 'TB', 'PB'):
         if abs(b) < 1000 or u == 'PB': return f'{b:.1f} {u}' if u != 'B' else f'{int(b)} B'
         b /= 1000
 
+# %% ../nbs/60_hidden_states.ipynb #492ea0bd
 def storage_estimate(n_tokens: int, n_layers: int, hidden_size: int, storage_dtype: str, include_last: bool,
                      label_topk: int, path=None, margin: float = 0.02) -> dict:
     """Bytes needed for `n_tokens` tokens, the free disk at `path`, and whether it fits (with `margin` of the need kept
@@ -64,6 +67,7 @@ def storage_estimate(n_tokens: int, n_layers: int, hidden_size: int, storage_dty
         out.update(free_bytes=free, free_human=_fmt_bytes(free), fits=need * (1 + margin) <= free)
     return out
 
+# %% ../nbs/60_hidden_states.ipynb #1716f4c0
 def check_disk(est: dict):
     "Raise `InsufficientDiskError` when a `storage_estimate` does not fit."
     if est.get('fits') is False:
@@ -72,7 +76,7 @@ def check_disk(est: dict):
             f"{est['free_human']} is free: free disk space, write to a larger volume, store fewer layers, drop the "
             "last-layer output, cap the samples, or train online (features computed in the training loop)")
 
-# %% ../nbs/60_hidden_states.ipynb #a2d3595d
+# %% ../nbs/60_hidden_states.ipynb #f3167cb7
 def plan_shards(lengths, shard_tokens: int) -> list[list[int]]:
     "Sample indices grouped into shards of at most `shard_tokens` tokens (a longer sample gets a shard of its own), longest first."
     order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
@@ -86,6 +90,7 @@ def plan_shards(lengths, shard_tokens: int) -> list[list[int]]:
     if cur: shards.append(cur)
     return shards
 
+# %% ../nbs/60_hidden_states.ipynb #59753991
 def make_batches(lengths, max_batch_tokens: int, max_batch_size: int) -> list[list[int]]:
     "Positions `0..len-1` grouped into batches whose padded size (count x longest) stays under `max_batch_tokens`."
     order = sorted(range(len(lengths)), key=lambda i: (-int(lengths[i]), i))
@@ -100,7 +105,7 @@ def make_batches(lengths, max_batch_tokens: int, max_batch_size: int) -> list[li
     if cur: batches.append(cur)
     return batches
 
-# %% ../nbs/60_hidden_states.ipynb #93292b25
+# %% ../nbs/60_hidden_states.ipynb #b0cd0148
 def batch_checks(feats, lengths, last=None) -> dict:
     """Per-sample, per-layer checks of a right-padded batch `feats [B, T, n, D]`: counts of non-finite values and of
     all-zero token rows, and token-norm sum / sum of squares / max (float32), restricted to each sample's length."""
@@ -116,6 +121,7 @@ def batch_checks(feats, lengths, last=None) -> dict:
     return {'nonfinite': nonfinite.cpu(), 'zero': zero.cpu(), 'norm_sum': norms.sum(1).cpu(),
             'norm_sq': (norms ** 2).sum(1).cpu(), 'norm_max': norms.amax(1).cpu()}
 
+# %% ../nbs/60_hidden_states.ipynb #a698a5f4
 def sample_problems(checks: dict, b: int, layer_names) -> list[str]:
     "The reasons sample `b` of a batch fails its checks (empty when it passes)."
     out = []
@@ -124,6 +130,7 @@ def sample_problems(checks: dict, b: int, layer_names) -> list[str]:
         if int(checks['zero'][b, j]): out.append(f"zero: {int(checks['zero'][b, j])} all-zero token row(s) at {name}")
     return out
 
+# %% ../nbs/60_hidden_states.ipynb #79fa8322
 def row_problems(row: dict, vocab_size: int, max_len: int | None = None) -> list[str]:
     "Reasons a tokenized dataset row cannot be processed (checked before the forward pass)."
     ids, mask = row.get('input_ids'), row.get('loss_mask')
@@ -157,24 +164,28 @@ class ExtractOptions:
 
     def __post_init__(self): check_fields(self)
 
-# %% ../nbs/60_hidden_states.ipynb #0079ecc7
+# %% ../nbs/60_hidden_states.ipynb #51688dd4
 PLAN_VERSION = 1
 
 def _storage_torch_dtype(name):
     import torch
     return {'bfloat16': torch.bfloat16, 'float16': torch.float16, 'float32': torch.float32}[name]
 
+# %% ../nbs/60_hidden_states.ipynb #526e6054
 def dataset_fingerprint(ds) -> str:
     "A fingerprint of a HF dataset: its own `_fingerprint` when it has one, else a hash of its lengths and ids."
     fp = getattr(ds, '_fingerprint', None)
     return fp if fp else obj_hash([len(ds), ds['id'][:1000] if 'id' in ds.column_names else None])
 
+# %% ../nbs/60_hidden_states.ipynb #9a5ed4a0
 def _seq_lengths(ds) -> list[int]:
     if 'seq_len' in ds.column_names: return [int(x) for x in ds['seq_len']]
     return [len(x) for x in ds['input_ids']]
 
+# %% ../nbs/60_hidden_states.ipynb #e431c8b9
 def _shard_name(k: int) -> str: return f'shard-{k:05d}'
 
+# %% ../nbs/60_hidden_states.ipynb #83aac789
 def make_plan(ds, layer_ids, hidden_size: int, num_layers: int,
               opts: ExtractOptions,  # its storage fields: `storage_dtype`, `include_last`, `shard_mb`, `label_topk`
               target: str) -> dict:
@@ -199,15 +210,17 @@ def make_plan(ds, layer_ids, hidden_size: int, num_layers: int,
     return {**settings, 'plan_hash': obj_hash([settings, shards]), 'bytes_per_token': bpt,
             'n_tokens': sum(sub), 'shards': shards, 'quarantined': quarantined}
 
-# %% ../nbs/60_hidden_states.ipynb #3a105872
+# %% ../nbs/60_hidden_states.ipynb #b400bf50
 def _dist():
     import torch.distributed as dist
     return dist if dist.is_available() and dist.is_initialized() else None
 
+# %% ../nbs/60_hidden_states.ipynb #404ef245
 def _barrier():
     d = _dist()
     if d is not None: d.barrier()
 
+# %% ../nbs/60_hidden_states.ipynb #95d64758
 def shard_complete(out_dir, k: int, plan: dict) -> bool:
     "Whether shard `k` of `plan` was fully written (its record exists and matches the plan)."
     out_dir = Path(out_dir)
@@ -219,6 +232,7 @@ def shard_complete(out_dir, k: int, plan: dict) -> bool:
     st = out_dir / f'{_shard_name(k)}.safetensors'
     return (not r['entries']) or (st.exists() and st.stat().st_size == r['bytes'])
 
+# %% ../nbs/60_hidden_states.ipynb #375ca879
 def prepare_out_dir(out_dir, plan: dict, rank: int = 0) -> Path:
     "Create `out_dir`; rank 0 wipes shards of a different plan and writes `plan.json`; every rank then waits for it."
     out_dir = Path(out_dir)
@@ -255,7 +269,6 @@ class _Writer:
         self.q.put(None)
         self.t.join()
         if self.err: raise self.err
-
 
 # %% ../nbs/60_hidden_states.ipynb #7a4e52a5
 def _write_shard(out_dir, k, plan, tensors, record, ds_ids_check):
@@ -305,7 +318,7 @@ def collate(rows) -> tuple:
         am[j, :lens[j]] = 1
     return x, am, lens
 
-# %% ../nbs/60_hidden_states.ipynb #acd02141
+# %% ../nbs/60_hidden_states.ipynb #a0b861cc
 def _shard_rows(ds, idx: list, cols: list, vocab: int) -> tuple[list, list]:
     "A shard's rows (with `index` and a string `id`), split into the good ones and those `row_problems` quarantines."
     good, quarantined = [], []
@@ -316,6 +329,7 @@ def _shard_rows(ds, idx: list, cols: list, vocab: int) -> tuple[list, list]:
         else: good.append(r)
     return good, quarantined
 
+# %% ../nbs/60_hidden_states.ipynb #6bdea44c
 def _sample_entry(r, chk, j: int, n: int, off: int, agree) -> dict:
     "The index entry of a kept sample: where it sits in the shard, its mean norms (and label agreement)."
     return {'id': r['id'], 'index': r['index'], 'offset': off, 'length': n, 'source': r.get('source'),
@@ -418,7 +432,7 @@ def _sum_layer_stats(tot: dict | None, ls: dict) -> dict:
     tot['tokens'] += ls['tokens']
     return tot
 
-# %% ../nbs/60_hidden_states.ipynb #e7d57fcb
+# %% ../nbs/60_hidden_states.ipynb #4c7f29b1
 def _shard_records(out_dir: Path, plan: dict, q: Quarantine) -> dict:
     "Every shard's record folded together (each shard complete, else it raises); its quarantined samples go to `q`."
     acc = {'samples': {}, 'shards': [], 'seen': {}, 'agree': [0, 0], 'names': None, 'tot': None, 'n_tok': 0}
@@ -427,6 +441,7 @@ def _shard_records(out_dir: Path, plan: dict, q: Quarantine) -> dict:
         _add_shard(acc, read_json(out_dir / f'{_shard_name(k)}.json'), k, q)
     return acc
 
+# %% ../nbs/60_hidden_states.ipynb #2815e5d3
 def _add_shard(acc: dict, r: dict, k: int, q: Quarantine):
     "Fold shard `k`'s record `r` into `acc`."
     st, seen = f'{_shard_name(k)}.safetensors', acc['seen']
@@ -442,7 +457,7 @@ def _add_shard(acc: dict, r: dict, k: int, q: Quarantine):
     acc['names'], acc['tot'] = r['layer_names'], _sum_layer_stats(acc['tot'], r['layer_stats'])
     acc['n_tok'] += sum(e['length'] for e in r['entries'])
 
-# %% ../nbs/60_hidden_states.ipynb #41c5f5a5
+# %% ../nbs/60_hidden_states.ipynb #8ff6d47a
 def _features_index(plan: dict, acc: dict, n_quarantined: int) -> dict:
     "The `index.json` of the folded records `acc`."
     s, order = acc['samples'], sorted(acc['samples'])
@@ -456,6 +471,7 @@ def _features_index(plan: dict, acc: dict, n_quarantined: int) -> dict:
             'n_tokens': acc['n_tok'], 'bytes_per_token': plan['bytes_per_token'], 'shards': acc['shards'],
             'samples': {s[i]['id']: {k: s[i][k] for k in ('shard', 'offset', 'length')} for i in order}}
 
+# %% ../nbs/60_hidden_states.ipynb #97b93a6c
 def _features_stats(plan: dict, acc: dict) -> dict:
     "The `stats.json` of the folded records `acc`."
     names, tot, n, s = acc['names'] or [], acc['tot'], acc['n_tok'], acc['samples']
@@ -500,13 +516,14 @@ def init_distributed(backend: str | None = None) -> tuple[int, int, int]:
     if dist.is_available() and dist.is_initialized(): rank, world = dist.get_rank(), dist.get_world_size()
     return rank, world, local
 
-# %% ../nbs/60_hidden_states.ipynb #31f50ce8
+# %% ../nbs/60_hidden_states.ipynb #da9c1f0c
 def _load_dataset(dataset):
     if isinstance(dataset, (str, Path)):
         from datasets import load_from_disk
         return load_from_disk(str(dataset))
     return dataset
 
+# %% ../nbs/60_hidden_states.ipynb #0349164f
 def _load_model(target, opts: ExtractOptions, local: int, world_size: int):
     "The target on this rank's device (`opts.device`; `cuda:local` under torchrun) in `opts.dtype`."
     dev = get_device(opts.device)
@@ -514,6 +531,7 @@ def _load_model(target, opts: ExtractOptions, local: int, world_size: int):
     model, _ = load_target(target, device=dev, dtype=opts.dtype)   # auto: measured (precision.choose_dtype)
     return model
 
+# %% ../nbs/60_hidden_states.ipynb #3fe4341c
 def _estimate(plan: dict, ids: list, cfg, opts: ExtractOptions, out_dir) -> dict:
     "The storage estimate against the free disk, the shards already written counted as free."
     est = storage_estimate(plan['n_tokens'], len(ids), cfg.hidden_size, opts.storage_dtype, opts.include_last,
@@ -524,6 +542,7 @@ def _estimate(plan: dict, ids: list, cfg, opts: ExtractOptions, out_dir) -> dict
         est['fits'] = est['bytes'] * 1.02 <= est['free_bytes']
     return est
 
+# %% ../nbs/60_hidden_states.ipynb #42fc920a
 def _announce(n: int, plan: dict, ids: list, cfg, opts: ExtractOptions, est: dict):
     "One line before the work: samples, tokens, layers, bytes per token, the estimate and the free disk."
     print(f"[hidden_states] {n} samples, {plan['n_tokens']:,} tokens, layers {ids} (aux {to_aux_layer_ids(ids)}), "

@@ -23,18 +23,20 @@ def _method(cls, name: str):
         return f
     return add
 
-# %% ../nbs/97_hub_model.ipynb #139a4f76
+# %% ../nbs/97_hub_model.ipynb #cce99fc4
 def _config_value(config, key, default=None):
     "A key of the config, or of its `dflash_config` dict."
     dc = getattr(config, 'dflash_config', None) or {}
     return dc.get(key, getattr(config, key, default))
 
+# %% ../nbs/97_hub_model.ipynb #4f055fff
 def rope_base(config,       # a Qwen3Config (transformers 4.57 or 5.x layout)
              ) -> float:    # the RoPE base
     "The RoPE base: `rope_theta` (4.57 layout) or `rope_parameters['rope_theta']` (5.x)."
     rp = getattr(config, 'rope_parameters', None) or {}
     return float(getattr(config, 'rope_theta', None) or rp.get('rope_theta') or 10000.0)
 
+# %% ../nbs/97_hub_model.ipynb #34f8ea34
 def sliding_causal(config,     # the drafter's config
                   ) -> bool:   # True: block queries of sliding layers see only earlier block keys
     "Whether sliding layers are causal in the block (`sliding_window_causal`, `causal`, `is_causal`; True)."
@@ -43,7 +45,7 @@ def sliding_causal(config,     # the drafter's config
             getattr(config, 'is_causal', None))
     return next((bool(v) for v in keys if v is not None), True)
 
-# %% ../nbs/97_hub_model.ipynb #ba5f8cf3
+# %% ../nbs/97_hub_model.ipynb #851b29e3
 class DFlashRMSNorm(nn.Module):
     "RMSNorm in fp32, cast back, times the weight."
     def __init__(self, n: int, eps: float = 1e-6):
@@ -55,6 +57,7 @@ class DFlashRMSNorm(nn.Module):
         x = x.float()
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(dt)
 
+# %% ../nbs/97_hub_model.ipynb #9d372588
 def rope(positions,      # `[b, L]` absolute positions
          head_dim: int,  # the attention head's width
          base: float,    # the RoPE base
@@ -67,6 +70,7 @@ def rope(positions,      # `[b, L]` absolute positions
     ang = torch.cat([ang, ang], -1)[:, None]
     return ang.cos().to(dtype), ang.sin().to(dtype)
 
+# %% ../nbs/97_hub_model.ipynb #0c45e09d
 def _rot(x, cos, sin):
     a, b = x.chunk(2, dim=-1)
     return x * cos + torch.cat([-b, a], -1) * sin
@@ -248,16 +252,18 @@ def _draft_block(self: DFlashDraftModel,
     block[0, 1:] = _pick(head(h[:, 1:].to(head.weight.dtype)), temperature)[0]
     return block
 
-# %% ../nbs/97_hub_model.ipynb #9279cbb5
+# %% ../nbs/97_hub_model.ipynb #c17ac892
 def _cache_kw(target) -> str:
     "The name of the target's cache argument (`cache` in transformers 5.x, else `past_key_values`)."
     return 'cache' if 'cache' in inspect.signature(target.forward).parameters else 'past_key_values'
 
+# %% ../nbs/97_hub_model.ipynb #4858cd9b
 def _cache_of(out):
     "The cache a target forward returned."
     c = getattr(out, 'past_key_values', None)
     return c if c is not None else getattr(out, 'cache', None)
 
+# %% ../nbs/97_hub_model.ipynb #ee062e3f
 def _verify(target, block, start: int, cache, temperature: float):
     "The target's forward over a block: `(accepted drafts, the target's tokens, its output)`."
     pos = torch.arange(start, start + block.shape[1], device=block.device)[None]
@@ -268,13 +274,14 @@ def _verify(target, block, start: int, cache, temperature: float):
     while a < block.shape[1] - 1 and int(block[0, a + 1]) == int(truth[a]): a += 1
     return a, truth, v
 
-# %% ../nbs/97_hub_model.ipynb #a66e9ba6
+# %% ../nbs/97_hub_model.ipynb #3854827e
 def _stop_at(new: list, stops: set) -> list:
     "The tokens up to and including the first stop token."
     for j, t in enumerate(new):
         if t in stops: return new[:j + 1]
     return new
 
+# %% ../nbs/97_hub_model.ipynb #bbbab279
 @_method(DFlashDraftModel, 'spec_generate')
 @torch.no_grad()
 def _spec_generate(self: DFlashDraftModel,

@@ -16,7 +16,7 @@ __all__ = ['KINDS', 'ARCHITECTURES', 'KIND_FIELDS', 'KIND_MODULES', 'check_kind'
            'dspark_block_loss', 'layer_convs', 'through', 'add_kind_heads', 'reset_kind', 'kind_weight_names',
            'unary_draft', 'draft_from_hidden']
 
-# %% ../nbs/71_kinds.ipynb #66deb33d
+# %% ../nbs/71_kinds.ipynb #82918a7a
 KINDS = ('dflash', 'dflash2', 'dspark')
 ARCHITECTURES = {'dflash': 'DFlashDraftModel', 'dflash2': 'DFlash2DraftModel', 'dspark': 'DSparkDraftModel'}
 KIND_FIELDS = {'dflash': (), 'dflash2': ('conv_kernel_size', 'conv_group_size', 'selector_rank', 'selector_top_k'),
@@ -32,11 +32,12 @@ def check_kind(cfg):
     if cfg.kind == 'dflash2' and cfg.selector_top_k > cfg.vocab_size:
         raise ValueError(f'selector_top_k {cfg.selector_top_k} exceeds the vocabulary ({cfg.vocab_size})')
 
+# %% ../nbs/71_kinds.ipynb #08903c75
 def drafted_slots(cfg) -> int:
     "Tokens one block drafts: `B-1` for dflash and dflash2 (slot 0 is the anchor), `B` for dspark (slot 0 also predicts)."
     return cfg.block_size if cfg.kind == 'dspark' else cfg.block_size - 1
 
-# %% ../nbs/71_kinds.ipynb #a41f8780
+# %% ../nbs/71_kinds.ipynb #951e3e64
 def kind_json(cfg, d: dict) -> dict:
     "The `config.json` dict `d` (DFlash layout) with the architecture name and the fields of `cfg`'s kind."
     d = {**d, 'architectures': [ARCHITECTURES[cfg.kind]]}
@@ -46,6 +47,7 @@ def kind_json(cfg, d: dict) -> dict:
         d.update(fields, markov_head_type='vanilla', enable_confidence_head=True, confidence_head_with_markov=True)
     return d
 
+# %% ../nbs/71_kinds.ipynb #919df4d9
 def kind_config(d: dict) -> dict:
     "The kind and its fields (`DFlashConfig` keyword arguments) of a `config.json` dict."
     arch = ' '.join(d.get('architectures') or [])
@@ -80,7 +82,7 @@ class DynamicConv(nn.Module):
             self.base_kernel[:, 0] = 1.0
             self.kernel_projection.weight.zero_()
 
-# %% ../nbs/71_kinds.ipynb #0152f4c3
+# %% ../nbs/71_kinds.ipynb #8261669e
 @patch
 def conv(self: DynamicConv, x, delta, which: int):
     "Kernel `which` (0 pre, 1 post) applied to `x [b, L, d]` with the dynamic part `delta [b, L, 2, K, d/g]`."
@@ -90,6 +92,7 @@ def conv(self: DynamicConv, x, delta, which: int):
         out = out + k * block_shift(x, t, self.B)
     return out.to(x.dtype)
 
+# %% ../nbs/71_kinds.ipynb #66fbc17a
 @patch
 def forward(self: DynamicConv, x, fn):
     "`conv_post(fn(conv_pre(x)))`, both dynamic kernels from the normed input `x [b, L, d]`."
@@ -158,7 +161,7 @@ def selector_loss(selector: CandidateSelector, h, W, prev, target) -> dict:
     loss = F.cross_entropy(s, hit.float().argmax(-1), reduction='none')
     return {'loss': loss, 'keep': hit.any(-1), 'pred': cand.gather(1, s.detach().argmax(-1, keepdim=True))[:, 0]}
 
-# %% ../nbs/71_kinds.ipynb #ab107be0
+# %% ../nbs/71_kinds.ipynb #32438472
 class MarkovHead(nn.Module):
     "DSpark's vanilla Markov head: a logit bias `W2 W1[prev]` from the previous token."
     def __init__(self, vocab_size: int, rank: int = 256):
@@ -170,6 +173,7 @@ class MarkovHead(nn.Module):
         e = self.markov_w1(prev)
         return self.markov_w2(e), e
 
+# %% ../nbs/71_kinds.ipynb #910f20dd
 class ConfidenceHead(nn.Module):
     "DSpark's confidence head: `proj([h; W1[prev]])`, the logit of the slot's acceptance."
     def __init__(self, hidden_size: int, rank: int = 256):
@@ -200,7 +204,7 @@ def dspark_labels(input_ids, loss_mask, anchors, valid, block_size: int, lengths
     ok = lm.gather(1, nxt).view_as(pos) & (pos + 1 < lengths[:, None, None]) & valid[..., None] & lm.gather(1, anchors)[..., None]
     return pos, input_ids.gather(1, nxt).view_as(pos), ok.long().cumprod(-1).bool()
 
-# %% ../nbs/71_kinds.ipynb #f77f81c3
+# %% ../nbs/71_kinds.ipynb #3391e582
 def dspark_terms(markov: MarkovHead, confidence: ConfidenceHead, h, unary, prev, labels, target_logits) -> dict:
     "Per-row `{ce, tv, bce, pred}` (`[N]`) of rows `h [N, d]` with unary logits `[N, V]`, predecessors and labels `[N]`, the target's logits `[N, V]`."
     bias, e = markov(prev)
@@ -210,6 +214,7 @@ def dspark_terms(markov: MarkovHead, confidence: ConfidenceHead, h, unary, prev,
     bce = F.binary_cross_entropy_with_logits(c, (1 - tv).detach().clamp(0, 1), reduction='none')
     return {'ce': -logp.gather(1, labels[:, None])[:, 0], 'tv': tv, 'bce': bce, 'pred': logp.detach().argmax(-1)}
 
+# %% ../nbs/71_kinds.ipynb #d344c091
 def dspark_loss(terms: dict, slot, weights=(0.1, 0.9, 1.0), gamma: float = 4.0) -> tuple:
     "`(loss, weight_sum)`: `weights` · (CE, TV, BCE) of rows at slots `slot [N]` (from 0), weighted `exp(-slot/gamma)`."
     w = torch.exp(-slot.float() / gamma)
@@ -235,7 +240,7 @@ def dspark_block_loss(model, lm_head, batch: dict, h, labelled: tuple, weights=(
             'correct': torch.zeros(B, dtype=torch.float64, device=h.device).index_add_(0, slot, hit),
             'count': torch.bincount(slot, minlength=B).double()}
 
-# %% ../nbs/71_kinds.ipynb #42eed5e1
+# %% ../nbs/71_kinds.ipynb #157b16f7
 KIND_MODULES = ('attention_conv', 'mlp_conv', 'candidate_selector', 'markov_head', 'confidence_head')
 
 def layer_convs(cfg) -> tuple:
@@ -243,10 +248,12 @@ def layer_convs(cfg) -> tuple:
     if cfg.kind != 'dflash2': return None, None
     return tuple(DynamicConv(cfg.hidden_size, cfg.block_size, cfg.conv_kernel_size, cfg.conv_group_size) for _ in range(2))
 
+# %% ../nbs/71_kinds.ipynb #008a68c4
 def through(conv, fn, x):
     "The sublayer `fn` on the normed `x`, inside `conv` when there is one."
     return fn(x) if conv is None else conv(x, fn)
 
+# %% ../nbs/71_kinds.ipynb #65d8cfd2
 def add_kind_heads(model, cfg):
     "Attach the kind's heads to the drafter `model`: the candidate selector (dflash2), the Markov and confidence heads (dspark)."
     if cfg.kind == 'dflash2':
@@ -254,7 +261,7 @@ def add_kind_heads(model, cfg):
     if cfg.kind == 'dspark':
         model.markov_head, model.confidence_head = MarkovHead(cfg.vocab_size, cfg.markov_rank), ConfidenceHead(cfg.hidden_size, cfg.markov_rank)
 
-# %% ../nbs/71_kinds.ipynb #31e5469d
+# %% ../nbs/71_kinds.ipynb #34e42140
 def reset_kind(model, generator=None, std: float = 0.02):
     "Initialize the kind's modules of `model`: convolutions the identity, the selector and heads as described above."
     for m in model.modules():
@@ -268,6 +275,7 @@ def reset_kind(model, generator=None, std: float = 0.02):
             model.confidence_head.proj.bias.zero_()
     return model
 
+# %% ../nbs/71_kinds.ipynb #bf05c502
 def kind_weight_names(cfg) -> list[str]:
     "The checkpoint tensor names the kind adds (z-lab's DFlash2 names, DeepSpec's DSpark names)."
     if cfg.kind == 'dflash2':
@@ -278,12 +286,13 @@ def kind_weight_names(cfg) -> list[str]:
         return ['confidence_head.proj.bias', 'confidence_head.proj.weight', 'markov_head.markov_w1.weight', 'markov_head.markov_w2.weight']
     return []
 
-# %% ../nbs/71_kinds.ipynb #e52b6aec
+# %% ../nbs/71_kinds.ipynb #d0284125
 def unary_draft(U, temperature: float = 0.0, generator=None) -> dict:
     "`{tokens [b, S], q [b, S, V]}`: DFlash's independent slots from unary logits `U [b, S, V]`."
     out = [pick(U[:, s], temperature, generator) for s in range(U.shape[1])]
     return {'tokens': torch.stack([j for j, _ in out], 1), 'q': torch.stack([q for _, q in out], 1)}
 
+# %% ../nbs/71_kinds.ipynb #ed7d8710
 def draft_from_hidden(model, lm_head, h, anchor, temperature: float = 0.0, generator=None) -> dict:
     "The drafts of one block from the drafter's states `h [b, B, d]`, after `anchor [b]`: `{tokens, q, unary, ...}` (see above)."
     kind = model.config.kind

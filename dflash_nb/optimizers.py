@@ -94,7 +94,7 @@ def step(self: Muon, closure=None):
             p.add_(u.to(p.dtype), alpha=-g['lr'] * muon_lr_scale(g['adjust_lr_fn'], p.shape))
     return loss
 
-# %% ../nbs/80b_optimizers.ipynb #2d7c7344
+# %% ../nbs/80b_optimizers.ipynb #89141e3f
 def build_optimizers(model: nn.Module, cfg: OptimSettings, fused: bool = True) -> list:
     "The optimizers of `cfg.optimizer` (stepped together): `[AdamW]` over all trainable parameters, or `[Muon, AdamW]` by `muon_split`."
     dev = str(next(model.parameters()).device)
@@ -108,6 +108,7 @@ def build_optimizers(model: nn.Module, cfg: OptimSettings, fused: bool = True) -
     if not opts: raise ValueError('the drafter has no trainable parameter')
     return opts
 
+# %% ../nbs/80b_optimizers.ipynb #5b28de62
 def build_schedulers(opts: list, cfg: OptimSettings, total_steps: int, warmup_steps: int | None = None, step: int = 0) -> list:
     """One schedule per optimizer: linear warmup over `warmup_steps` (None: `warmup_ratio` of `total_steps`), then
     transformers' cosine or linear decay to 0 at `total_steps`; from `step` on (> 0: optimizers that already ran)."""

@@ -47,7 +47,7 @@ def parse_type(ann: str) -> tuple[str, bool, str | None]:
     if t not in TYPES: raise ValueError(f'unknown parameter type {ann!r}; the types are {", ".join(TYPES)}')
     return t, bool(m), 'path' if c else None
 
-# %% ../nbs/06_params.ipynb #ac3ceeca
+# %% ../nbs/06_params.ipynb #a1fc3fd6
 _RANGE = re.compile(r'\s*([\[(])\s*([^,\s\])]*)\s*,\s*([^,\s\])]*)\s*([\])])')
 _CHOICES = re.compile(r'\s*\{([^}]*)\}')
 
@@ -55,6 +55,7 @@ def _literal(s: str):
     try: return ast.literal_eval(s)
     except (ValueError, SyntaxError): return s
 
+# %% ../nbs/06_params.ipynb #0dcf1637
 def parse_comment(text: str) -> dict:
     "The `Param` fields a declaration's comment gives: `lo`/`hi` (and openness) or `choices`, and `help`."
     if m := _RANGE.match(text):
@@ -64,11 +65,12 @@ def parse_comment(text: str) -> dict:
         return dict(choices=tuple(_literal(x.strip()) for x in m[1].split(',') if x.strip()), help=text[m.end():].strip())
     return dict(help=text.strip())
 
-# %% ../nbs/06_params.ipynb #7b7b8a73
+# %% ../nbs/06_params.ipynb #bb806898
 def _comments(src: str) -> dict[int, str]:
     toks = tokenize.generate_tokens(io.StringIO(src).readline)
     return {t.start[0]: t.string.lstrip('#').strip() for t in toks if t.type == tokenize.COMMENT}
 
+# %% ../nbs/06_params.ipynb #ff725480
 def _declaration(node, comments: dict, where: str) -> Param:
     if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None):
         raise ValueError(f'{where}: line {node.lineno}: declare a parameter as `name: type = literal  # help`')
@@ -79,6 +81,7 @@ def _declaration(node, comments: dict, where: str) -> Param:
     t, nullable, items = parse_type(ann)
     return Param(name, default, t, nullable, items, **parse_comment(comments.get(node.end_lineno, '')))
 
+# %% ../nbs/06_params.ipynb #2a9fdf25
 def parse_declarations(src: str, where: str = 'the parameters cell') -> dict[str, Param]:
     "The parameters declared in the source of a parameters cell, by name, in order."
     comments = _comments(src)
@@ -124,7 +127,7 @@ def in_range(self: Param, v) -> bool:
         if self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi): return False
     return not self.choices or all(x in self.choices for x in (v if self.type == 'list' else [v]))
 
-# %% ../nbs/06_params.ipynb #2e11f14b
+# %% ../nbs/06_params.ipynb #16580391
 def check_path(name: str, value: str, kind: str = 'path', cwd=None) -> str:
     "The absolute path of an existing file (`kind='path'`) or folder (`'dir'`), or a ConfigError saying where it looked."
     p = Path(expand_path(value))
@@ -134,6 +137,7 @@ def check_path(name: str, value: str, kind: str = 'path', cwd=None) -> str:
                           f'(looked for {p}); relative paths are read from the working directory')
     return str(p.resolve())
 
+# %% ../nbs/06_params.ipynb #1babd0a6
 def _item_paths(name: str, v, cwd):
     "The local paths inside a `list[path]` (items that look like files) or `dict[path]` (`{name: {path}}`)."
     if isinstance(v, dict):
@@ -158,7 +162,7 @@ def check(self: Param, value, where: str | None = None, cwd=None):
     if self.type in ('path', 'dir'): return check_path(where, v, self.type, cwd)
     return _item_paths(where, v, cwd) if self.items else v
 
-# %% ../nbs/06_params.ipynb #c8d1df43
+# %% ../nbs/06_params.ipynb #d01ed559
 @dataclass
 class StageSpec:
     "A stage notebook: folder name (`01_targets`), short name (`targets`), path, and its declared parameters."
@@ -170,6 +174,7 @@ class StageSpec:
     @property
     def defaults(self) -> dict: return {k: p.default for k, p in self.params.items()}
 
+# %% ../nbs/06_params.ipynb #2f4f3089
 def parameters_source(nb_path) -> str | None:
     "The source of the notebook's `parameters`-tagged cell, or None when it has none."
     for c in json.loads(Path(nb_path).read_text(encoding='utf-8'))['cells']:
@@ -177,7 +182,7 @@ def parameters_source(nb_path) -> str | None:
             return ''.join(c['source']) if isinstance(c['source'], list) else c['source']
     return None
 
-# %% ../nbs/06_params.ipynb #63ca6a26
+# %% ../nbs/06_params.ipynb #79724835
 def discover_stages(nbs=None) -> list[StageSpec]:
     "The stage notebooks of `nbs` (default: `core.nbs_dir()`), in order, with their declarations."
     out = []
@@ -190,6 +195,7 @@ def discover_stages(nbs=None) -> list[StageSpec]:
         out.append(StageSpec(p.stem, m.group(2), p, params))
     return out
 
+# %% ../nbs/06_params.ipynb #7914e0be
 def find_stage(name: str, stages=None) -> StageSpec:
     "The stage named `name` (`80_train` or `train`)."
     stages = discover_stages() if stages is None else stages
@@ -241,7 +247,7 @@ def resolve_params(stage: StageSpec, cfg: dict) -> dict:
         params[k] = v
     return params
 
-# %% ../nbs/06_params.ipynb #03875945
+# %% ../nbs/06_params.ipynb #8d14e445
 def check_stage_params(stage: StageSpec, params: dict, cfg: dict | None = None, cwd=None) -> dict:
     "`params` checked against the stage's declarations (paths resolved; written back into `cfg`'s section)."
     cfg = cfg or {}
@@ -252,6 +258,7 @@ def check_stage_params(stage: StageSpec, params: dict, cfg: dict | None = None, 
         if k in section and out[k] != section[k]: section[k] = out[k]
     return out
 
+# %% ../nbs/06_params.ipynb #283784c9
 def stage_params(name: str, cfg: dict | None = None, cwd=None, stages=None) -> dict:
     "The checked values stage `name` runs with under `cfg` (its declared defaults when `cfg` is None)."
     st = find_stage(name, stages)
@@ -284,7 +291,7 @@ def register_cli(sub):
     p.add_argument('stage', nargs='?', help='a stage (e.g. train or 80_train); all stages when omitted')
     p.set_defaults(func=cmd_params)
 
-# %% ../nbs/06_params.ipynb #5b210807
+# %% ../nbs/06_params.ipynb #facf3cd8
 def _cli_type(p: Param, flag: str):
     "argparse `type=`: a command-line string read as YAML (a string stays a string), then checked like a config value."
     def parse(s: str):
@@ -294,6 +301,7 @@ def _cli_type(p: Param, flag: str):
         except ConfigError as e: raise argparse.ArgumentTypeError(str(e).split(': ', 1)[1]) from None
     return parse
 
+# %% ../nbs/06_params.ipynb #e2e702a5
 class _ListOption(argparse.Action):
     "A list option: items space- or comma-separated (`--variants trained untrained`, `--variants trained,untrained`)."
     def __call__(self, parser, ns, values, option_string=None):

@@ -132,7 +132,7 @@ def rehearsal_overrides(cfg: dict, stages=None, demo: dict | None = None) -> dic
                 out[f'{s}.{k}'] = theirs
     return out
 
-# %% ../nbs/02_pipeline.ipynb #807765b8
+# %% ../nbs/02_pipeline.ipynb #fe319649
 def _changed_files(run_dir: Path, m: dict) -> str | None:
     "Why the recorded inputs or outputs of manifest `m` no longer hold, or None."
     for e in m.get('inputs', []):
@@ -146,6 +146,7 @@ def _changed_files(run_dir: Path, m: dict) -> str | None:
         if p.is_file() and p.stat().st_size != e['bytes']: return f'output {e["path"]} changed'
     return None
 
+# %% ../nbs/02_pipeline.ipynb #c395696c
 def stage_status(run_dir, stage: StageSpec, params: dict) -> tuple[bool, str]:
     "(fresh, reason) for `stage` in `run_dir` under `params`."
     m = read_manifest(Path(run_dir) / stage.name)
@@ -184,13 +185,14 @@ def stage_view(nb_path):
     nb.cells = [c for c in nb.cells if SKIP_TAG not in c.get('metadata', {}).get('tags', [])]
     return nb
 
-# %% ../nbs/02_pipeline.ipynb #3878320e
+# %% ../nbs/02_pipeline.ipynb #bd731749
 def _files_table(entries: list, run_dir: Path) -> list[str]:
     rows = ['| file | bytes | sha256 |', '|---|---|---|']
     for e in entries:
         rows.append(f'| `{e["path"]}` | {e.get("bytes", "")} | `{(e.get("sha256") or "")[:16]}` |')
     return rows if entries else ['(none)']
 
+# %% ../nbs/02_pipeline.ipynb #3c7e01aa
 def record_header(stage: StageSpec, run_dir, params: dict, seconds: float) -> str:
     "Markdown for the first cell of a stage's executed notebook: run, time, changed parameters, inputs and outputs."
     run_dir, m = Path(run_dir), read_manifest(Path(run_dir) / stage.name) or {}
@@ -224,13 +226,14 @@ def hand_run_note(m: dict | None) -> str | None:
     if h is None: return when
     return when + (' with ' + ', '.join(f"{k}={v['hand']!r} (the config: {v['config']!r})" for k, v in h.items()) if h else " with the config's values")
 
-# %% ../nbs/02_pipeline.ipynb #6f665376
+# %% ../nbs/02_pipeline.ipynb #9a26eea0
 def _live_record(path: Path, since: float) -> bool:
     "Whether the notebook at `path` is the one papermill is writing now (not finished, saved after `since`)."
     try: pm = json.loads(path.read_text(encoding='utf-8'))['metadata'].get('papermill') or {}
     except (OSError, ValueError, KeyError): return False
     return pm.get('start_time') is not None and pm.get('end_time') is None and path.stat().st_mtime >= since - 1
 
+# %% ../nbs/02_pipeline.ipynb #72cbc69a
 def _show(text: str, display_id: str, update: bool = False):
     "Markdown `text` as a display of the running kernel (updated in place when `update`); nothing outside IPython."
     try:
@@ -240,7 +243,7 @@ def _show(text: str, display_id: str, update: bool = False):
     if get_ipython() is None: return
     (update_display if update else display)(Markdown(text), display_id=display_id)
 
-# %% ../nbs/02_pipeline.ipynb #5a6e70a1
+# %% ../nbs/02_pipeline.ipynb #380ba257
 def begin_hand_run(spec: StageSpec, stage, config_params: dict | None = None):
     """Mark `stage` (a `core.Stage`) as run by hand, with its values apart from `config_params` (the run config's) as
     `hand_overrides` in its manifest: the record header is shown now and completed by `finish_hand_run`."""
@@ -249,6 +252,7 @@ def begin_hand_run(spec: StageSpec, stage, config_params: dict | None = None):
     _show(f'**Run record** · stage `{spec.name}` run by hand into `{Path(stage.run_dir).resolve()}` · running', did)
     stage.on_finish.append(lambda st, m: finish_hand_run(spec, st, did))
 
+# %% ../nbs/02_pipeline.ipynb #f265456e
 def finish_hand_run(spec: StageSpec, stage, display_id: str | None = None) -> list[str]:
     "Say what the hand run was passed apart from the config, set the record aside if stale, complete the header; returns the notes."
     run_dir, log, notes, h = Path(stage.run_dir).resolve(), setup_logging(stage.dir), [], stage.extra.get('hand_overrides')
@@ -295,7 +299,7 @@ def ipc_kernel_manager():
             await super()._async_interrupt_kernel()
     return IPCKernelManager
 
-# %% ../nbs/02_pipeline.ipynb #d4113132
+# %% ../nbs/02_pipeline.ipynb #d548f6c0
 class LogTail:
     "Echo the lines appended to a file while a block runs (polled by a thread; a partial last line waits for its end)."
     def __init__(self, path, echo=print, prefix: str = '', interval: float = 0.5):
@@ -316,6 +320,7 @@ class LogTail:
             self.echo(self.prefix + self._buf)
             self._buf = ''
 
+# %% ../nbs/02_pipeline.ipynb #79c810c4
 @patch
 def poll(self: LogTail):
     "Echo the complete lines appended since the last poll."
@@ -343,7 +348,7 @@ def _failed(stage, e, out_nb) -> ChainError:
     return ChainError(f'stage {stage.name} failed in cell {e.exec_count}: {e.ename}: {e.evalue}\n{tb}\n'
                       f'executed notebook: {out_nb}')
 
-# %% ../nbs/02_pipeline.ipynb #a09e6371
+# %% ../nbs/02_pipeline.ipynb #517309f3
 def stage_imports(nb) -> list[str]:
     "The modules the code cells of notebook `nb` import at their top level, in order (magics and shell lines aside)."
     mods = []
@@ -357,13 +362,13 @@ def stage_imports(nb) -> list[str]:
             elif isinstance(s, ast.ImportFrom) and s.module and not s.level: mods.append(s.module)
     return list(dict.fromkeys(mods))
 
+# %% ../nbs/02_pipeline.ipynb #790d1d15
 def warm_imports(ready: str, modules=()):
     "Run by a kernel started ahead, as it starts: import `modules` (a failing one is left to the notebook), then touch `ready`."
     try:
         for m in modules:
             with contextlib.suppress(Exception): importlib.import_module(m)
     finally: Path(ready).touch()
-
 
 # %% ../nbs/02_pipeline.ipynb #28a12943
 class StageKernel:
@@ -380,8 +385,7 @@ class StageKernel:
                                        extra_arguments=[f'--IPKernelApp.exec_lines={line}'] if warm else [])
         if not warm: self.ready.touch()
 
-
-# %% ../nbs/02_pipeline.ipynb #d5663db7
+# %% ../nbs/02_pipeline.ipynb #5349cc89
 @patch
 def wait(self: StageKernel, timeout: float = 300) -> bool:
     "Wait until the kernel has done its imports; False (and it is shut down) when it died or took over `timeout` s."
@@ -394,13 +398,13 @@ def wait(self: StageKernel, timeout: float = 300) -> bool:
         time.sleep(0.05)
     return True
 
+# %% ../nbs/02_pipeline.ipynb #1f411928
 @patch
 def close(self: StageKernel):
     "Shut the kernel down (no interrupt first: `ipc_kernel_manager`)."
     from jupyter_core.utils import run_sync
     if self.km.has_kernel: run_sync(self.km.shutdown_kernel)()
     self.ready.unlink(missing_ok=True)
-
 
 # %% ../nbs/02_pipeline.ipynb #6bead80b
 def _papermill(view: Path, out_nb: Path, stage, params: dict, log_output: bool, kernel: StageKernel):
@@ -465,18 +469,20 @@ def _decide(st, start, names, run_dir, params, forced, skip) -> tuple[str, str]:
     fresh, reason = stage_status(run_dir, st, params)
     return ('skip' if fresh else 'run'), reason
 
-# %% ../nbs/02_pipeline.ipynb #fba6f241
+# %% ../nbs/02_pipeline.ipynb #9d284edc
 def _run_dir(cfg: dict, runs_dir, run_dir) -> Path:
     if run_dir is None: run_dir = Path(runs_dir or cfg['run'].get('runs_dir') or 'runs') / cfg['run']['name']
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
+# %% ../nbs/02_pipeline.ipynb #c56abbe4
 def _quarantined(stage_dir: Path) -> str:
     "`; quarantined N row(s) -> FILE` for each quarantine file the stage's manifest records (see `Stage.finish`)."
     qs = (read_manifest(stage_dir) or {}).get('quarantine') or []
     return ''.join(f"; quarantined {q['rows']} row(s) ({', '.join(f'{n} {k}' for k, n in q['reasons'].items())}) -> {q['path']}" for q in qs)
 
+# %% ../nbs/02_pipeline.ipynb #294df324
 BUSY_CORES = 0.5   # cores other processes keep busy as a stage starts that make its timings loaded (`core.busy_cores`)
 
 def busy_threads(busy: float | None, cores: int | None = None) -> int | None:
@@ -484,6 +490,7 @@ def busy_threads(busy: float | None, cores: int | None = None) -> int | None:
     if busy is None or busy < BUSY_CORES: return None
     return max(1, (cores or os.cpu_count() or 1) - math.ceil(busy - BUSY_CORES))
 
+# %% ../nbs/02_pipeline.ipynb #67aae986
 def _busy_note(st, echo) -> tuple:
     "`(busy cores, threads)` as `st` starts: said, with the threads it takes, when others would share its cores."
     busy = busy_cores()
@@ -493,8 +500,7 @@ def _busy_note(st, echo) -> tuple:
              + (f'; it takes {threads} thread(s), one per free core (threads that share a core wait for each other)' if threads else ''))
     return busy, threads
 
-
-# %% ../nbs/02_pipeline.ipynb #79c0a0d4
+# %% ../nbs/02_pipeline.ipynb #4f9f0326
 def _kernel(st, run_dir: Path, threads, ahead: dict) -> StageKernel:
     "The kernel started ahead for `st` when it is alive with the stage's variables, else one started now."
     k = ahead.pop(st.name, None)
@@ -502,6 +508,7 @@ def _kernel(st, run_dir: Path, threads, ahead: dict) -> StageKernel:
     if k: k.close()
     return StageKernel(st, run_dir / st.name, threads)
 
+# %% ../nbs/02_pipeline.ipynb #fba0acba
 def _run_one(st, nxt, run_dir, params, summary, echo, ahead: dict, **kw) -> dict:
     "Run stage `st` in its kernel, the next stage's (`nxt`) started ahead in `ahead` meanwhile."
     t = time.time()
@@ -588,12 +595,13 @@ def prepare_upstream(stage: str, run_dir=None, config=None, overrides=(), progre
               echo=lambda m: print('[upstream]', m))
     return run_dir
 
-# %% ../nbs/02_pipeline.ipynb #cb89d1ce
+# %% ../nbs/02_pipeline.ipynb #4ad15e6f
 def _overlay(ns: dict, st: StageSpec, values: dict):
     "Give `ns` each value of `values` whose key the notebook left at its declared default."
     for k, v in values.items():
         if k in ns and ns[k] == st.params[k].default: ns[k] = v
 
+# %% ../nbs/02_pipeline.ipynb #d84baab4
 def open_stage(name: str, ns: dict, stages=None) -> Stage:
     "Check a stage notebook's parameter values (its globals `ns`, updated with the checked values) and open its Stage."
     st = find_stage(name, stages)

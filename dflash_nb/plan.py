@@ -95,7 +95,7 @@ def layer_checks(cfg: dict,   # a complete run config
                              f'train.target_layer_ids {a} != hidden_states.target_layer_ids {b}'))
     return out
 
-# %% ../nbs/95_plan.ipynb #343cb5bc
+# %% ../nbs/95_plan.ipynb #511118c8
 def _mask_token_id(mt, tokenizer=None) -> tuple[int | None, str | None]:
     "(id, None) of the configured mask token, or (None, why it is unknown)."
     if mt is None: return None, 'not set: resolved at training time (the tokenizer mask token or a spare row)'
@@ -105,6 +105,7 @@ def _mask_token_id(mt, tokenizer=None) -> tuple[int | None, str | None]:
     if i is not None and i != tokenizer.unk_token_id: return i, None
     return None, f'mask token {mt!r} is not in the tokenizer (an added <|MASK|> needs a spare embedding row)'
 
+# %% ../nbs/95_plan.ipynb #b24f9721
 def mask_checks(train: dict,      # the complete `train` section
                 dims: dict,       # `target_dims` of the target
                 tokenizer=None,   # the target's tokenizer, when at hand
@@ -208,7 +209,7 @@ def mix_warnings(total: int,      # `sources.total`
             w.append(f'{s.name}: quota {want:,} cannot be met ({what}): short by at least {want - n:,}')
     return w
 
-# %% ../nbs/95_plan.ipynb #05f17cc8
+# %% ../nbs/95_plan.ipynb #86df76de
 def local_rows(s,            # a registry source (`sources.get_source`)
                quota: int,   # rows allocated to it
                src: dict,    # the complete `sources` section
@@ -224,6 +225,7 @@ def local_rows(s,            # a registry source (`sources.get_source`)
     return {'rows': len(rows), 'read': c['read'], 'quarantined': dict(q.reasons),
             'filtered': {k: c[k] for k in ('too_short', 'too_long', 'dup_exact', 'dup_normalized') if c[k]}, '_rows': rows}
 
+# %% ../nbs/95_plan.ipynb #fbbf0299
 def _counted_line(name: str, quota: int, got: dict) -> str:
     "The warning saying what a counted local source gives, and what it loses."
     lost = [f"quarantined by 10_sources: {', '.join(f'{n} {k}' for k, n in got['quarantined'].items())}"] if got['quarantined'] else []
@@ -265,9 +267,10 @@ def _turn_prompts(msgs: list,    # a row's messages
     return pre + new * (added > 0) if reuse else out + so_far * added
 
 
-# %% ../nbs/95_plan.ipynb #035aad4d
+# %% ../nbs/95_plan.ipynb #6ff7c94c
 def _reuses(rg: dict) -> bool: return rg.get('backend', 'hf') == 'hf' and (rg.get('reuse_gb') or 0) > 0   # `PrefixStore` on
 
+# %% ../nbs/95_plan.ipynb #8a60ecce
 def row_measure(row: dict,   # a canonical row (`local_rows`' rows)
                 tokenizer,   # the target's tokenizer
                 rg: dict,    # the complete `regenerate` section (select, mode, tool_turns, max_new_tokens)
@@ -289,13 +292,14 @@ def row_measure(row: dict,   # a canonical row (`local_rows`' rows)
             'generated_if_all': regen('all')[1], 'regenerated': bool(turns), 'answers': len(size),
             'kept_answers': len(size) - sum(m is not None for m in turns)}
 
-# %% ../nbs/95_plan.ipynb #87b55327
+# %% ../nbs/95_plan.ipynb #6febfa04
 def _template_kw(cfg: dict) -> dict:
     "`apply_chat_template`'s keywords for the run's template and thinking mode (as `50_tokenization` renders)."
     tk = cfg['tokenization']
     kw = {'chat_template': Path(expand_path(tk['chat_template'])).read_text(encoding='utf-8')} if tk.get('chat_template') else {}
     return kw | ({'enable_thinking': tk['enable_thinking']} if tk.get('enable_thinking') is not None else {})
 
+# %% ../nbs/95_plan.ipynb #91e0afd7
 def measure_rows(rows: list,       # a local source's rows (`local_rows`)
                  tokenizer,        # the target's tokenizer
                  cfg: dict,        # a complete run config
@@ -318,7 +322,7 @@ def measure_rows(rows: list,       # a local source's rows (`local_rows`)
             'truncated_rows': tot(bool(L) and m['tokens'] > L for m in ms), 'tokens_cut': tot(max(0, m['tokens'] - L) for m in ms if L),
             'per_row': {'p50': pct(0.5), 'p90': pct(0.9), 'max': lens[-1] if lens else 0}}
 
-# %% ../nbs/95_plan.ipynb #49eef3ed
+# %% ../nbs/95_plan.ipynb #586f3209
 MEASURED = ('prompt_tokens', 'answer_tokens', 'tokens', 'supervised', 'generated_tokens', 'generated_if_all', 'regen_tokens',
             'regenerated_rows')   # what a source's estimate holds, measured or assumed
 
@@ -335,6 +339,7 @@ def assumed_tokens(s,          # a registry source
             'generated_tokens': n * a if regen else 0, 'generated_if_all': n * a,
             'regen_tokens': n * (min(p, t) + a) if regen else 0, 'regenerated_rows': n if regen else 0}
 
+# %% ../nbs/95_plan.ipynb #986b9ad1
 def truncation_warnings(name: str,  # the source
                         m: dict,    # `measure_rows`' result
                        ) -> list[str]:  # one warning, or none
@@ -441,7 +446,7 @@ def estimate(cfg: dict,                     # a complete run config
             'warnings': warn + select_warnings(cfg, per) + feasibility_warnings(cfg, stages, tot, free_disk)
                         + repair_warnings(cfg) + demo_settings(cfg)}
 
-# %% ../nbs/95_plan.ipynb #ef0bc13e
+# %% ../nbs/95_plan.ipynb #8217e4ef
 def _tokenizer(path, required: bool = False):
     "The tokenizer in folder `path`; None when none is given or (not `required`) the folder is missing."
     if not path: return None
@@ -451,6 +456,7 @@ def _tokenizer(path, required: bool = False):
     from transformers import AutoTokenizer   # heavy: only when a tokenizer folder is given
     return AutoTokenizer.from_pretrained(expand_path(path))
 
+# %% ../nbs/95_plan.ipynb #cc60ea4a
 def target_tokenizer(spec: str | None,  # the run's target spec (`run.target`)
                     ):                  # its tokenizer, or None
     "The target's own tokenizer when it is on this machine (a built-in, a local folder, the hub's cache); else None."
@@ -459,16 +465,19 @@ def target_tokenizer(spec: str | None,  # the run's target spec (`run.target`)
     try: return AutoTokenizer.from_pretrained(resolve_target(spec), local_files_only=True)
     except Exception: return None   # a hub id not cached here, an unreadable folder: the plan goes on without it
 
+# %% ../nbs/95_plan.ipynb #babb3722
 def _target_file(arg, section: dict):
     "The target config file named on the command line or in the `plan` section (a shipped name works too)."
     name = arg or section.get('target_config')
     return find_config(expand_path(name)) if name else None
 
+# %% ../nbs/95_plan.ipynb #72b10404
 def _disk_probe(runs_dir, cfg) -> Path:
     "The existing folder whose free space the runs will use."
     p = Path(runs_dir or cfg['run'].get('runs_dir') or 'runs')
     return p if p.exists() else Path('.')
 
+# %% ../nbs/95_plan.ipynb #8ac868f0
 def _kept_probe(probe_file, cfg, runs_dir=None) -> dict | None:
     """This machine's probe from `--probe FILE` (`cached_probe`), else the one the run's own folder keeps (a run that
     goes on plans with the probe its stages decided with), or None: measure it now."""
@@ -539,11 +548,12 @@ def make_plan(config=None,            # a run config: path, shipped name's path,
                                                              if not c['ok'] and c['level'] == 'error'))
     return plan
 
-# %% ../nbs/95_plan.ipynb #825cd10a
+# %% ../nbs/95_plan.ipynb #4bd83869
 def _check_lines(checks: list) -> list[str]:
     marks = lambda c: 'ok ' if c['ok'] else ('ERR' if c['level'] == 'error' else 'warn')
     return ['checks:'] + [f"  [{marks(c)}] {c['check']}: {c['detail']}" for c in checks]
 
+# %% ../nbs/95_plan.ipynb #d36c45d2
 def _source_lines(e: dict) -> list[str]:
     lines = [f"{'source':<30} {'category':<13} {'config':>9} {'rows':>9} {'tokens':>14} "
              f"{'supervised':>14}  licence"]
@@ -554,6 +564,7 @@ def _source_lines(e: dict) -> list[str]:
     return lines + [f"  {'total':<28} {'':<13} {'':>9} {e['rows']:>9,} {e['tokens']:>14,} "
                     f"{e['supervised_tokens']:>14,}"] + [_tokens_line(k, v, e['assumptions']) for k, v in e['per_source'].items()]
 
+# %% ../nbs/95_plan.ipynb #1b43f3a1
 def _tokens_line(name: str, v: dict, P: dict) -> str:
     "How a source's tokens were counted: measured with the target's tokenizer (and what `max_seq_len` cuts), or assumed."
     m = v.get('measured')
@@ -563,9 +574,10 @@ def _tokens_line(name: str, v: dict, P: dict) -> str:
     return (f"  {name}: tokens measured with the target's tokenizer on {m['sample']:,} of {m['rows']:,} rows, after "
             f"regeneration: {r['p50']:,} per row (p90 {r['p90']:,}, max {r['max']:,}){cut}")
 
-# %% ../nbs/95_plan.ipynb #0e81ad0a
+# %% ../nbs/95_plan.ipynb #8942b233
 def _min(v) -> str: return '?' if v is None else f'{v:,.1f}'
 
+# %% ../nbs/95_plan.ipynb #137d791c
 def _stage_lines(e: dict, minutes: dict | None = None) -> list[str]:
     a, mins = e['assumptions'], (minutes or {}).get('stages') or {}
     lines = [f"{'stage':<18} {'disk':>12} {'PFLOP':>12} {'GPU-hours':>10} {'min here':>9}  notes"]
@@ -589,7 +601,7 @@ def _stage_lines(e: dict, minutes: dict | None = None) -> list[str]:
                     f"~{e['wall_hours_on_cluster']:,.1f} h on {a['num_gpus']}x {a['gpu']} "
                     f"(bf16 peak {a['gpu_bf16_tflops']} TFLOP/s; utilization: {util})"]
 
-# %% ../nbs/95_plan.ipynb #12ac297f
+# %% ../nbs/95_plan.ipynb #f5f123cd
 def _precision_lines(plan: dict) -> list[str]:
     "The dtype of each computing stage here, and why."
     if not plan.get('precision'): return []
@@ -602,6 +614,7 @@ def _precision_lines(plan: dict) -> list[str]:
         lines.append(f"  {s:<18} {v['dtype'] or '-':<9} {v['why']} ({v['key']}){ns}")
     return lines
 
+# %% ../nbs/95_plan.ipynb #b47e04c3
 def _minutes_lines(plan: dict) -> list[str]:
     "How the minutes here were counted: the stages that run a model, and those with no minutes."
     mins = (plan.get('minutes') or {}).get('stages') or {} if plan.get('machine') else {}

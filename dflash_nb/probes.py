@@ -64,12 +64,13 @@ THINKING_PROBES = [
      {'add_generation_prompt': True, 'enable_thinking': False}),
 ]
 
-# %% ../nbs/09a_probes.ipynb #97228774
+# %% ../nbs/09a_probes.ipynb #c863de0d
 _MARK_RE = re.compile(r'\b[A-Z0-9]+MARK\b')
 
 def _markers(messages) -> list[str]:
     return sorted(set(_MARK_RE.findall(json.dumps(messages))))
 
+# %% ../nbs/09a_probes.ipynb #327c43ad
 def _error_info(e: BaseException, template: str) -> dict:
     "Type, message and the template line that raised (from the jinja traceback frames), with its enclosing condition."
     info = {'error_type': type(e).__name__, 'error': str(e)}
@@ -84,6 +85,7 @@ def _error_info(e: BaseException, template: str) -> dict:
             break
     return info
 
+# %% ../nbs/09a_probes.ipynb #3861913e
 def run_probe(
     r: Renderer,  # the template
     messages,  # the probe's messages (marker words in their texts)
@@ -122,13 +124,14 @@ def explain_error(
         if re.search(pat, message or ''): return text
     return 'Template error (no known explanation: read the template rule below).'
 
-# %% ../nbs/09a_probes.ipynb #004388c3
+# %% ../nbs/09a_probes.ipynb #7df40d64
 def _unsupported(f: dict) -> set:
     "Markers of what the template never renders (tool calls, tool responses, last-turn reasoning)."
     return (({'CALLMARK'} if f.get('tool_call_style') == 'none' else set())
             | ({'TOOLMARK', 'TOOL2MARK'} if f.get('tool_response_rendered') is False else set())
             | ({'THINKMARK'} if f.get('thinking', {}).get('last_turn_reasoning') == 'dropped' else set()))
 
+# %% ../nbs/09a_probes.ipynb #5b0fdaaa
 def _drop_explanation(missing) -> str:
     if set(missing) <= {'THINKMARK'}:
         return ('renders, but the reasoning is not rendered (by design for history turns in Qwen-style templates; '
@@ -136,6 +139,7 @@ def _drop_explanation(missing) -> str:
     if 'CALLMARK' in missing: return 'renders, but the tool calls are not rendered: the template drops them'
     return f'renders, but silently drops {", ".join(missing)}: the template ignores that message'
 
+# %% ../nbs/09a_probes.ipynb #3120802a
 def _working_repairs(r: Renderer, messages, tools, good, kw) -> list[tuple[str, str]]:
     "(repair, render) for each schema repair after which the probe renders well (else all applicable ones together)."
     row, works, applicable = {'messages': messages}, [], []
@@ -168,7 +172,7 @@ def diagnose_probe(
     if works: res['repaired_render'] = works[0][1]
     return res
 
-# %% ../nbs/09a_probes.ipynb #7d25a76b
+# %% ../nbs/09a_probes.ipynb #4823b68a
 def _probe_rows(r: Renderer, name, desc, messages, kw, include_renders) -> tuple[dict, dict | None]:
     "One probe's table row and, when it fails or drops something, its diagnosis."
     kw = dict(kw)
@@ -188,6 +192,7 @@ def _probe_rows(r: Renderer, name, desc, messages, kw, include_renders) -> tuple
                  'repairs_ok': d.get('repairs_ok'),
                  'repaired_render': d.get('repaired_render') if include_renders else None}
 
+# %% ../nbs/09a_probes.ipynb #5bab67e7
 _SPLIT_PROBE = [_USR, {**_THINK, 'reasoning_content': 'Look it up. EARLYMARK'}, _USR2, _THINK]   # reasoning in an earlier turn and the last
 
 def _splits_note(why: str | None, f: dict) -> str:
@@ -197,6 +202,7 @@ def _splits_note(why: str | None, f: dict) -> str:
     if (f.get('thinking') or {}).get('last_turn_reasoning') != 'kept': return 'never shown, so a row stays one sample (a split gains nothing)'
     return 'kept: a row stays one sample'
 
+# %% ../nbs/09a_probes.ipynb #f585a6b3
 def _drops(f: dict) -> list[str]:
     "What assistant content the template never renders."
     return (['tool calls'] if f.get('tool_call_style') == 'none' else []) + \
@@ -227,7 +233,7 @@ def probe_template(
             'tokenizer': getattr(r.tokenizer, 'name_or_path', None), 'enable_thinking': enable_thinking,
             'probes': probes, 'diagnosis': diagnosis, 'features': feats, 'summary': summary}
 
-# %% ../nbs/09a_probes.ipynb #a2033c84
+# %% ../nbs/09a_probes.ipynb #17e13bd9
 def probe_table(
     report: dict,  # a `probe_template` report
 ) -> list[dict]:  # {'probe', 'result', 'line', 'rule', 'repair', 'class'} per probe
@@ -242,11 +248,13 @@ def probe_table(
                      'repair': d.get('repair'), 'class': d.get('repair_kind')})
     return rows
 
+# %% ../nbs/09a_probes.ipynb #5580bfb6
 def _cut(v, width: int) -> str:
     "A one-line cell: newlines shown as `\\n`, cut at `width` with an explicit `…`."
     s = ('' if v is None else str(v)).replace('\n', '\\n')
     return s if len(s) <= width else s[:width - 1] + '…'
 
+# %% ../nbs/09a_probes.ipynb #d073c2e7
 def fmt_table(rows: list[dict], width: int = 60, full=()) -> str:
     "Rows of dicts as an aligned plain-text table (for the terminal); columns in `full` are never cut."
     if not rows: return ''
@@ -271,7 +279,7 @@ def show_tail(
     cut = next((s for s in starts if len(text) - s <= max_chars), len(text))
     return '…' + json.dumps(text[cut:], ensure_ascii=False)
 
-# %% ../nbs/09a_probes.ipynb #23477128
+# %% ../nbs/09a_probes.ipynb #4ffebef5
 def _feature_lines(feats: dict, indent: str = '  ') -> list[str]:
     "Features as `key: value` lines, a nested dict indented under its key."
     out = []
@@ -280,6 +288,7 @@ def _feature_lines(feats: dict, indent: str = '  ') -> list[str]:
         else: out.append(f'{indent}{k}: {show_tail(v) if isinstance(v, str) else json.dumps(v)}')
     return out
 
+# %% ../nbs/09a_probes.ipynb #7fff3144
 def format_probe_report(
     rep: dict,  # a `probe_template` report
 ) -> str:  # aligned plain text

@@ -28,7 +28,7 @@ def spread_evenly(rows: list, n: int | None) -> list:
     if n is None or n >= len(rows): return list(rows)
     return [rows[int(i * len(rows) / n)] for i in range(n)]
 
-# %% ../nbs/91_promptsets.ipynb #3a6fe891
+# %% ../nbs/91_promptsets.ipynb #4c919d6f
 def items_from_records(records: list, # `core.read_prompt_file` records
                       ) -> list[dict]: # evaluation items
     """Evaluation items: MT-Bench questions keep all their `turns`, HumanEval stubs are wrapped in
@@ -42,6 +42,7 @@ def items_from_records(records: list, # `core.read_prompt_file` records
         out.append({'id': r['id'], **it})
     return out
 
+# %% ../nbs/91_promptsets.ipynb #089564d1
 def load_prompt_file(path,               # a JSONL prompt file; `pkg:NAME` = a file of the package's data/
                      n: int | None = None, # evenly spaced prompts; None: all
                     ) -> tuple[list[dict], str]: # `(items, source)`
@@ -49,7 +50,7 @@ def load_prompt_file(path,               # a JSONL prompt file; `pkg:NAME` = a f
     path = expand_path(path)
     return spread_evenly(items_from_records(read_prompt_file(path)), n), str(path)
 
-# %% ../nbs/91_promptsets.ipynb #d900dea5
+# %% ../nbs/91_promptsets.ipynb #349000d4
 def _hub_prompt_set(name: str) -> tuple[list, str]:
     "All items of the MT-Bench or HumanEval set from the hub, and the dataset id."
     from datasets import load_dataset          # datasets on first use (see the imports)
@@ -61,6 +62,7 @@ def _hub_prompt_set(name: str) -> tuple[list, str]:
     instructed = lambda r: [HUMANEVAL_INSTRUCTION.format(prompt=r['prompt'])]
     return [{'id': r['task_id'], 'turns': instructed(r)} for r in ds], HUMANEVAL_HUB
 
+# %% ../nbs/91_promptsets.ipynb #bcea90af
 def load_prompt_set(name: str,             # 'mt_bench' or 'humaneval'
                     n: int | None = None,  # evenly spaced prompts; None: all
                     fixtures=None,         # the fixtures folder; None: `core.fixtures_dir()`
@@ -78,7 +80,7 @@ def load_prompt_set(name: str,             # 'mt_bench' or 'humaneval'
         return [], f'unavailable: no fixture and the hub failed ({type(e).__name__}: {str(e)[:200]})'
     return spread_evenly(rows, n), source
 
-# %% ../nbs/91_promptsets.ipynb #bf8657e3
+# %% ../nbs/91_promptsets.ipynb #06786396
 def held_out_prompts(dataset_dir,      # a tokenized dataset (stage 50): `id`, `input_ids`, `loss_mask`
                      exclude_ids=(),   # the training rows' ids
                      n: int | None = None,
@@ -96,6 +98,7 @@ def held_out_prompts(dataset_dir,      # a tokenized dataset (stage 50): `id`, `
         else: items.append({'id': sid, 'input_ids': [int(t) for t in r['input_ids'][:lm.index(1)]]})
     return spread_evenly(items, n), rejected
 
+# %% ../nbs/91_promptsets.ipynb #c76496c3
 def trained_row_ids(features_dir) -> list[str]:
     "Ids of the rows the features stage wrote (`features/index.json`): the drafter's training rows; [] if none."
     p = Path(features_dir) / 'index.json'
@@ -142,7 +145,7 @@ def cap_context(tokenizer, messages: list,        # a conversation ending in its
         body = t + body
     return head + body + last, before, n(head + body + last)
 
-# %% ../nbs/91_promptsets.ipynb #aecb4d52
+# %% ../nbs/91_promptsets.ipynb #554ebb42
 def cap_items(tokenizer, items: list,                  # evaluation items; those with `messages` are capped
               max_context_tokens: int | None, enable_thinking: bool | None,
              ) -> tuple[list, dict]:                   # `(items, what was cut)`
@@ -156,6 +159,7 @@ def cap_items(tokenizer, items: list,                  # evaluation items; those
     return out, {'max_context_tokens': max_context_tokens, 'prompts': len(items), 'capped': len(cut),
                  'tokens_cut': sum(cut), 'most_cut': max(cut, default=0), 'over': over}
 
+# %% ../nbs/91_promptsets.ipynb #199d992d
 def cap_note(c: dict) -> str:
     "What `cap_items` cut from a set's prompts, in words; '' when it cut nothing and nothing is over the cap."
     if not (c['capped'] or c['over']): return ''

@@ -48,7 +48,7 @@ def split_reasoning(text: str,               # generated text
     if end < 0: return '', text.strip('\n')
     return text[end + len('</think>'):].lstrip('\n'), text[:end].strip('\n')
 
-# %% ../nbs/40_regenerate.ipynb #05a57a39
+# %% ../nbs/40_regenerate.ipynb #2d528472
 _TC_RE = re.compile(r'<tool_call>\s*(.*?)\s*(?:</tool_call>|$)', re.S)
 _FN_RE = re.compile(r'<function=([^>\n]+)>(.*?)(?:</function>|$)', re.S)
 _PARAM_RE = re.compile(r'<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>', re.S)
@@ -57,6 +57,7 @@ def _json_or_text(v: str):
     try: return json.loads(v)
     except ValueError: return v
 
+# %% ../nbs/40_regenerate.ipynb #bae67fa9
 def _parse_call(body: str) -> tuple[dict | None, str | None]:
     "One `<tool_call>` body -> (call, None) or (None, problem)."
     fm = _FN_RE.search(body)
@@ -72,6 +73,7 @@ def _parse_call(body: str) -> tuple[dict | None, str | None]:
     if not isinstance(args, dict): return None, f'tool call arguments are not an object: {body[:80]!r}'
     return {'type': 'function', 'function': {'name': obj['name'], 'arguments': args}}, None
 
+# %% ../nbs/40_regenerate.ipynb #51e142f7
 def parse_tool_calls(text: str  # generated text that may hold `<tool_call>` blocks
                     ) -> tuple[str, list, list]:  # (text before the first call, calls, problems)
     "The `<tool_call>` blocks of `text`, as `{'type': 'function', 'function': {'name', 'arguments': dict}}`."
@@ -98,7 +100,7 @@ def make_turn(res: GenResult,                # what the backend returned
     if calls: msg['tool_calls'] = calls
     return msg, problems
 
-# %% ../nbs/40_regenerate.ipynb #b13ebe7c
+# %% ../nbs/40_regenerate.ipynb #200fcb4e
 MODES = ('final', 'all')
 SELECTS = ('all', 'prompt_only', 'unanswered')
 TOOL_TURNS = ('keep', 'regenerate')
@@ -106,6 +108,7 @@ TOOL_TURNS = ('keep', 'regenerate')
 def _answers(row) -> list:
     return [m for m in row.get('messages') or [] if isinstance(m, dict) and m.get('role') == 'assistant']
 
+# %% ../nbs/40_regenerate.ipynb #6378e70e
 def is_selected(row: dict,          # a canonical row
                 select: str,        # all | prompt_only | unanswered
                ) -> bool:
@@ -168,10 +171,11 @@ def next_request(self: RowJob) -> GenRequest | None:
     self.done = True
     return None
 
-# %% ../nbs/40_regenerate.ipynb #5b061ce9
+# %% ../nbs/40_regenerate.ipynb #a3e37912
 def _names(calls) -> list:
     return [(c.get('function') or {}).get('name') for c in calls or [] if isinstance(c, dict)]
 
+# %% ../nbs/40_regenerate.ipynb #b68605f7
 @patch
 def _match_tool_results(self: RowJob, replaced, msg) -> bool:
     "Same calls in the same order: carry the recorded ids over (True); else end the conversation (False)."
@@ -186,7 +190,6 @@ def _match_tool_results(self: RowJob, replaced, msg) -> bool:
     self.pos = len(self.src)
     self._tail_asked = True
     return False
-
 
 # %% ../nbs/40_regenerate.ipynb #73c69b73
 @patch
@@ -242,7 +245,7 @@ def result(self: RowJob, backend_info: dict) -> dict:
         **({'notes': self.notes} if self.notes else {})}}
     return row
 
-# %% ../nbs/40_regenerate.ipynb #78a920f3
+# %% ../nbs/40_regenerate.ipynb #e79be1f6
 def _chunks(path, size: int, limit: int | None = None) -> Iterator[list]:
     buf, n = [], 0
     for r in iter_jsonl(path, errors='yield'):
@@ -254,15 +257,17 @@ def _chunks(path, size: int, limit: int | None = None) -> Iterator[list]:
             buf = []
     if buf: yield buf
 
+# %% ../nbs/40_regenerate.ipynb #bd5f4a14
 def _count_rows(path, limit=None) -> int:
     with open(path, 'rb') as f: n = sum(1 for line in f if line.strip())
     return n if limit is None else min(n, limit)
 
-# %% ../nbs/40_regenerate.ipynb #370811b5
+# %% ../nbs/40_regenerate.ipynb #94bd0169
 def _failed(row, reason: str, **extra) -> dict:
     rid = row.get('id') if isinstance(row, dict) else None
     return {'kind': 'failed', 'reason': reason, 'id': rid, 'row': row, **extra}
 
+# %% ../nbs/40_regenerate.ipynb #0f93e960
 def _screen(rows: list, select: str, mode: str, tool_turns: str, seen_ids: set) -> tuple[list, dict]:
     "Per row of a chunk: its record now (`recs[i]`), or a `RowJob` (`jobs[i]`)."
     recs, jobs = [None] * len(rows), {}
@@ -280,7 +285,7 @@ def _screen(rows: list, select: str, mode: str, tool_turns: str, seen_ids: set) 
             else: recs[i] = {'kind': 'row', 'status': 'passed', 'row': row}
     return recs, jobs
 
-# %% ../nbs/40_regenerate.ipynb #e5aa261d
+# %% ../nbs/40_regenerate.ipynb #b643cd8c
 def _run_jobs(jobs: dict, backend, gen: GenConfig, progress=None):
     "Drive the `RowJob`s to the end, one backend call per round of turns."
     active = dict(jobs)
@@ -299,6 +304,7 @@ def _run_jobs(jobs: dict, backend, gen: GenConfig, progress=None):
                 active.pop(i)
                 if progress: progress(1, 0)
 
+# %% ../nbs/40_regenerate.ipynb #9e8f72ec
 def _job_record(job: RowJob, info: dict, gen: GenConfig, keep_truncated: bool) -> dict:
     "The record of a finished job: its regenerated row, or why it failed."
     if job.error: return _failed(job.row, job.error)
@@ -431,11 +437,12 @@ def regenerate_chunk(rows: list,                 # the chunk's rows (parsed JSON
     for (i, k), job in more.items(): after.setdefault(i, []).append({**_job_record(job, info, sgen, o.keep_truncated), 'sample': k})
     return [r for i, rec in enumerate(recs) for r in (rec, *after.get(i, []))]
 
-# %% ../nbs/40_regenerate.ipynb #1026faa2
+# %% ../nbs/40_regenerate.ipynb #39b13a56
 def _settings_key(input_path, chunk_size, gen, how: dict, limit, backend) -> dict:
     return {'input_sha256': file_hash(input_path), 'chunk_size': int(chunk_size), 'gen': asdict(gen), **how,
             'limit': limit, 'backend': backend.name, 'model': backend.info().get('model')}
 
+# %% ../nbs/40_regenerate.ipynb #38c15a68
 def _open_parts(parts: Path, key: dict) -> Path:
     "The parts folder for these settings: kept when it was made under them, else emptied."
     state = parts / 'state.json'
@@ -446,6 +453,7 @@ def _open_parts(parts: Path, key: dict) -> Path:
     if not state.exists(): write_json(state, key)
     return parts
 
+# %% ../nbs/40_regenerate.ipynb #22f8eb15
 def _part(parts: Path, k: int) -> Path: return parts / f'part-{k:06d}.jsonl'
 
 # %% ../nbs/40_regenerate.ipynb #67f16dc6
@@ -512,7 +520,7 @@ def _watch(procs, todo, parts, meter):
     if bad: raise RuntimeError(f'regeneration worker(s) {bad} failed (exit codes {codes}); '
                                'finished chunks are kept: run again to resume')
 
-# %% ../nbs/40_regenerate.ipynb #5a52f139
+# %% ../nbs/40_regenerate.ipynb #e2866d32
 def _run_here(backend, input_path, parts: Path, gen, opts: RegenOptions, meter) -> tuple:
     "Regenerate the missing chunks in this process; returns (chunks resumed, chunks run)."
     seen, resumed, run = set(), 0, 0
@@ -526,6 +534,7 @@ def _run_here(backend, input_path, parts: Path, gen, opts: RegenOptions, meter) 
         run += 1
     return resumed, run
 
+# %% ../nbs/40_regenerate.ipynb #ed822eb0
 class _Meter:
     "Rows and generated tokens so far; a progress bar with tokens/s (tqdm on a terminal, lines in the log)."
     def __init__(self, total: int, show: bool = True):
@@ -543,7 +552,7 @@ class _Meter:
     def close(self):
         if self.bar is not None: self.bar.close()
 
-# %% ../nbs/40_regenerate.ipynb #62b45848
+# %% ../nbs/40_regenerate.ipynb #0de3eb17
 ROW_COUNTS = ('rows_in', 'synthesized', 'sampled', 'rows_out', 'regenerated', 'passed', 'failed', 'limited', 'truncated_kept',
               'generated_turns', 'new_tokens')   # what the stage's manifest records: rows_in + synthesized + sampled = rows_out + failed + limited
 
@@ -551,6 +560,7 @@ def _synthesized(rec: dict) -> bool:
     "Whether a part's record is of a prompt the target wrote (`synthesize`)."
     return isinstance(rec.get('row'), dict) and 'synthesized' in (rec['row'].get('meta') or {})
 
+# %% ../nbs/40_regenerate.ipynb #a9ed90ab
 def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     "Merge the parts into the output and the failures file; returns (counts, failure reasons)."
     counts = dict.fromkeys(ROW_COUNTS, 0)
@@ -578,18 +588,20 @@ def _merge_parts(parts: Path, output_path, failures_path) -> tuple[dict, dict]:
     write_jsonl(failures_path, failed_rows())
     return counts, reasons
 
-# %% ../nbs/40_regenerate.ipynb #62324d1e
+# %% ../nbs/40_regenerate.ipynb #19ec221d
 def _input_keys(input_path: Path, limit=None) -> dict:
     "`_prompt_key` -> `input row ID` of every user turn of the input's first `limit` rows (bad lines skipped)."
     rows = (r for r in iter_jsonl(input_path, errors='yield') if isinstance(r, dict) and '_error' not in r)
     return {_prompt_key(m['content']): f"input row {r.get('id')}" for r in itertools.islice(rows, limit)
             for m in r.get('messages') or [] if m.get('role') == 'user' and isinstance(m.get('content'), str)}
 
+# %% ../nbs/40_regenerate.ipynb #9855f486
 def _synth_settings(o: RegenOptions, gen: GenConfig, backend, input_path: Path, evals) -> dict:
     return {'n': o.synthesize, 'temperature': o.synthesize_temperature, 'max_tokens': o.synthesize_max_tokens,
             'seed': gen.seed, 'enable_thinking': gen.enable_thinking, **backend.info(), 'limit': o.limit,
             'input_sha256': file_hash(input_path), 'eval_prompts': evals and {'sets': evals.sets, 'mode': evals.mode}}
 
+# %% ../nbs/40_regenerate.ipynb #560b864a
 def _with_synthesized(input_path: Path, output_path: Path, backend, o: RegenOptions, gen: GenConfig, progress=True,
                       evals=None) -> tuple[Path, dict]:
     "(The hidden file to regenerate: the input's first `limit` rows, then the synthesized; what synthesis did.)"
@@ -674,7 +686,7 @@ def regenerate_file(input_path,                 # canonical conversations JSONL
             'failures': str(failures_path), 'prompt_tokens': _prompt_tokens(backend, before if o.workers == 1 else None),
             **backend.info(), **servers}
 
-# %% ../nbs/40_regenerate.ipynb #f69b621b
+# %% ../nbs/40_regenerate.ipynb #18399422
 def assistant_token_counts(rows: Iterable[dict],  # canonical rows
                            tokenizer              # the target's tokenizer
                           ) -> dict:  # {row id: tokens of its assistant text}
@@ -686,6 +698,7 @@ def assistant_token_counts(rows: Iterable[dict],  # canonical rows
     def count(r): return sum(len(tokenizer(t, add_special_tokens=False)['input_ids']) for t in answers(r) if t)
     return {r.get('id'): count(r) for r in rows}
 
+# %% ../nbs/40_regenerate.ipynb #445b922e
 def token_stats(counts: Iterable[int]  # token counts
                ) -> dict:  # rows, total, mean, median, min, max, zero
     "Count, total, mean, median, min, max and the number of zeros of a list of counts."
@@ -717,7 +730,7 @@ def length_histogram(new_tokens: list,               # generated tokens per turn
     plt.close(fig)
     return Path(path)
 
-# %% ../nbs/40_regenerate.ipynb #19081a43
+# %% ../nbs/40_regenerate.ipynb #520c55cc
 def _bool(s):
     if s is None or isinstance(s, bool): return s
     s = str(s).lower()
@@ -726,6 +739,7 @@ def _bool(s):
     if s in ('0', 'false', 'no', 'off'): return False
     raise ValueError(f'expected true, false or none, got {s!r}')
 
+# %% ../nbs/40_regenerate.ipynb #c71b1f8b
 DECLARED_OPTIONS = ('served_model', 'mode', 'select', 'tool_turns', 'max_new_tokens', 'temperature', 'top_p', 'stop',
                     'enable_thinking', 'reasoning', 'keep_truncated', 'samples', 'sample_temperature', 'synthesize',
                     'synthesize_temperature', 'synthesize_max_tokens', 'batch_size', 'max_batch_tokens', 'reuse_gb', 'concurrency',
@@ -743,7 +757,7 @@ def _cli_options(p):
     p.add_argument('--drop-truncated', dest='keep_truncated', action='store_false', help='= --keep-truncated false')
     p.add_argument('--quiet', action='store_true', help='no progress bar')
 
-# %% ../nbs/40_regenerate.ipynb #df082750
+# %% ../nbs/40_regenerate.ipynb #92ac52ea
 def _cli_run(a) -> int:
     seed_everything(a.seed)
     v = vars(a)
@@ -755,13 +769,14 @@ def _cli_run(a) -> int:
     print(json.dumps(s, indent=2))
     return 0
 
+# %% ../nbs/40_regenerate.ipynb #f6ed2627
 def register_cli(sub):
     "Add `dflash-nb regenerate` to the CLI."
     p = sub.add_parser('regenerate', help='the target rewrites the assistant turns (in-process or on servers)')
     _cli_options(p)
     p.set_defaults(func=_cli_run)
 
-# %% ../nbs/40_regenerate.ipynb #32239f81
+# %% ../nbs/40_regenerate.ipynb #60cfc9a7
 def _stage_backend(stage: Stage):
     "The backend the stage's parameters name, loaded (timed); in-process, in the dtype chosen for this machine (recorded)."
     o = from_declared(BackendOptions, stage.params)
@@ -771,6 +786,7 @@ def _stage_backend(stage: Stage):
         record_precision(stage, dev, compute=o.dtype)
     with stage.timer('load'): return make_backend(o)
 
+# %% ../nbs/40_regenerate.ipynb #4994403f
 def _stage_evals(stage: Stage) -> EvalIndex | None:
     "With `synthesize`: the evaluation prompts `30_convert` checked the rows against (its manifest; else its defaults)."
     if not stage.params['synthesize']: return None
@@ -779,6 +795,7 @@ def _stage_evals(stage: Stage) -> EvalIndex | None:
     for f in conv['eval_prompt_files']: stage.input(eval_prompt_path(f))
     return EvalIndex(conv['eval_prompt_files'], mode=conv['eval_match'])
 
+# %% ../nbs/40_regenerate.ipynb #e4b3879a
 def _stage_regenerate(stage: Stage, src: Path, backend, gen: GenConfig) -> dict:
     "`regenerate_file` of `src` into the stage's folder with the stage's settings (timed); its summary."
     with stage.timer('regenerate'):
@@ -786,11 +803,12 @@ def _stage_regenerate(stage: Stage, src: Path, backend, gen: GenConfig) -> dict:
                                files=RegenFiles(failures=stage.path('failures.jsonl'), parts=stage.path('parts')),
                                eval_index=_stage_evals(stage))
 
-# %% ../nbs/40_regenerate.ipynb #3aa0afb4
+# %% ../nbs/40_regenerate.ipynb #356f2092
 def _regenerated(path) -> Iterator[dict]:
     "The rows of `path` the target regenerated, streamed."
     return (r for r in iter_jsonl(path) if (r.get('meta') or {}).get('regenerated'))
 
+# %% ../nbs/40_regenerate.ipynb #e109a07e
 def _stage_report(stage: Stage, summary: dict, src: Path, tok) -> dict:
     "`summary` with the supervised tokens before and after, the generated lengths (drawn) and the truncated turns."
     out = stage.path('regenerated.jsonl')
@@ -819,7 +837,7 @@ def regen_line(s: dict,          # `regenerate_file`'s summary (or the stage's r
             f"{s['regenerated']} regenerated ({s['generated_turns']} turns, {s['new_tokens']:,} new tokens{cut}), {s['passed']} "
             f"passed through with answers the target did not write (select {o.select}); {s['tokens_per_s'] or 0:.1f} tok/s{pre}")
 
-# %% ../nbs/40_regenerate.ipynb #29b33d11
+# %% ../nbs/40_regenerate.ipynb #17a9c5a6
 def _finish_stage(stage: Stage, report: dict) -> dict:
     "Write `report.json`, declare the outputs, record the counts; the manifest."
     write_json(stage.path('report.json'), report)
@@ -830,6 +848,7 @@ def _finish_stage(stage: Stage, report: dict) -> dict:
     return stage.finish(failure_reasons=report['failure_reasons'], tokens_per_s=report['tokens_per_s'], prompt_tokens=report.get('prompt_tokens'),
                         **({'synthesis': {k: synth[k] for k in ('wanted', 'kept', 'drawn', 'dropped', 'seconds', 'eval_sets')}} if synth else {}))
 
+# %% ../nbs/40_regenerate.ipynb #69fe8c2d
 def regenerate_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `params` holds its checked parameters
                     ) -> dict: # the report (`report.json`): `regenerate_file`'s summary, token and length statistics
     "Run `40_regenerate`: the target rewrites the answers of `30_convert/conversations.jsonl`; report; finish."

@@ -18,7 +18,7 @@ from .probes import explain_error, run_probe, schema_repair, show_tail
 __all__ = ['ID_KEYS', 'row_id', 'read_numbered', 'load_rows', 'thinking_mode', 'supervises_empty_think', 'template_context',
            'row_split', 'explore_row', 'tally', 'headline', 'explore']
 
-# %% ../nbs/21a_rowviews.ipynb #cc8e7066
+# %% ../nbs/21a_rowviews.ipynb #9a2a20ff
 ID_KEYS = ('id', 'uuid', 'conversation_id', 'conv_id', 'native_id', 'question_id', 'task_id', 'sample_id',
            '_id', 'idx')
 
@@ -33,6 +33,7 @@ def row_id(
             if isinstance(v, (str, int)) and not isinstance(v, bool) and v != '': return str(v)
     return f'line {line}'
 
+# %% ../nbs/21a_rowviews.ipynb #9684a24f
 def read_numbered(
     path,  # a data file (JSONL, JSON, .traj, Parquet)
 ) -> Iterable[tuple[int, dict]]:  # (n, record): n is the line in a JSONL file, the record number (from 1) otherwise
@@ -50,33 +51,37 @@ def read_numbered(
                 continue
             yield n, (obj if isinstance(obj, dict) else {'_error': f'expected a JSON object, got {type(obj).__name__}'})
 
-# %% ../nbs/21a_rowviews.ipynb #287ce603
+# %% ../nbs/21a_rowviews.ipynb #ee65fad3
 def _no_format(p: Path, found: str | None, what: str, note: str = '') -> ValueError:
     "The error for a file whose format is unknown: what `sources detect` says of it, and what to pass."
     said = f'this file reads as {found!r}' if found else f'no normalizer reads {p.name} (`dflash-nb sources detect {p}` says what each expects)'
     return ValueError(f'{what}: {said}; pass canonical or a normalizer ({", ".join(sorted(NORMALIZERS))}){note}')
 
+# %% ../nbs/21a_rowviews.ipynb #6ac03b37
 def _detect(p: Path) -> str:
     "The normalizer `dflash-nb sources detect` names for a file (the one a run's `sources` stage reads it with)."
     if found := detect_format(p)['best']: return found
     raise _no_format(p, None, f'cannot tell the format of {p.name}')
 
+# %% ../nbs/21a_rowviews.ipynb #c43b1e51
 def _normalizer(fmt: str, path):
     "The normalizer function of a format name; a clear error for anything else."
     if fmt in NORMALIZERS: return NORMALIZERS[fmt]
     raise _no_format(Path(path), detect_format(path)['best'], f'unknown format {fmt!r}',
                      ' (a source name of the registry is not a format: `dflash-nb sources list` shows its normalizer)')
 
-# %% ../nbs/21a_rowviews.ipynb #8047cd6e
+# %% ../nbs/21a_rowviews.ipynb #ccb091ba
 def _canonical_row(rec: dict, n: int, src: str) -> dict:
     row = {**rec, 'id': row_id(rec, n), 'line': n, 'source': rec.get('source') or src}
     return row if isinstance(rec.get('messages'), list) else {**row, '_error': 'no messages list'}
 
+# %% ../nbs/21a_rowviews.ipynb #2f12fcd8
 def _read_verdict(src: str, rec: dict, i: int, part: dict) -> dict:
     "What a run's `sources` stage does with one mapped row by default (format-only repairs): `{'ok'}` or the reason."
     got, rej = normalize_record(src, lambda _: [copy.deepcopy(part)], rec, i)
     return {'ok': True} if got else {'ok': False, 'reason': rej[0]['reason']}
 
+# %% ../nbs/21a_rowviews.ipynb #2777fdf1
 def _normalized_rows(src: str, norm, rec: dict, i: int, n: int) -> list[dict]:
     "The rows of record `i` (line `n`) as the normalizer maps them, each with the stage's verdict; a record it rejects as an `_error` row."
     base = {'id': row_id(rec, n), 'line': n, 'source': rec['source'] if isinstance(rec.get('source'), str) else src}
@@ -90,7 +95,7 @@ def _normalized_rows(src: str, norm, rec: dict, i: int, n: int) -> list[dict]:
              **({'tools': p['tools']} if p.get('tools') else {}), 'read': _read_verdict(src, rec, i, p)}
             for k, p in enumerate(parts)]
 
-# %% ../nbs/21a_rowviews.ipynb #9427db48
+# %% ../nbs/21a_rowviews.ipynb #3ae77f71
 def _numbered(p: Path, fmt: str, limit) -> list[tuple[int, dict]]:
     "(line, record) pairs; a grouped format's records (`formats.GROUP_BY`) grouped as a run groups them, at their first line."
     recs = list(itertools.islice(read_numbered(p), limit))
@@ -101,6 +106,7 @@ def _numbered(p: Path, fmt: str, limit) -> list[tuple[int, dict]]:
         j += len(g['rows'])
     return out
 
+# %% ../nbs/21a_rowviews.ipynb #3cf2af13
 def load_rows(
     path,  # a data file
     fmt: str | None = None,  # `canonical`, a normalizer name, or None (what `dflash-nb sources detect` names)
@@ -118,7 +124,7 @@ def load_rows(
         else: rows += _normalized_rows(src, norm, rec, i, n)
     return rows, {'path': str(p), 'format': fmt, 'detected': detected, 'records': len(recs), 'rows': len(rows)}
 
-# %% ../nbs/21a_rowviews.ipynb #4b473081
+# %% ../nbs/21a_rowviews.ipynb #0c6078e0
 _EMPTY_THINK = re.compile(r'^\s*(<think>)?\s*</think>')
 
 def thinking_mode(
@@ -140,13 +146,14 @@ def thinking_mode(
             + '; the generation prompt is ' + show_tail(prompt, r.tokenizer))
     return {'switchable': True, 'default': default, 'in_use': in_use, 'note': note}
 
+# %% ../nbs/21a_rowviews.ipynb #60fba027
 def supervises_empty_think(
     pieces,  # decoded supervised runs
 ) -> bool:  # True when a run starts with an empty think block
     "Whether a mask supervises an empty think block (`\\n\\n</think>` after the `<think>\\n` prompt)."
     return any(_EMPTY_THINK.match(p) for p in pieces)
 
-# %% ../nbs/21a_rowviews.ipynb #9ca0517d
+# %% ../nbs/21a_rowviews.ipynb #89400117
 def template_context(
     template: str,  # the template source
     line: int,  # the line that raised
@@ -159,6 +166,7 @@ def template_context(
     keep = set(range(max(1, line - before), min(len(src), line + after) + 1)) | ({condition_line} if condition_line else set())
     return [(n, src[n - 1], 'raise' if n == line else 'condition' if n == condition_line else '') for n in sorted(keep) if 0 < n <= len(src)]
 
+# %% ../nbs/21a_rowviews.ipynb #8b153f63
 def _row_mask(r: Renderer, msgs, tools, et, method, supervise='all') -> dict:
     "(ids, mask, pieces) with a fast tokenizer, else (text, spans, pieces) from the render; raises MaskError."
     text, turns = locate_turns(r, msgs, tools, et, method, supervise)
@@ -168,15 +176,17 @@ def _row_mask(r: Renderer, msgs, tools, et, method, supervise='all') -> dict:
     ids, mask = assistant_mask(r, msgs, tools, None, et, method, supervise)
     return {'ids': ids, 'mask': mask, 'pieces': supervised_pieces(r.tokenizer, ids, mask)}
 
+# %% ../nbs/21a_rowviews.ipynb #82b59c5a
 def _try_mask(r: Renderer, msgs, tools, et, method, supervise='all') -> dict | MaskError:
     "The mask view of a conversation (all its assistant turns supervised, or the `last` one), or the MaskError that stops it."
     if not all(isinstance(m, dict) for m in msgs): return MaskError('bad message', 'a message is not an object')
     try: return _row_mask(r, msgs, tools, et, method, supervise)
     except MaskError as e: return e
 
-# %% ../nbs/21a_rowviews.ipynb #24a292d4
+# %% ../nbs/21a_rowviews.ipynb #a541d1e8
 def _kind(reason: str) -> str: return reason.split(':', 1)[0].strip()   # the short, stable kind (as `core.Quarantine` counts it)
 
+# %% ../nbs/21a_rowviews.ipynb #ff99f6cc
 def _why(r: Renderer, msgs, tools, raw, reasons, et) -> dict:
     "Reason, error and (for a template error) the rule, its context and an explanation."
     if isinstance(raw, MaskError) and raw.reason == 'template error':
@@ -190,6 +200,7 @@ def _why(r: Renderer, msgs, tools, raw, reasons, et) -> dict:
     if reasons: return {'reason': _kind(reasons[0]), 'error': reasons[0], 'schema': reasons}
     return {'reason': raw.reason, 'error': str(raw)}
 
+# %% ../nbs/21a_rowviews.ipynb #1d5f34a2
 def _default(v: dict) -> str:
     "What the pipeline does with the row by default."
     if v['status'] != 'failed': return 'trained' if v['status'] == 'ok' else 'regenerated'
@@ -198,13 +209,14 @@ def _default(v: dict) -> str:
         return 'quarantined; opt in: ' + ', '.join(n for n in v['repair'].split('+') if REPAIRS[n].kind == MEANING_CHANGING)
     return 'quarantined'
 
-# %% ../nbs/21a_rowviews.ipynb #c3128ccb
+# %% ../nbs/21a_rowviews.ipynb #0e238ad6
 def _row_repair(row: dict) -> tuple:
     "(names, class, repaired row) for a row the schema rejects: the format-only repairs when they suffice (what a run applies by default), else every repair that applies (`schema_repair`)."
     fixed, notes = fix_row({'id': 'x', 'source': 'x', **row})
     if not notes: return schema_repair(row)
     return '+'.join(repair_names(notes)), FORMAT_ONLY, {k: v for k, v in fixed.items() if k in ('messages', 'tools')}
 
+# %% ../nbs/21a_rowviews.ipynb #778a5a9b
 def _with_repair(v: dict, r: Renderer, row: dict, et, method) -> dict:
     "Add the schema repair of a failed row, its class, and the repaired render and mask (or why it still fails)."
     name, kind, fixed = _row_repair(row)
@@ -219,6 +231,7 @@ def _with_repair(v: dict, r: Renderer, row: dict, et, method) -> dict:
          'repaired': None if isinstance(res, MaskError) else res}
     return _repaired_split(v, r, fixed, res, et, method) if kind == FORMAT_ONLY else v   # the row a run's later stages get
 
+# %% ../nbs/21a_rowviews.ipynb #34bd37e4
 def _subset(row: dict) -> dict:
     "The part of a row the schema and the template see."
     return {'messages': row['messages'], **({'tools': row['tools']} if 'tools' in row else {})}
@@ -253,7 +266,7 @@ def _repaired_on_reading(v: dict, r: Renderer, row: dict, raw: dict, made: list,
     return {**v, 'default': _default(v)}
 
 
-# %% ../nbs/21a_rowviews.ipynb #6e5c7749
+# %% ../nbs/21a_rowviews.ipynb #b33944e7
 def _split_parts(sp: dict) -> tuple[dict, dict | None]:
     "(the view's split keys, the sample that quarantines the row or None) of a `row_split` result."
     samples = [{'turn': j, **({'error': str(m), 'reason': m.reason} if isinstance(m, MaskError) else m)} for j, m in sp['samples']]
@@ -261,6 +274,7 @@ def _split_parts(sp: dict) -> tuple[dict, dict | None]:
     return ({'split': sp['split'], 'samples': samples, 'split_samples': sum('error' not in x for x in samples)},
             None if k is None else samples[k])
 
+# %% ../nbs/21a_rowviews.ipynb #d7ead60c
 def _split_view(v: dict, sp: dict) -> dict:
     "A row `tokenization.rows: auto` splits: trained as one sample per assistant turn, or quarantined (`split_failure`)."
     parts, bad = _split_parts(sp)
@@ -268,6 +282,7 @@ def _split_view(v: dict, sp: dict) -> dict:
                     'error': f"{sp['split']}; its sample of message {bad['turn']}: {bad['error']}"}
     return {**v, **parts, 'status': 'split', 'reason': 'split', 'default': f"split into {parts['split_samples']} samples"}
 
+# %% ../nbs/21a_rowviews.ipynb #f02c9f56
 def _repaired_split(v: dict, r: Renderer, fixed: dict, res, et, method) -> dict:
     "A row repaired by default that then splits: the split noted, or the repair's failure when a sample loses content."
     if not (sp := row_split(r, fixed['messages'], fixed.get('tools'), res, et, method)): return v
@@ -275,7 +290,6 @@ def _repaired_split(v: dict, r: Renderer, fixed: dict, res, et, method) -> dict:
     if not bad: return {**v, **parts}
     return {**v, **parts, 'repair': None, 'repair_tried': v['repair'], 'repair_tried_kind': v['repair_kind'], 'after_repair_reason': bad['reason'],
             'after_repair': f"{v['repair']} ({v['repair_kind']}) gives a row that splits and its sample of message {bad['turn']} still fails: {bad['error']}"}
-
 
 # %% ../nbs/21a_rowviews.ipynb #be5344f5
 def explore_row(
@@ -303,11 +317,12 @@ def explore_row(
     v = _with_repair(v, r, _subset(row), enable_thinking, method) if reasons else {**v, 'repair': None}
     return {**v, 'default': _default(v), **({'read': read['reason']} if not read['ok'] else {})}   # the reading stage's own words
 
-# %% ../nbs/21a_rowviews.ipynb #f4e88faf
+# %% ../nbs/21a_rowviews.ipynb #e18d25f2
 def tally(d: dict, k):
     "One more `k` in the counts `d` (a tally of the explorer's counts)."
     d[k] = d.get(k, 0) + 1
 
+# %% ../nbs/21a_rowviews.ipynb #df4525d9
 def _explore_summary(views) -> dict:
     "Rows by what a run does with them by default: rows = ok + split + prompt_only + repaired_by_default + quarantined, and the quarantined ones are need_opt_in (a meaning-changing repair saves them) + failed (no repair found)."
     st, dflt = [v['status'] for v in views], [v.get('default') or '' for v in views]
@@ -322,6 +337,7 @@ def _explore_summary(views) -> dict:
             'split_quarantined': sum('split' in v and d.startswith('quarantined') for v, d in zip(views, dflt)),
             'split_repaired': sum('split' in v and d == 'repaired' for v, d in zip(views, dflt))}
 
+# %% ../nbs/21a_rowviews.ipynb #c5a0303a
 def headline(s: dict) -> list[str]:
     "The summary's lines of text: every row in one outcome, the quarantined ones broken down, and why rows split (when some do)."
     rep = f" ({s['split_repaired']} of them repaired by default first)" if s.get('split_repaired') else ''

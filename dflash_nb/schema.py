@@ -21,9 +21,10 @@ MESSAGE_KEYS = {'system': ('role', 'content'), 'user': ('role', 'content'),
                 'assistant': ('role', 'content', 'tool_calls', 'reasoning_content'),
                 'tool': ('role', 'content', 'tool_call_id', 'name')}
 
-# %% ../nbs/05_schema.ipynb #873172df
+# %% ../nbs/05_schema.ipynb #826d7a93
 def _is_str(x): return isinstance(x, str)
 
+# %% ../nbs/05_schema.ipynb #b864bed1
 def _check_arguments(a, where) -> list[str]:
     "Tool-call arguments must be an object; a JSON string of one is reported as repairable."
     if isinstance(a, dict): return []
@@ -32,6 +33,7 @@ def _check_arguments(a, where) -> list[str]:
     except ValueError: return [f'arguments not JSON: {where} arguments {a[:60]!r}']
     return [f'arguments not an object: {where} arguments is a JSON string (repairable)']
 
+# %% ../nbs/05_schema.ipynb #6dce78ca
 def _check_tool_call(tc, where) -> list[str]:
     "Reasons why one tool call is not `{id?, type: function, function: {name, arguments}}`."
     if not isinstance(tc, dict): return [f'bad tool call: {where} is {type(tc).__name__}, not an object']
@@ -73,7 +75,7 @@ def is_real_user(
     c = _text(m.get('content')).strip()
     return not (c.startswith('<tool_response>') and c.endswith('</tool_response>'))
 
-# %% ../nbs/05_schema.ipynb #f629a547
+# %% ../nbs/05_schema.ipynb #e687695a
 def _check_content(m, w, role) -> list[str]:
     "The content of one message must be a string, non-blank unless an assistant turn carries tool calls."
     c = m.get('content')
@@ -82,6 +84,7 @@ def _check_content(m, w, role) -> list[str]:
     if not c.strip() and not (role == 'assistant' and m.get('tool_calls')): return [f'empty content: {w} ({role})']
     return []
 
+# %% ../nbs/05_schema.ipynb #71a03fda
 def _check_assistant(m, w) -> tuple[list[str], list | None]:
     "Reasons for an assistant turn's reasoning and tool calls, and the ids of the calls it leaves pending."
     out = []
@@ -93,6 +96,7 @@ def _check_assistant(m, w) -> tuple[list[str], list | None]:
     for j, tc in enumerate(tcs): out += _check_tool_call(tc, f'{w} call {j}')
     return out, [tc.get('id') if isinstance(tc, dict) else None for tc in tcs]
 
+# %% ../nbs/05_schema.ipynb #201b26e6
 def _check_tool_turn(m, w, pending) -> list[str]:
     "A tool turn must answer a pending call; the call it answers is removed from `pending`."
     out = [f'bad tool name: {w} name is not a string'] if 'name' in m and not _is_str(m['name']) else []
@@ -129,7 +133,7 @@ def _check_message(m, i: int, st: dict) -> list[str]:
     if is_real_user(m): st.setdefault('user', i)
     return out
 
-# %% ../nbs/05_schema.ipynb #22d7ec59
+# %% ../nbs/05_schema.ipynb #fc9469ee
 def _check_top(row) -> list[str]:
     "Reasons about the row's own keys: unknown fields, `id`, `source`, `meta`, `tools`."
     out = [f'unknown field: {sorted(extra)}'] if (extra := [k for k in row if k not in ROW_KEYS]) else []
@@ -139,6 +143,7 @@ def _check_top(row) -> list[str]:
     if 'meta' in row and not isinstance(row['meta'], dict): out.append('bad meta: meta must be an object')
     return out + (_check_tools(row['tools']) if 'tools' in row else [])
 
+# %% ../nbs/05_schema.ipynb #1d78cad7
 def validate_row(
     row,  # a parsed record (anything: a non-object is a reason too)
     max_chars: int | None = None,  # reject rows whose JSON is longer than this (None: no limit)
@@ -170,7 +175,7 @@ class Repair:
     fn: Callable            # (row, **options) -> (new row, note) or (the same row, None)
     valid_rows: bool = False  # applies to rows the validator accepts too (only merge_same_role)
 
-# %% ../nbs/05_schema.ipynb #9c0235f8
+# %% ../nbs/05_schema.ipynb #bafc3781
 def _msgs_map(row, name: str, change) -> tuple[dict, str | None]:
     "Apply `change(message) -> new message | None` to every dict message; (new row, `name: n message(s)`) or (row, None)."
     msgs, n = [], 0
@@ -180,10 +185,12 @@ def _msgs_map(row, name: str, change) -> tuple[dict, str | None]:
         n += new is not None
     return ({**row, 'messages': msgs}, f'{name}: {n} message(s)') if n else (row, None)
 
+# %% ../nbs/05_schema.ipynb #9fc14fe0
 def _parse_json_str(s):
     try: return True, json.loads(s)
     except (ValueError, TypeError): return False, None
 
+# %% ../nbs/05_schema.ipynb #ff484ef3
 def _flatten_content(row, **_):
     "Content given as a list of text parts becomes their joined text (a list with any other part is left alone)."
     def ch(m):
@@ -192,18 +199,20 @@ def _flatten_content(row, **_):
             return {**m, 'content': ''.join(p['text'] for p in c)}
     return _msgs_map(row, 'flatten_content', ch)
 
+# %% ../nbs/05_schema.ipynb #6cdc358a
 def _none_to_empty(row, **_):
     "`content: null` becomes `''` (a tool-call-only turn of an OpenAI export)."
     return _msgs_map(row, 'none_to_empty',
                      lambda m: {**m, 'content': ''} if 'content' in m and m['content'] is None else None)
 
-# %% ../nbs/05_schema.ipynb #0d13e948
+# %% ../nbs/05_schema.ipynb #2879c300
 def _wrap_tool(t):
     "A bare function spec -> the OpenAI `{type: function, function: …}` form (None when not recognisable)."
     if isinstance(t, dict) and t.get('type') == 'function' and isinstance(t.get('function'), dict): return t
     if isinstance(t, dict) and _is_str(t.get('name')) and 'type' not in t: return {'type': 'function', 'function': t}
     return None
 
+# %% ../nbs/05_schema.ipynb #04b5ef35
 def _tools_to_specs(row, **_):
     "`tools` given as a JSON string is parsed; bare function specs are wrapped as `{type: function, function}`."
     tools, did = row.get('tools'), []
@@ -219,6 +228,7 @@ def _tools_to_specs(row, **_):
             did.append('wrapped as function specs')
     return ({**row, 'tools': tools}, 'tools_to_specs: ' + ', '.join(did)) if did else (row, None)
 
+# %% ../nbs/05_schema.ipynb #b708f6b4
 def _tool_call_form(row, **_):
     "A tool call without `type` gets `function`; an empty `tool_calls` list is removed."
     def ch(m):
@@ -229,7 +239,7 @@ def _tool_call_form(row, **_):
                 'tool_calls': [{**tc, 'type': 'function'} if isinstance(tc, dict) and 'type' not in tc else tc for tc in tcs]}
     return _msgs_map(row, 'tool_call_form', ch)
 
-# %% ../nbs/05_schema.ipynb #73ba1585
+# %% ../nbs/05_schema.ipynb #d602c8ff
 ROLE_ALIASES = {'human': 'user', 'prompter': 'user', 'gpt': 'assistant', 'chatgpt': 'assistant',
                 'bot': 'assistant',
                 'ai': 'assistant', 'chatbot': 'assistant', 'model': 'assistant', 'bard': 'assistant',
@@ -248,6 +258,7 @@ def _rename_roles(row, **_):
     new, note = _msgs_map(row, 'rename_roles', ch)
     return (new, 'rename_roles: ' + ', '.join(dict.fromkeys(seen))) if note else (row, None)
 
+# %% ../nbs/05_schema.ipynb #0aeb7844
 def _args_to_objects(row, **_):
     "Tool-call `arguments` given as a JSON string of an object are parsed into the object."
     n = 0
@@ -264,7 +275,7 @@ def _args_to_objects(row, **_):
     new, note = _msgs_map(row, 'args_to_objects', ch)
     return (new, f'args_to_objects: {n} call(s)') if note else (row, None)
 
-# %% ../nbs/05_schema.ipynb #4b96d1ae
+# %% ../nbs/05_schema.ipynb #691621d2
 PLACEHOLDER_USER = 'Continue.'
 
 def _drop_empty_turns(row, **_):
@@ -275,6 +286,7 @@ def _drop_empty_turns(row, **_):
     n = sum(map(blank, msgs))
     return ({**row, 'messages': [m for m in msgs if not blank(m)]}, f'drop_empty_turns: {n} turn(s)') if n else (row, None)
 
+# %% ../nbs/05_schema.ipynb #86f752d1
 def _merge_same_role(row, **_):
     "Consecutive plain turns of the same role (system, user, assistant without tool calls) are joined by a blank line."
     out, n = [], 0
@@ -286,6 +298,7 @@ def _merge_same_role(row, **_):
         else: out.append(m)
     return ({**row, 'messages': out}, f'merge_same_role: {n} turn(s)') if n else (row, None)
 
+# %% ../nbs/05_schema.ipynb #50bc922d
 def _map_unknown_roles(row, **_):
     "A role that is neither a schema role nor a known alias becomes `user` (a guess)."
     seen = []
@@ -296,7 +309,7 @@ def _map_unknown_roles(row, **_):
     new, note = _msgs_map(row, 'map_unknown_roles', ch)
     return (new, 'map_unknown_roles: ' + ', '.join(dict.fromkeys(seen))) if note else (row, None)
 
-# %% ../nbs/05_schema.ipynb #2404f741
+# %% ../nbs/05_schema.ipynb #8cb98788
 def _move_system_first(row, **_):
     "Every system turn is merged into one system turn at the start (moving instructions given mid-conversation)."
     msgs = row.get('messages') or []
@@ -306,6 +319,7 @@ def _move_system_first(row, **_):
     rest = [m for m in msgs if not (isinstance(m, dict) and m.get('role') == 'system')]
     return {**row, 'messages': [{'role': 'system', 'content': text}] + rest}, f'move_system_first: {len(sys_)} system turn(s) merged at the start'
 
+# %% ../nbs/05_schema.ipynb #70ca162a
 def _prepend_user(row, placeholder: str = PLACEHOLDER_USER, had_user: bool = False, **_):
     "A placeholder user turn goes after the leading system turns when no real user turn comes before the first answer."
     msgs = row.get('messages') or []
@@ -357,11 +371,12 @@ def repair_kind(
     kinds = {REPAIRS[n].kind for n in repair_names(names) if n in REPAIRS}
     return MEANING_CHANGING if MEANING_CHANGING in kinds else FORMAT_ONLY if kinds else None
 
-# %% ../nbs/05_schema.ipynb #302d920b
+# %% ../nbs/05_schema.ipynb #b95e2163
 def _check_names(names):
     bad = [n for n in names if n not in REPAIRS]
     if bad: raise ValueError(f'unknown repair {bad[0]!r}; known: {", ".join(REPAIRS)}')
 
+# %% ../nbs/05_schema.ipynb #00174c49
 def apply_repairs(
     row: dict,  # a row (`messages`, maybe `tools`), or a bare list of messages
     names=DEFAULT_REPAIRS,  # the repairs to apply (any order: they run in registry order)
@@ -422,7 +437,7 @@ def repair_row(
     if not isinstance(row, dict): return row, []
     return apply_repairs(row, DEFAULT_REPAIRS + (('merge_same_role',) if merge_same_role else ()))
 
-# %% ../nbs/05_schema.ipynb #c2255d63
+# %% ../nbs/05_schema.ipynb #0fb1ff3d
 TO_SHAREGPT = {'system': 'system', 'user': 'human', 'assistant': 'gpt', 'tool': 'tool'}
 FROM_SHAREGPT = {'system': 'system', 'human': 'user', 'user': 'user', 'gpt': 'assistant',
                  'assistant': 'assistant',
@@ -436,6 +451,7 @@ def _top(row, body_key, body):
         if k in row: out[k] = row[k]
     return out
 
+# %% ../nbs/05_schema.ipynb #3d7d9f8a
 def to_sharegpt(
     row: dict,  # a canonical row
 ) -> dict:  # `{id, source, conversations: [{from, value, ...}], tools?, meta?}`
@@ -444,7 +460,7 @@ def to_sharegpt(
              **{k: v for k, v in m.items() if k not in ('role', 'content')}} for m in row['messages']]
     return _top(row, 'conversations', conv)
 
-# %% ../nbs/05_schema.ipynb #26945d3a
+# %% ../nbs/05_schema.ipynb #695539bb
 def _from_function_call(t) -> dict | None:
     "A LLaMA-Factory `function_call` turn -> an assistant tool call (None when its value is not a call)."
     ok, call = _parse_json_str(t.get('value'))
@@ -453,6 +469,7 @@ def _from_function_call(t) -> dict | None:
     return {'role': 'assistant', 'content': '',
             'tool_calls': [{'type': 'function', 'function': {'name': call['name'], 'arguments': args}}]}
 
+# %% ../nbs/05_schema.ipynb #d29626c6
 def from_sharegpt(
     row: dict,  # a ShareGPT row (`conversations` of `{from, value}` or `{role, content}` turns)
     source: str | None = None,  # the source name to set (None: keep the row's)
@@ -473,7 +490,7 @@ def from_sharegpt(
     if source is not None: out['source'] = source
     return out
 
-# %% ../nbs/05_schema.ipynb #7513be72
+# %% ../nbs/05_schema.ipynb #9f85f2f6
 def to_speculators(
     row: dict,  # a canonical row
 ) -> dict:  # `{id, conversations: [{role, content, ...}], tools?}`
@@ -482,6 +499,7 @@ def to_speculators(
     if 'tools' in row: out['tools'] = row['tools']
     return out
 
+# %% ../nbs/05_schema.ipynb #c567a957
 def from_speculators(
     row: dict,  # a speculators/SpecForge row
     source: str,  # the source name (that layout has none)
@@ -491,7 +509,7 @@ def from_speculators(
     if 'tools' in row: out['tools'] = row['tools']
     return out
 
-# %% ../nbs/05_schema.ipynb #ae7bf8c2
+# %% ../nbs/05_schema.ipynb #dc91042e
 def make_tool_call(
     name: str,  # the function name
     arguments,  # an object, or a JSON string of one (parsed)
@@ -504,6 +522,7 @@ def make_tool_call(
     tc = {'type': 'function', 'function': {'name': name, 'arguments': arguments}}
     return {'id': call_id, **tc} if call_id else tc
 
+# %% ../nbs/05_schema.ipynb #d8616081
 def split_think(
     text: str,  # an assistant text, maybe starting with `<think>…</think>`
 ) -> tuple[str, str | None]:  # (content, reasoning or None)
@@ -514,6 +533,7 @@ def split_think(
     reasoning, _, rest = s[len('<think>'):].partition('</think>')
     return rest.lstrip('\n'), reasoning.strip('\n')
 
+# %% ../nbs/05_schema.ipynb #c955b34a
 def user_text(
     row: dict,  # a canonical row
 ) -> str:  # the user turns joined by blank lines

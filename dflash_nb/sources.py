@@ -194,7 +194,7 @@ def hub_reachable(timeout: float = 3.0, # seconds to wait for a connection
         except OSError: _HUB_OK = False
     return _HUB_OK
 
-# %% ../nbs/10_sources.ipynb #4957f802
+# %% ../nbs/10_sources.ipynb #18826d62
 def _hub_records(src: Source) -> Iterator[dict]:
     "The streamed records of a hub source, or SourceUnavailable saying why not."
     if not hub_reachable():
@@ -209,6 +209,7 @@ def _hub_records(src: Source) -> Iterator[dict]:
         raise SourceUnavailable(status, f'{src.hf_id}: {msg}') from None
     return iter(ds)
 
+# %% ../nbs/10_sources.ipynb #8649a0fe
 def read_source(src: Source, # a registry entry
                ) -> Iterator[dict]: # its native records (grouped when the source says so)
     "Stream the native records of a source, local or hub."
@@ -231,7 +232,7 @@ def normalize_stream(src: Source, # the source (its normalizer, name, prompts_on
         for r in rows: yield r, None
         for j in rej: yield None, j
 
-# %% ../nbs/10_sources.ipynb #25199316
+# %% ../nbs/10_sources.ipynb #c4ec7489
 _TYPE_NAMES = {dict: 'object', str: 'str', int: 'int', float: 'float', bool: 'bool', type(None): 'null'}
 
 def _tname(v) -> str:
@@ -239,6 +240,7 @@ def _tname(v) -> str:
     if isinstance(v, list): return 'list[' + (_tname(v[0]) if v else '') + ']'
     return _TYPE_NAMES.get(type(v), type(v).__name__)
 
+# %% ../nbs/10_sources.ipynb #fb0229e3
 def _stats(xs) -> dict:
     "n, min, median, p90, max and mean of a list of numbers ({} when empty)."
     if not xs: return {}
@@ -247,6 +249,7 @@ def _stats(xs) -> dict:
     return {'n': len(s), 'min': s[0], 'median': q(0.5), 'p90': q(0.9), 'max': s[-1],
             'mean': round(sum(s) / len(s), 1)}
 
+# %% ../nbs/10_sources.ipynb #da7cbb72
 def row_chars(row: dict, # a canonical row
              ) -> int: # characters of its message content and reasoning
     "Characters of message content (and reasoning) in a canonical row."
@@ -312,7 +315,7 @@ def dedup_keys(row: dict, # a canonical row
     normd = hashlib.blake2b(norm_text(user_text(row)).encode(), digest_size=16).hexdigest()
     return exact, normd
 
-# %% ../nbs/10_sources.ipynb #2a23e010
+# %% ../nbs/10_sources.ipynb #e2932c83
 def _largest_remainder(raw: dict) -> dict:
     "Integer parts of `raw` values, the remainder handed out by largest fraction (ties by key)."
     out = {k: int(v) for k, v in raw.items()}
@@ -320,6 +323,7 @@ def _largest_remainder(raw: dict) -> dict:
     for k in sorted(raw, key=lambda k: (out[k] - raw[k], k))[:left]: out[k] += 1
     return out
 
+# %% ../nbs/10_sources.ipynb #11b5235c
 def scale_quotas(total: int | None, # rows wanted (None or <= 0: no total)
                  quotas: dict | None, # {source: rows}
                 ) -> dict: # the quotas, scaled down to add up to `total` when they exceed it
@@ -455,7 +459,7 @@ def build_mix(sources: list[Source], # the sources, in order: earlier ones win d
     random.Random(o.seed).shuffle(mix)
     return mix, counts
 
-# %% ../nbs/10_sources.ipynb #3ff91c9a
+# %% ../nbs/10_sources.ipynb #f48fd710
 def _pyplot():
     "matplotlib's pyplot on the Agg backend (imported on first use: the module imports fast without it)."
     import matplotlib
@@ -463,6 +467,7 @@ def _pyplot():
     import matplotlib.pyplot as plt
     return plt
 
+# %% ../nbs/10_sources.ipynb #6f5ca729
 def plot_mix(counts: dict, # the counts per source of `build_mix`
              path, # the PNG to write
             ) -> Path: # `path`
@@ -576,12 +581,13 @@ def cmd_sources_list(a) -> int:
               f'{s.license[:34]:<34} {s.where()}')
     return 0
 
-# %% ../nbs/10_sources.ipynb #92b974ed
+# %% ../nbs/10_sources.ipynb #0d6a93ae
 def repair_label(name: str, # a structural repair (`schema.fix_row`)
                 ) -> str: # `name (class)`, or `name` when schema does not classify it
     "A repair's name with its class from `schema.REPAIRS` (format-only or meaning-changing)."
     return f'{name} ({REPAIRS[name].kind})' if name in REPAIRS else name
 
+# %% ../nbs/10_sources.ipynb #6c4f8d71
 def cmd_sources_normalize(a) -> int:
     "`dflash-nb sources normalize`: a local file to canonical rows, with the counts."
     c = normalize_file(a.source, a.input, a.output, a.quarantine, a.limit,
@@ -595,7 +601,7 @@ def cmd_sources_normalize(a) -> int:
         print(f'  {v:>6}  records with field {k!r}: not mapped (left out)')
     return 0
 
-# %% ../nbs/10_sources.ipynb #f3cba025
+# %% ../nbs/10_sources.ipynb #96a40e65
 def _expected_line(e: dict) -> str:
     "One line of `sources detect`'s answer for a normalizer that did not read the file."
     has = f'has {", ".join(e["present"])}; ' if e['present'] else ''
@@ -606,6 +612,7 @@ def _expected_line(e: dict) -> str:
     else: why = has + f'lacks {", ".join(e["missing"])}'
     return f'  {e["normalizer"]:<20} expects {e["expects"]:<34} {why}'
 
+# %% ../nbs/10_sources.ipynb #6a7acd6a
 def cmd_sources_detect(a) -> int:
     "`dflash-nb sources detect FILE`: which normalizers read it, or what each expected."
     d = detect_format(a.file, n=a.sample)
@@ -682,7 +689,7 @@ def mix_summary(rows: list[dict], # the mix
                 unmapped_fields={k: dict(c['unmapped_fields']) for k, c in counts.items()
                                  if c.get('unmapped_fields')})
 
-# %% ../nbs/10_sources.ipynb #da7f1365
+# %% ../nbs/10_sources.ipynb #e0cf6b2c
 def _survey(stage: Stage, extra: dict) -> list[dict]:
     "The survey entries of the sources the stage's `survey` names (timed)."
     p = stage.params
@@ -690,6 +697,7 @@ def _survey(stage: Stage, extra: dict) -> list[dict]:
         return [survey_source(get_source(n, extra), n=p['survey_rows'])
                 for n in survey_names(p['survey'], p['sources'], extra)]
 
+# %% ../nbs/10_sources.ipynb #15729f46
 def _mix_sources(stage: Stage, extra: dict) -> list[Source]:
     "The mix's sources; their local files are the stage's inputs (editing one makes the stage stale)."
     srcs = [get_source(n, extra) for n in stage.params['sources']]
@@ -699,6 +707,7 @@ def _mix_sources(stage: Stage, extra: dict) -> list[Source]:
             except SourceUnavailable: pass
     return srcs
 
+# %% ../nbs/10_sources.ipynb #aa066665
 def _stage_mix(stage: Stage, srcs: list[Source], q: Quarantine, log) -> tuple[list[dict], dict]:
     "`build_mix` with the stage's settings (timed)."
     p = stage.params
@@ -706,6 +715,7 @@ def _stage_mix(stage: Stage, srcs: list[Source], q: Quarantine, log) -> tuple[li
         return build_mix(srcs, from_declared(MixOptions, p), quarantine=q, repairs=DEFAULT_REPAIRS + tuple(p['repairs']),
                          log=log.info)
 
+# %% ../nbs/10_sources.ipynb #8bb30e97
 def _write_mix(stage: Stage, rows: list[dict], counts: dict, report: list[dict], q: Quarantine) -> int:
     "Write the mix, its quarantine, `survey.json` and the two plots, each a declared output; returns the rows written."
     n = write_jsonl(stage.output(stage.path('prompts.jsonl')), rows)
@@ -716,13 +726,14 @@ def _write_mix(stage: Stage, rows: list[dict], counts: dict, report: list[dict],
     stage.output(plot_lengths(report, stage.path('lengths.png')))
     return n
 
-# %% ../nbs/10_sources.ipynb #5be316b8
+# %% ../nbs/10_sources.ipynb #454bae4e
 def _log_mix(log, s: dict):
     "The stage's one-line account of the mix."
     log.info('10_sources: %d rows in the mix from %d records read; not kept: %d rejected (quarantined), %d too short, '
              '%d too long, %d duplicates, %d beyond the quotas', s['rows'], s['read'], s['rejected'], s['too_short'],
              s['too_long'], s['dup_exact'] + s['dup_normalized'], s['candidates'] - s['rows'])
 
+# %% ../nbs/10_sources.ipynb #3528b135
 def sources_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `params` holds its checked parameters
                  ) -> dict: # the mix's summary (`mix_summary`), the manifest's counts
     "Run `10_sources`: survey, build the mix, write it with its quarantine, survey and plots, finish the manifest."

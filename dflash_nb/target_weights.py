@@ -40,7 +40,7 @@ def load_target_head(path, device='cpu', dtype=torch.float32):
     head.weight = nn.Parameter(W, requires_grad=False)
     return embed, head.to(device).requires_grad_(False)
 
-# %% ../nbs/80d_target_weights.ipynb #63545f37
+# %% ../nbs/80d_target_weights.ipynb #319b3e39
 def load_target_norm(path):
     "The target's frozen final norm (fp32, CPU): its own module class (built on the meta device, the rest never loaded) with its weights."
     from safetensors import safe_open
@@ -54,6 +54,7 @@ def load_target_norm(path):
     with safe_open(str(p / wmap[key]), 'pt') as f: norm.weight.data.copy_(f.get_tensor(key))
     return norm.float().requires_grad_(False)
 
+# %% ../nbs/80d_target_weights.ipynb #8eb3c3ec
 class FinalNormed:
     "Rows of `data` with `target_last`: the target's final `norm` applied to their stored raw `last_hidden`."
     def __init__(self, data, norm): self.data, self.norm = data, norm

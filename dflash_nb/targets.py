@@ -49,7 +49,7 @@ def describe_target(spec: str, device: str) -> dict:
             'has_chat_template': bool(tok.chat_template), 'generation_prompt': gen_prompt,
             'hidden_states_layout': hidden_states_layout(model, ids), 'load_s': round(load_s, 3)}
 
-# %% ../nbs/01_targets.ipynb #d7aa9556
+# %% ../nbs/01_targets.ipynb #95b97551
 def _target_info(stage: Stage, target: str, device: str) -> dict:
     "`describe_target`, with the SmolLM2 conversion's record when the target has one; the steps timed on `stage`."
     with stage.timer('resolve'): path = resolve_target(target)
@@ -57,6 +57,7 @@ def _target_info(stage: Stage, target: str, device: str) -> dict:
     conv = Path(path) / 'conversion.json'
     return {**info, 'conversion': read_json(conv)} if conv.exists() else info
 
+# %% ../nbs/01_targets.ipynb #acf93e41
 def targets_stage(stage: Stage, # the opened stage (`pipeline.open_stage`): `params`: target, seed, device
                  ) -> dict: # the target's description, as written to `target.json`
     "Run `01_targets`: make the run's target available offline, describe it into `target.json`, finish the manifest."

@@ -20,7 +20,7 @@ __all__ = ['generation_mask', 'compare_with_generation_mask', 'mask_html', 'show
            'placeholder_supervision', 'mask_check', 'format_mask_check', 'load_tokenizer_spec', 'read_prompts',
            'quarantine_failures', 'prompt_only_report', 'templates_stage']
 
-# %% ../nbs/20_templates.ipynb #8df3dd01
+# %% ../nbs/20_templates.ipynb #97e73bd8
 def generation_mask(
     tokenizer,  # the tokenizer
     messages,  # the conversation
@@ -35,6 +35,7 @@ def generation_mask(
                                         return_dict=True, return_assistant_tokens_mask=True, **kw)
     return list(out['input_ids']), list(out['assistant_masks'])
 
+# %% ../nbs/20_templates.ipynb #b5772b08
 def _diff_class(k, ours, theirs, offs, text, turns) -> str:
     "Why token `k` is supervised by one mask and not the other."
     s, e = offs[k]
@@ -68,7 +69,7 @@ def compare_with_generation_mask(
     return {'comparable': True, 'agree': diff['other'] == 0, 'exact': ours == theirs, 'diff': diff,
             'examples': examples}
 
-# %% ../nbs/20_templates.ipynb #8278f3e6
+# %% ../nbs/20_templates.ipynb #6109846d
 def mask_html(
     tokenizer,  # the tokenizer
     input_ids,  # token ids
@@ -89,6 +90,7 @@ def mask_html(
             + (f' (first {n} shown)' if n < len(input_ids) else '') + '</div>')
     return head + '<div style="font:12px monospace;line-height:1.6;white-space:normal;word-break:break-all">' + ''.join(parts) + '</div>'
 
+# %% ../nbs/20_templates.ipynb #f9066a77
 def show_mask(
     tokenizer,  # the tokenizer
     messages,  # the conversation
@@ -104,13 +106,14 @@ def show_mask(
     display(h)
     return h
 
-# %% ../nbs/20_templates.ipynb #aeaf3235
+# %% ../nbs/20_templates.ipynb #96a95bc9
 def is_prompt_only(
     messages,  # the conversation
 ) -> bool:  # True when no message is an assistant turn
     "Whether the conversation has nothing to supervise."
     return not any(isinstance(m, dict) and m.get('role') == 'assistant' for m in messages)
 
+# %% ../nbs/20_templates.ipynb #4caaf2b8
 def placeholder_supervision(
     tokenizer,  # the tokenizer
     chat_template=None,  # a template replacing the tokenizer's own
@@ -125,7 +128,7 @@ def placeholder_supervision(
     toks = [tokenizer.decode([i]) for i, m in zip(ids, mask) if m]
     return {'text': text, 'enable_thinking': enable_thinking, 'supervised_tokens': len(toks), 'tokens': toks}
 
-# %% ../nbs/20_templates.ipynb #7d3d976c
+# %% ../nbs/20_templates.ipynb #2e57efb0
 def _row_repair_ok(r: Renderer, row: dict, enable_thinking, method) -> tuple[str | None, str | None]:
     "(repair, class) of a row when the repaired row gets a mask, else (None, None)."
     name, kind, fixed = schema_repair(row)
@@ -135,6 +138,7 @@ def _row_repair_ok(r: Renderer, row: dict, enable_thinking, method) -> tuple[str
         return name, kind
     except MaskError as e: return (name, kind) if e.reason == 'prompt-only' else (None, None)   # a prompt is kept
 
+# %% ../nbs/20_templates.ipynb #352bd034
 def _check_summary(n: int) -> dict:
     return {'rows': n, 'ok': 0, 'prompt_only': 0, 'failed': 0, 'content_lost': 0, 'reasons': {},
             'split': 0, 'split_samples': 0, 'split_quarantined': 0, 'split_ids': [],
@@ -142,8 +146,10 @@ def _check_summary(n: int) -> dict:
             'tokens': 0, 'supervised_tokens': 0, 'supervised_runs': 0, 'decode_mismatches': 0,
             'turn_methods': {}}
 
+# %% ../nbs/20_templates.ipynb #9657da16
 def _count(d: dict, k): d[k] = d.get(k, 0) + 1
 
+# %% ../nbs/20_templates.ipynb #ace114c4
 def _decode_ok(r: Renderer, out, text, turns, s) -> bool:
     "Whether every supervised run decodes to its located span (up to one merged token before it)."
     pieces = supervised_pieces(r.tokenizer, out['input_ids'], out['loss_mask'])
@@ -151,7 +157,7 @@ def _decode_ok(r: Renderer, out, text, turns, s) -> bool:
     want = [text[t.start:t.end] for t in turns]
     return len(pieces) == len(want) and all(p.endswith(w) and len(p) - len(w) <= 8 for p, w in zip(pieces, want))
 
-# %% ../nbs/20_templates.ipynb #21a44e4e
+# %% ../nbs/20_templates.ipynb #ac31b351
 def _check_failed(r: Renderer, row, out, s, enable_thinking, method) -> dict:
     "Count one failed row; its failure record with the repair that would save it."
     msgs, tools = row_messages(row)
@@ -167,6 +173,7 @@ def _check_failed(r: Renderer, row, out, s, enable_thinking, method) -> dict:
             'error': out['error'],
             'repair': rep, 'repair_kind': kind}
 
+# %% ../nbs/20_templates.ipynb #551268b4
 def _check_ok(r: Renderer, msgs, tools, out, s, enable_thinking, method, decode_check, supervise='all'):
     "Count one mask (a row's, or a split row's sample): tokens, turn methods, the decode check."
     s['tokens'] += len(out['input_ids'])
@@ -174,7 +181,6 @@ def _check_ok(r: Renderer, msgs, tools, out, s, enable_thinking, method, decode_
     text, turns = locate_turns(r, msgs, tools, enable_thinking, method, supervise)
     for t in turns: _count(s['turn_methods'], t.method)
     if decode_check and not _decode_ok(r, out, text, turns, s): s['decode_mismatches'] += 1
-
 
 # %% ../nbs/20_templates.ipynb #ea208fa3
 def _check_split(r: Renderer, row, why, s, enable_thinking, method, decode_check) -> list[dict]:
@@ -193,7 +199,6 @@ def _check_split(r: Renderer, row, why, s, enable_thinking, method, decode_check
             s['split_samples'] += 1
             _check_ok(r, x['messages'], tools, o, s, enable_thinking, method, decode_check, 'last')
     return []
-
 
 # %% ../nbs/20_templates.ipynb #4662e684
 def mask_check(
@@ -238,13 +243,14 @@ def format_mask_check(
     if s['repairs']: out += ['', fmt_table([{'repair found': k, 'rows': n, 'class': repair_kind(k.split('+'))} for k, n in s['repairs'].items()], width)]
     return '\n'.join(out)
 
-# %% ../nbs/20_templates.ipynb #7c15db33
+# %% ../nbs/20_templates.ipynb #138f78a1
 def load_tokenizer_spec(
     spec,  # a tokenizer folder or a target spec
 ):  # the tokenizer
     "A tokenizer from a folder or a target spec."
     return load_tokenizer(str(spec))
 
+# %% ../nbs/20_templates.ipynb #4046b26b
 def read_prompts(
     path,  # canonical rows (JSONL): the run's `10_sources/prompts.jsonl`
     limit: int = 0,  # check at most this many rows (0: all)
@@ -290,7 +296,7 @@ def prompt_only_report(
             'placeholder_text': ph['default']['text'], 'placeholder_supervised_tokens': n, 'placeholder': ph,
             'placeholder_total_supervised_tokens': len(ids) * n}
 
-# %% ../nbs/20_templates.ipynb #a3cf851d
+# %% ../nbs/20_templates.ipynb #8f4ec422
 def _stage_inputs(stage: Stage) -> tuple:
     "(the run's rows, tokenizer, renderer): the rows and the chat template declared as inputs, the tokenizer loaded."
     p = stage.params
@@ -301,6 +307,7 @@ def _stage_inputs(stage: Stage) -> tuple:
         r = as_renderer(tok, p['chat_template'])
     return prompts, tok, r
 
+# %% ../nbs/20_templates.ipynb #9777b905
 def _check_rows(stage: Stage, tok, prompts) -> tuple[dict, list, list]:
     "(mask-check summary, failures, rows checked); `mask_failures.jsonl` written, its unreadable lines counted as failed rows."
     p = stage.params
@@ -310,6 +317,7 @@ def _check_rows(stage: Stage, tok, prompts) -> tuple[dict, list, list]:
     assert msum['rows'] == msum['ok'] + msum['prompt_only'] + msum['failed'], msum
     return msum, failures, rows
 
+# %% ../nbs/20_templates.ipynb #c2c10912
 def _report(p: dict, probe: dict, msum: dict, po: dict, failures) -> dict:
     "The stage's `template_report.json`."
     f = probe['features']
@@ -319,6 +327,7 @@ def _report(p: dict, probe: dict, msum: dict, po: dict, failures) -> dict:
             'generation_mask': {'template_has_tags': f['generation_tags'], 'works': f['generation_mask_works']},
             'repairs': sorted({x['repair'] for x in failures if x['repair']})}
 
+# %% ../nbs/20_templates.ipynb #46b04beb
 def _counts(msum: dict, probe: dict) -> dict:
     "The manifest's counts."
     return dict(rows=msum['rows'], rows_masked=msum['ok'], rows_prompt_only=msum['prompt_only'], rows_failed=msum['failed'],

@@ -56,7 +56,7 @@ class TokenizeJob:
 
     def __post_init__(self): check_fields(self)
 
-# %% ../nbs/50_tokenization.ipynb #ec853ce8
+# %% ../nbs/50_tokenization.ipynb #dbe404c0
 def _last_run(mask: list[int]) -> list[int]:
     "Keep only the last contiguous run of ones of `mask`."
     out, i = [0] * len(mask), len(mask) - 1
@@ -66,6 +66,7 @@ def _last_run(mask: list[int]) -> list[int]:
         i -= 1
     return out
 
+# %% ../nbs/50_tokenization.ipynb #63d4dba8
 def _row_error(row) -> str | None:
     "Why a parsed line is not even a conversation to mask (None: it is one)."
     if not isinstance(row, dict): return f'bad row: expected an object, got {type(row).__name__}'
@@ -76,11 +77,12 @@ def _row_error(row) -> str | None:
     if row.get('tools') is not None and not isinstance(row['tools'], list): return 'bad row: tools is not a list'
     return None
 
+# %% ../nbs/50_tokenization.ipynb #12529209
 def _rejected(reason, row, index, **kw) -> dict:
     return {'reason': reason, 'id': row.get('id') if isinstance(row, dict) else None, 'index': index,
             'unit': 'conversation', 'row': row, **kw}
 
-# %% ../nbs/50_tokenization.ipynb #b5d1253d
+# %% ../nbs/50_tokenization.ipynb #d9359f51
 def _mask_items(rows: list, opts: TokenizeOptions, start: int) -> tuple[list, list, list]:
     "(items to mask, their owners (row position, turn or None), rejected rows) of a batch."
     items, owners, rej = [], [], []
@@ -102,6 +104,7 @@ def _mask_items(rows: list, opts: TokenizeOptions, start: int) -> tuple[list, li
             owners.append((k, j))
     return items, owners, rej
 
+# %% ../nbs/50_tokenization.ipynb #7637caba
 def _masks(tokenizer, items, opts: TokenizeOptions, supervise: str = 'all') -> list[dict]:
     "`assistant_masks` on `items`; a row that makes it raise anything but MaskError is isolated as a `render error`."
     kw = dict(chat_template=opts.chat_template, enable_thinking=opts.enable_thinking, method=opts.mask_method,
@@ -133,7 +136,7 @@ def _split_rows(tokenizer, rows: list, owners: list, results: list, opts: Tokeni
     pairs += list(zip(own, _masks(tokenizer, items, opts, supervise='last')))
     return [o for o, _ in pairs], [res for _, res in pairs], split
 
-# %% ../nbs/50_tokenization.ipynb #85e286e0
+# %% ../nbs/50_tokenization.ipynb #da42dae5
 def _policy(r: dict, j, opts: TokenizeOptions) -> tuple[list, list, bool] | str:
     "(ids, mask, tokens cut, supervised tokens cut) of one mask after the row policy, or the reason it is rejected."
     if 'error' in r: return r['error']
@@ -146,6 +149,7 @@ def _policy(r: dict, j, opts: TokenizeOptions) -> tuple[list, list, bool] | str:
     if sum(mask) < lo: return f'too few supervised tokens: {sum(mask)} < {lo}' + (' after truncation' if cut else '')
     return ids, mask, cut, lost
 
+# %% ../nbs/50_tokenization.ipynb #22e717a8
 def _row_rejections(reasons: list, kept: int, rid: str, index: int, row: dict) -> list[dict]:
     "Quarantine entries of one row: the row itself once when none of it survived, else the failed turns."
     out = []
@@ -154,11 +158,12 @@ def _row_rejections(reasons: list, kept: int, rid: str, index: int, row: dict) -
         out.append({**e, 'unit': 'conversation', 'row': row} if not kept and j == reasons[0][0] else {**e, 'unit': 'turn'})
     return out
 
-# %% ../nbs/50_tokenization.ipynb #e981e4dd
+# %% ../nbs/50_tokenization.ipynb #56d1795e
 def _new_counts(n: int) -> dict:
     return dict(rows_in=n, rows_out=0, conversations_out=0, conversations_dropped=0, content_lost=0,
                 truncated=0, tokens_cut=0, supervised_cut=0, turns_in=0, turns_out=0, rows_split=0, split_samples=0)
 
+# %% ../nbs/50_tokenization.ipynb #af74ab5a
 def _encode_row(row, k: int, results, opts: TokenizeOptions, start: int, c: dict, split: str | None = None) -> tuple[list[dict], list[dict]]:
     "The output rows and the quarantine entries of row `k` from its masks `results` [(turn, mask result)]; `split`: why it was split."
     rid, src, out = str(row.get('id') if row.get('id') is not None else f'row-{start + k}'), str(row.get('source') or ''), []
@@ -203,7 +208,7 @@ def encode_rows(
     c['conversations_dropped'] = sum(e['unit'] == 'conversation' for e in rej)
     return out, sorted(rej, key=lambda e: (e['index'], e.get('turn', -1))), c
 
-# %% ../nbs/50_tokenization.ipynb #6106ba65
+# %% ../nbs/50_tokenization.ipynb #13f93752
 _W: dict = {}     # per-process worker state: tokenizer, options, work folder
 _NP = {'int8': 'int8', 'int32': 'int32', 'int64': 'int64'}
 
@@ -213,6 +218,7 @@ def _schema(dtype: str):
     return pa.schema([('id', pa.string()), ('source', pa.string()), ('input_ids', pa.list_(it)),
                       ('loss_mask', pa.list_(mt)), ('seq_len', pa.int64())])
 
+# %% ../nbs/50_tokenization.ipynb #ad57e1ae
 def _table(rows: list[dict], dtype: str):
     "An Arrow table of output rows, the list columns built from flat numpy buffers."
     import pyarrow as pa, numpy as np   # heavy: see count_tokens
@@ -231,15 +237,17 @@ def _table(rows: list[dict], dtype: str):
             pa.array([r['seq_len'] for r in rows], pa.int64())]
     return pa.Table.from_arrays(cols, schema=sch)
 
+# %% ../nbs/50_tokenization.ipynb #078888f8
 def _write_arrow(table, path):
     import pyarrow as pa   # heavy: see count_tokens
     with atomic_write(path, 'wb') as f:
         with pa.ipc.new_stream(f, table.schema) as w: w.write_table(table, max_chunksize=1000)
 
-# %% ../nbs/50_tokenization.ipynb #255591c4
+# %% ../nbs/50_tokenization.ipynb #8e8f398e
 def _chunk_paths(work: Path, k: int) -> tuple[Path, Path]:
     return work / f'chunk-{k:06d}.arrow', work / f'chunk-{k:06d}.json'
 
+# %% ../nbs/50_tokenization.ipynb #7308771c
 def _parse_lines(lines, start: int) -> list:
     "Parsed rows of raw lines; a line that is not JSON becomes an `_error` record with its line number."
     rows = []
@@ -248,6 +256,7 @@ def _parse_lines(lines, start: int) -> list:
         except ValueError as e: rows.append({'_error': str(e), '_line': start + n + 1, '_raw': line[:2000]})
     return rows
 
+# %% ../nbs/50_tokenization.ipynb #a255b9df
 def _process_chunk(args) -> dict:
     "Encode chunk `k` and write its Arrow file, then its JSON (counts, seconds, quarantine entries)."
     k, start, lines = args
@@ -261,6 +270,7 @@ def _process_chunk(args) -> dict:
                {'chunk': k, 'start': start, 'counts': c, 'seconds': round(time.time() - t, 4), 'rejected': rej}, indent=None)
     return c
 
+# %% ../nbs/50_tokenization.ipynb #657740e2
 def _init_worker(state):
     "A pool worker's setup; SIGTERM back to its default, so `Pool.terminate` ends it whatever handler it inherited."
     signal.signal(signal.SIGTERM, signal.SIG_DFL)   # a parent's handler (a kernel's, a test runner's) let it wait on forever
@@ -269,7 +279,7 @@ def _init_worker(state):
         _W.update(tokenizer=load_tokenizer(state['tokenizer_spec']))
     _W.update(opts=state['opts'], work=state['work'], key=state['key'])
 
-# %% ../nbs/50_tokenization.ipynb #b1eb2635
+# %% ../nbs/50_tokenization.ipynb #1e8a26d6
 def _iter_chunks(path, chunk_rows: int) -> Iterator[tuple[int, int, list[str]]]:
     "(chunk index, index of its first row, raw lines) over the non-blank lines of a JSONL file."
     with open(path, encoding='utf-8', errors='replace') as f:
@@ -283,6 +293,7 @@ def _iter_chunks(path, chunk_rows: int) -> Iterator[tuple[int, int, list[str]]]:
                 buf, k, start = [], k + 1, n
         if buf: yield k, start, buf
 
+# %% ../nbs/50_tokenization.ipynb #fca7dc56
 def tokenizer_key(
     tokenizer,  # the tokenizer
     chat_template=None,  # the `.jinja` file replacing its template, if any
@@ -294,7 +305,7 @@ def tokenizer_key(
             'vocab': obj_hash(sorted(vocab.items(), key=lambda x: x[1])),
             'template': obj_hash(tpl or '')}
 
-# %% ../nbs/50_tokenization.ipynb #9ad70a21
+# %% ../nbs/50_tokenization.ipynb #53f7b4da
 def _work_key(work: Path, input_path, tokenizer, tokenizer_spec, opts, chunk_rows, echo) -> str:
     "The key of this run's work; work left by a different key is discarded."
     key = obj_hash({'opts': asdict(opts), 'tokenizer': tokenizer_key(tokenizer, opts.chat_template),
@@ -307,6 +318,7 @@ def _work_key(work: Path, input_path, tokenizer, tokenizer_spec, opts, chunk_row
     write_json(kp, {'key': key, 'options': asdict(opts), 'tokenizer_spec': tokenizer_spec})
     return key
 
+# %% ../nbs/50_tokenization.ipynb #1e54a172
 def _run_chunks(gen, num_proc: int, state: dict) -> int:
     "Encode the chunks of `gen` here (`num_proc` 1) or in a pool of forked workers; the number encoded."
     import multiprocessing as mp
@@ -348,12 +360,14 @@ def encode_file(
     complete = rest == 0 and all(_chunk_paths(work, k)[1].exists() for k in range(n['total']))
     return {'chunks': n['total'], 'done_before': n['before'], 'done_now': done, 'complete': complete}
 
-# %% ../nbs/50_tokenization.ipynb #b184f6c5
+# %% ../nbs/50_tokenization.ipynb #b7e3762f
 class EmptyDatasetError(RuntimeError):
     "Tokenization produced no rows; the message gives the quarantine reasons."
 
+# %% ../nbs/50_tokenization.ipynb #f2ff36ae
 def _reason_kind(reason: str) -> str: return reason.split(':', 1)[0].strip()
 
+# %% ../nbs/50_tokenization.ipynb #e2bcb0cc
 def _read_chunk(m: Path, q: Quarantine, acc: dict):
     "Add one finished chunk to the accumulators: counts, quarantine, its table, token counts, lengths."
     import numpy as np   # heavy: see count_tokens
@@ -408,7 +422,7 @@ def assemble(
             'num_shards': num_shards,
             'worker_seconds': round(acc['seconds'], 3)}
 
-# %% ../nbs/50_tokenization.ipynb #185fab3e
+# %% ../nbs/50_tokenization.ipynb #1d52bc8f
 def target_vocab_size(
     target: str,  # the target spec
     tokenizer,  # its tokenizer
@@ -424,6 +438,7 @@ def target_vocab_size(
     except Exception: pass
     return len(tokenizer)
 
+# %% ../nbs/50_tokenization.ipynb #78f2faeb
 def _stats(a) -> dict:
     import numpy as np   # heavy: see count_tokens
     if not len(a): return {}
@@ -431,6 +446,7 @@ def _stats(a) -> dict:
     return {'min': int(a.min()), 'mean': round(float(a.mean()), 1), 'p50': int(q[0]), 'p90': int(q[1]),
             'p99': int(q[2]), 'max': int(a.max())}
 
+# %% ../nbs/50_tokenization.ipynb #41dafff1
 def _write_vocab(out_dir: Path, freq: dict, draft_vocab_size: int, V: int):
     "`token_freq.pt`, `d2t.npy` and `t2d.npy`; returns (d2t, t2d)."
     import numpy as np   # heavy: see count_tokens
@@ -522,7 +538,7 @@ def plot_lengths(
     plt.close(fig)
     return fig
 
-# %% ../nbs/50_tokenization.ipynb #eb70d3d9
+# %% ../nbs/50_tokenization.ipynb #80845700
 def _row_box(tokenizer, r, max_tokens: int) -> str:
     "One row as HTML: its tokens, supervised ones in green."
     ids, mask, toks = list(r['input_ids'])[:max_tokens], list(r['loss_mask'])[:max_tokens], []
@@ -533,6 +549,7 @@ def _row_box(tokenizer, r, max_tokens: int) -> str:
     return (f'<div style="font-family:monospace;font-size:12px;margin:6px 0;padding:4px;border:1px solid #ccc">'
             f'<b>{html.escape(str(r["id"]))}</b> ({r["seq_len"]} tokens, {sum(r["loss_mask"])} supervised)<br>' + ''.join(toks) + more + '</div>')
 
+# %% ../nbs/50_tokenization.ipynb #86b5c5ed
 def show_rows(
     tokenizer,  # the tokenizer
     rows,  # output rows (dicts or a dataset)
@@ -558,7 +575,7 @@ def stage_input(
                                           '(run the convert stage, 30, or regeneration, 40, first)')
     return run_dir / found[0]
 
-# %% ../nbs/50_tokenization.ipynb #fad70be4
+# %% ../nbs/50_tokenization.ipynb #32295e51
 def tokenization_line(rep: dict,  # the stage's report (`tokenize_conversations`)
                      ) -> str:    # one line for the log and the chain's console
     "The stage's summary in one line: rows in and out, the quarantined by reason, the truncation, the splits."
@@ -570,6 +587,7 @@ def tokenization_line(rep: dict,  # the stage's report (`tokenize_conversations`
             f"quarantined{f' ({q}{lost})' if q else ''}; {rep['rows_out']} samples out, {cut}; {rep['rows_split']} rows split "
             f"into {rep['split_samples']} per-turn samples; {rep['tokens']:,} tokens ({rep['supervised_tokens']:,} supervised)")
 
+# %% ../nbs/50_tokenization.ipynb #d0239028
 def truncation_warning(rep: dict,  # the stage's report
                       ) -> str | None:  # the warning, when most samples were truncated
     "A warning when most samples were cut at `max_seq_len`."
@@ -655,7 +673,7 @@ def _add_run_args(r):
     r.add_argument('--target', required=True, help='target spec whose tokenizer and template to use')
     add_declared_options(r, _T, DECLARED_OPTIONS, flags={'ids_dtype': ['--dtype']})
 
-# %% ../nbs/50_tokenization.ipynb #27296c48
+# %% ../nbs/50_tokenization.ipynb #db1ddb19
 def _run_cmd(a) -> int:
     "`tokenization run`: check the numbers and the rows first, then tokenize."
     n = check_input(a.input, chat_template=a.chat_template)   # the rows first: cheap, no tokenizer needed
@@ -670,6 +688,7 @@ def _run_cmd(a) -> int:
     print(json.dumps(rep, indent=2))
     return 0
 
+# %% ../nbs/50_tokenization.ipynb #d29b2cd3
 def register_cli(
     sub,  # the CLI's argparse sub-parsers
 ):

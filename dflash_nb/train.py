@@ -154,7 +154,7 @@ def collate(rows, max_len=None):
         for i, (r, x) in enumerate(zip(rows, ids)): out[name][i, :len(x)] = r[key][:len(x)]
     return out
 
-# %% ../nbs/80_train.ipynb #99b4e1b8
+# %% ../nbs/80_train.ipynb #32ebc5c0
 def pad_batch(b: dict, T: int | None = None, rows: int | None = None) -> dict:
     "Pad a collated batch (with `anchors`, `valid`) to `T` positions and `rows` rows: zeros, length 0, invalid anchors."
     out = {}
@@ -165,6 +165,7 @@ def pad_batch(b: dict, T: int | None = None, rows: int | None = None) -> dict:
         out[k] = v
     return out
 
+# %% ../nbs/80_train.ipynb #3f5ecd01
 def max_row_length(data, rows=None) -> int:
     "The longest row of `data` (from a `FeatureStore`'s index when there is one, else by reading the rows)."
     meta = getattr(data, 'meta', None)
@@ -174,7 +175,7 @@ def max_row_length(data, rows=None) -> int:
         return max(int(meta['samples'][i]['length']) for i in sel)
     return max(len(data[i]['input_ids']) for i in (range(len(data)) if rows is None else rows))
 
-# %% ../nbs/80_train.ipynb #4e52f913
+# %% ../nbs/80_train.ipynb #0d19706d
 def shard_drafter(model, group=None, device='cpu'):
     "FSDP2: `fully_shard` every draft layer, then the whole drafter (fc, norms), over `group` (default: all ranks)."
     import torch.distributed as dist
@@ -185,6 +186,7 @@ def shard_drafter(model, group=None, device='cpu'):
     fully_shard(model, mesh=mesh)
     return model
 
+# %% ../nbs/80_train.ipynb #1902c817
 class _DDPView(nn.Module):
     "Expose the DDP-wrapped drafter's forward with the drafter's `config` (what `dflash_loss` reads)."
     def __init__(self, ddp, config):
@@ -225,7 +227,7 @@ class Trainer:
         self.ckpt = Checkpointer(self.out_dir and self.out_dir / 'checkpoints', cfg.ckpt_every, cfg.keep_checkpoints,
                                  self.rank, self._barrier)
 
-# %% ../nbs/80_train.ipynb #9232eef8
+# %% ../nbs/80_train.ipynb #a2b4f001
 @patch
 def _setup_parallel(self: Trainer):
     self.ddp, self.fsdp, self.net = None, False, self.model
@@ -237,10 +239,12 @@ def _setup_parallel(self: Trainer):
         self.ddp = DDP(self.model, device_ids=[self.device.index] if self.device.type == 'cuda' else None, process_group=self.group)
         self.net = _DDPView(self.ddp, self.model.config)
 
+# %% ../nbs/80_train.ipynb #62785f04
 @patch
 def _barrier(self: Trainer):
     if self.world > 1: torch.distributed.barrier(group=self.group)
 
+# %% ../nbs/80_train.ipynb #392ff2b5
 @patch
 def _all_sum(self: Trainer, t):
     "Sum a (CPU) tensor over the trainer ranks (through this rank's GPU under NCCL, which reduces only CUDA tensors)."
@@ -265,7 +269,7 @@ def _setup_optimizers(self: Trainer):
     self.warmup_steps, self.plan = math.ceil(cfg.warmup_ratio * self.total_steps), None   # plan: `plan_budget`'s
     self.scheds = build_schedulers(self.opts, cfg, self.total_steps, self.warmup_steps)
 
-# %% ../nbs/80_train.ipynb #0f05ef39
+# %% ../nbs/80_train.ipynb #965e55a3
 @patch
 def _setup_head(self: Trainer, embed, lm_head):
     self.amp = amp_dtype(self.cfg.amp, str(self.device)) is not None   # auto: bf16 where the probe finds it native and faster
@@ -273,12 +277,14 @@ def _setup_head(self: Trainer, embed, lm_head):
     if self.amp and self.lm_head.weight.dtype == torch.float32:   # the frozen head in its autocast dtype (a copy)
         self.lm_head = _frozen_linear(self.lm_head.weight.to(torch.bfloat16))
 
+# %% ../nbs/80_train.ipynb #30128867
 def _frozen_linear(W):
     "A bias-free `nn.Linear` holding the frozen weight `W [out, in]`."
     head = nn.Linear(W.shape[1], W.shape[0], bias=False, device='meta')
     head.weight = nn.Parameter(W, requires_grad=False)
     return head
 
+# %% ../nbs/80_train.ipynb #8c0edd0a
 @patch
 def _setup_shapes(self: Trainer):
     cfg = self.cfg
@@ -294,6 +300,7 @@ def _setup_shapes(self: Trainer):
     self.loss_options = LossOptions(gamma=self.gamma, backend=self.backend, loss_slots=cfg.loss_slots, crop=not self.bucketing,
                                     position_weights=cfg.position_weights, dpace_alpha=cfg.dpace_alpha, loss_norm=cfg.loss_norm)
 
+# %% ../nbs/80_train.ipynb #f392eb51
 @patch(as_prop=True)
 def history(self: Trainer) -> list[dict]:
     "The logged windows so far (`Metrics.history`)."
@@ -322,7 +329,7 @@ def fit(self: Trainer, resume: bool = True, stop_after: int | None = None) -> di
     if pbar is not None: pbar.close()
     return self.finish(t0, stopped)
 
-# %% ../nbs/80_train.ipynb #50970350
+# %% ../nbs/80_train.ipynb #98daf57e
 _PLAN_SKIP, _PLAN_STEPS = 5, 50   # steps of a fit left untimed (first allocations and compiles); then a plan every 50 steps
 
 @patch
@@ -343,6 +350,7 @@ def plan_budget(self: Trainer, t0: float, step0: int) -> bool:
     self.set_horizon(fits, warm)
     return True
 
+# %% ../nbs/80_train.ipynb #548f1f10
 @patch
 def set_horizon(self: Trainer, steps: int, warmup_steps: int):
     "End the run and its schedules at step `steps`, after `warmup_steps` of warmup, going on from this step."
@@ -350,7 +358,7 @@ def set_horizon(self: Trainer, steps: int, warmup_steps: int):
     self.warmup_steps = warmup_steps
     self.scheds = build_schedulers(self.opts, self.cfg, steps, warmup_steps, self.step)
 
-# %% ../nbs/80_train.ipynb #9ecd204e
+# %% ../nbs/80_train.ipynb #e34045b0
 @patch
 def resume(self: Trainer) -> Path | None:
     "Continue from the latest checkpoint, if any: weights, optimizers, schedules, progress, metrics and RNGs."
@@ -358,6 +366,7 @@ def resume(self: Trainer) -> Path | None:
     if path is not None: self.load_checkpoint(path)
     return path
 
+# %% ../nbs/80_train.ipynb #a4683f6e
 @patch
 def load_checkpoint(self: Trainer, path):
     "Continue from checkpoint `path` (with its planned end, when `plan_budget` moved it)."
@@ -372,8 +381,10 @@ def load_checkpoint(self: Trainer, path):
     set_rng_state(st['rng'])
     self.log(f'resumed from {path} (step {self.step}, epoch {self.epoch}, step {self.step_in_epoch} of the epoch)')
 
+# %% ../nbs/80_train.ipynb #f1e9c1f6
 def _as_list(x): return x if isinstance(x, list) else [x]     # a checkpoint from before two optimizers: one state
 
+# %% ../nbs/80_train.ipynb #8e9d209a
 @patch
 def _load_weights(self: Trainer, model: dict, optimizer):
     if not self.fsdp:
@@ -384,7 +395,7 @@ def _load_weights(self: Trainer, model: dict, optimizer):
     set_model_state_dict(self.model, model, options=StateDictOptions(full_state_dict=True))   # each rank takes its shard
     set_optimizer_state_dict(self.model, self.opts, optimizer, options=StateDictOptions(full_state_dict=True))
 
-# %% ../nbs/80_train.ipynb #7a2f815d
+# %% ../nbs/80_train.ipynb #01181c64
 @patch
 def epoch_batches(self: Trainer, epoch: int) -> list[list[int]]:
     "This rank's micro-batches (lists of data indices) for `epoch`: a seeded permutation, rank-strided."
@@ -395,6 +406,7 @@ def epoch_batches(self: Trainer, epoch: int) -> list[list[int]]:
     bs = self.cfg.batch_size
     return [mine[i:i + bs] for i in range(0, len(mine), bs)]
 
+# %% ../nbs/80_train.ipynb #16d42d0f
 @patch
 def micro_batches(self: Trainer) -> list[list[int]]:
     "The next optimizer step's micro-batches: `grad_accum` of this epoch's, from where the run stands."
@@ -402,7 +414,7 @@ def micro_batches(self: Trainer) -> list[list[int]]:
     i, ga = self.step_in_epoch, self.cfg.grad_accum
     return self._order[1][i * ga:(i + 1) * ga]
 
-# %% ../nbs/80_train.ipynb #bb35556d
+# %% ../nbs/80_train.ipynb #b23b19a9
 @patch
 def _batch(self: Trainer, idx: list[int], epoch: int) -> dict:
     "Micro-batch `idx` of `epoch` on this device: the collated rows, their anchors, their features (online: computed), padded."
@@ -414,6 +426,7 @@ def _batch(self: Trainer, idx: list[int], epoch: int) -> dict:
     if self.bucketing: b = pad_batch(b, bucket_size(b['input_ids'].shape[1], self.seq_buckets), self.cfg.batch_size)
     return b
 
+# %% ../nbs/80_train.ipynb #2658d6b7
 @patch
 def _anchors(self: Trainer, b: dict, idx: list[int], epoch: int) -> tuple:
     "`(anchors, valid)` of collated batch `b`: up to `num_anchors` a row, padded (to their bucket)."
@@ -423,6 +436,7 @@ def _anchors(self: Trainer, b: dict, idx: list[int], epoch: int) -> tuple:
              for j, i in enumerate(idx)]
     return pad_anchors(lists, bucket_size(max(len(a) for a in lists), self.anchor_buckets) if self.bucketing else None)
 
+# %% ../nbs/80_train.ipynb #634b310b
 @patch
 def _online_features(self: Trainer, b: dict) -> dict:
     "The features of batch `b` from `feature_fn` (and the target's labels when it returns them)."
@@ -431,7 +445,7 @@ def _online_features(self: Trainer, b: dict) -> dict:
     with torch.no_grad(): f = self.feature_fn(b['input_ids'], am)
     return f if isinstance(f, dict) else {'features': f}
 
-# %% ../nbs/80_train.ipynb #d5378949
+# %% ../nbs/80_train.ipynb #6e631af0
 @patch
 def optimizer_step(self: Trainer, group: list[list[int]]):
     "One optimizer step on the micro-batches `group`: gradients accumulated, clipped, every optimizer and schedule stepped."
@@ -446,6 +460,7 @@ def optimizer_step(self: Trainer, group: list[list[int]]):
     self.step_in_epoch += 1
     if self.step_in_epoch >= self.steps_per_epoch: self.epoch, self.step_in_epoch = self.epoch + 1, 0
 
+# %% ../nbs/80_train.ipynb #3fc7594b
 @patch
 def micro_step(self: Trainer, b: dict, n: int, last: bool):
     "Forward and backward micro-batch `b`, one of the step's `n`; the ranks reduce the gradients on the `last` only."
@@ -454,12 +469,14 @@ def micro_step(self: Trainer, b: dict, n: int, last: bool):
         (out['loss'] / n).backward()
     self.metrics.add(out, b, n)
 
+# %% ../nbs/80_train.ipynb #df91e119
 @patch
 def grad_sync(self: Trainer, last: bool):
     "The context of a micro-batch's backward: DDP and FSDP reduce the gradients on the step's `last` micro-batch only."
     if self.fsdp: self.model.set_requires_gradient_sync(last)
     return contextlib.nullcontext() if last or self.ddp is None else self.ddp.no_sync()
 
+# %% ../nbs/80_train.ipynb #9d0b864d
 @patch
 def batch_loss(self: Trainer, b: dict) -> dict:
     "`dflash_loss` of batch `b` (with its `target_labels`) under this trainer's `loss_options`; the drafter's kind picks the loss."
@@ -480,24 +497,26 @@ def target_labels(self: Trainer, b: dict):
                          'labels (raise hidden_states.label_topk)')
     return b['target_ids'][..., :cfg.kl_topk], b['target_logp'][..., :cfg.kl_topk]
 
-# %% ../nbs/80_train.ipynb #57b4b8e5
+# %% ../nbs/80_train.ipynb #3ae8447a
 @patch
 def after_step(self: Trainer):
     "Log the metrics every `log_every` steps and at the last one; checkpoint every `ckpt_every` steps."
     if self.step % self.cfg.log_every == 0 or self.step == self.total_steps: self.log_metrics()
     if self.ckpt.due(self.step): self.save_checkpoint()
 
+# %% ../nbs/80_train.ipynb #15aee4f8
 @patch
 def log_metrics(self: Trainer) -> dict:
     "Close the metrics window at this step (a collective: every rank reduces, rank 0 writes)."
     return self.metrics.log_window(self.step, self.epoch, self.scheds[-1].get_last_lr()[0])
 
+# %% ../nbs/80_train.ipynb #92caa79c
 @patch
 def save_checkpoint(self: Trainer) -> Path | None:
     "Checkpoint this step (every rank calls it: the state is a collective under FSDP); None without an `out_dir`."
     return None if self.ckpt.dir is None else self.ckpt.save(self.step, self.state_dict())
 
-# %% ../nbs/80_train.ipynb #a2ed2567
+# %% ../nbs/80_train.ipynb #d22b6b21
 @patch
 def state_dict(self: Trainer) -> dict:
     "The resumable state (a collective under FSDP)."
@@ -507,6 +526,7 @@ def state_dict(self: Trainer) -> dict:
             'rng': rng_state(), 'train_config': asdict(self.cfg), 'drafter_config': self.model.config.to_json_dict('float32'),
             'world_size': self.world}
 
+# %% ../nbs/80_train.ipynb #cf222da8
 @patch
 def model_state(self: Trainer) -> dict:
     "The full (unsharded) drafter weights; under FSDP a collective (every rank calls it; rank 0 gets the tensors)."
@@ -514,6 +534,7 @@ def model_state(self: Trainer) -> dict:
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, StateDictOptions
     return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
+# %% ../nbs/80_train.ipynb #7e384db7
 @patch
 def _optim_state(self: Trainer) -> dict:
     if not self.fsdp: return [o.state_dict() for o in self.opts]
@@ -528,7 +549,7 @@ def clock(self: Trainer) -> float:
     if self._tick is not None: self.seconds, self._tick = self.seconds + now - self._tick, now
     return self.seconds
 
-# %% ../nbs/80_train.ipynb #7fa9d924
+# %% ../nbs/80_train.ipynb #de5c397b
 @patch
 def out_of_time(self: Trainer, t0: float) -> bool:
     "Whether `max_minutes` since `t0` are spent on any trainer rank (a collective)."
@@ -536,6 +557,7 @@ def out_of_time(self: Trainer, t0: float) -> bool:
     flag = torch.tensor([float(time.time() - t0 > self.cfg.max_minutes * 60)])
     return bool(self._all_sum(flag).item() > 0)
 
+# %% ../nbs/80_train.ipynb #1ed0254b
 @patch
 def finish(self: Trainer, t0: float, stopped: str) -> dict:
     "After the loop: the last window logged, the final checkpoint, eval mode; the run's result."
@@ -634,7 +656,7 @@ def stage_inputs(stage: Stage,  # the open `80_train` stage (its run folder hold
         raise ValueError(f"target_layer_ids {P['target_layer_ids']} differ from the stored features {data.layer_ids}")
     return data, data.layer_ids
 
-# %% ../nbs/80_train.ipynb #5b51d07c
+# %% ../nbs/80_train.ipynb #e50c48d5
 def target_side(P: dict,              # the checked stage parameters
                 tconf: TrainConfig,   # the trainer's settings
                 layer_ids,            # the feature layer ids (None: the DFlash rule)
@@ -658,6 +680,7 @@ def target_side(P: dict,              # the checked stage parameters
     if fdt != torch.float32: lm_head = lm_head.to(fdt)   # CUDA: the head in bf16 (its autocast dtype): 2 bytes/weight, no per-step cast
     return dict(dcfg=dcfg, feature_fn=feature_fn, roles=roles, embed=embed, lm_head=lm_head, mask_id=mask_id, dtype=fdt)
 
+# %% ../nbs/80_train.ipynb #ce611181
 def check_label_source(P: dict, tconf: TrainConfig, data) -> int:
     "The target's top-k labels the loss needs; fails early when the stored features hold fewer, or placement is wrong."
     label_topk = labels_needed(tconf)
@@ -689,7 +712,7 @@ def quarantine_rows(stage: Stage, data, P: dict, tconf: TrainConfig, rank: int, 
     if world > 1: torch.distributed.barrier()
     return keep, q
 
-# %% ../nbs/80_train.ipynb #5a6841ca
+# %% ../nbs/80_train.ipynb #c4d8713e
 def train_summary(res: dict, trainer, data, keep, q, P: dict, world: int, mask_id: int) -> dict:
     "The stage's summary of a finished `fit` (`metrics.json`)."
     last = trainer.history[-1]
@@ -702,6 +725,7 @@ def train_summary(res: dict, trainer, data, keep, q, P: dict, world: int, mask_i
             'parallel': P['parallel'] if trainer.world > 1 else 'single', 'placement': P['placement'],
             'grad_checkpointing': P['grad_checkpointing']}
 
+# %% ../nbs/80_train.ipynb #d640a63c
 def finish_train_stage(stage: Stage, trainer, summary: dict, log):
     "Rank 0: write the curves, metrics and manifest; check that the exported drafter loads."
     stage.output(stage.path('drafter'))
@@ -723,6 +747,7 @@ def finish_train_stage(stage: Stage, trainer, summary: dict, log):
     last = summary['final']
     log(f"trained {summary['steps']} steps ({summary['stopped']}): loss {last['loss']:.4f}, acc@1 {last['acc'][0]}, tau {last['tau']:.2f}")
 
+# %% ../nbs/80_train.ipynb #625880c5
 def serve_feature_rank(T: dict, dev, label_topk: int, log) -> dict:
     "A feature rank (`placement='separate'`): serve the target's features to its trainers until they close, then wait for the end."
     (rank, world), d, clients = join_ranks(), T['dcfg'], T['roles']['clients']

@@ -17,7 +17,7 @@ __all__ = ['MIN_TIMED_PROMPTS', 'SPEEDUP_SLACK', 'COLUMNS', 'TAU_MARGIN', 'FEW_P
            'column_legend', 'results_table', 'control_gap', 'set_verdict', 'lossless_verdict', 'drafter_facts',
            'drafter_line', 'training_line', 'advice_line', 'caveats', 'verdict', 'report_md']
 
-# %% ../nbs/92_verdicts.ipynb #b5915b6e
+# %% ../nbs/92_verdicts.ipynb #bc19840f
 def _quantile(xs: list, q: float) -> float:
     "The `q`-quantile of the non-empty `xs`, linearly interpolated (numpy's default)."
     s = sorted(xs)
@@ -25,6 +25,7 @@ def _quantile(xs: list, q: float) -> float:
     lo = int(i)
     return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (i - lo)
 
+# %% ../nbs/92_verdicts.ipynb #7492e2e2
 def timing_stats(gens: list,   # one variant's generations
                  plains: list, # plain decoding of the same prompts, paired by index
                 ) -> dict:     # tokens/s medians; the speedup's median, interquartile range and range
@@ -64,12 +65,13 @@ def timing_verdict(m: dict, # a variant's summary (`summarize`)
     lo, hi = m['speedup_iqr'] if n >= 4 else m['speedup_range']
     return 'within noise' if lo <= 1 <= hi else 'faster' if lo > 1 else 'slower'
 
-# %% ../nbs/92_verdicts.ipynb #0f7dff12
+# %% ../nbs/92_verdicts.ipynb #8f49fe30
 def pooled_tau(gens: list) -> float:
     "Accepted tokens per cycle over all cycles of `gens`."
     acc = [a for g in gens for a in g.accept_lengths]
     return round(sum(acc) / max(len(acc), 1), 4)
 
+# %% ../nbs/92_verdicts.ipynb #b28f164e
 def summarize(gens: list,       # one variant's generations
               plains: list,     # plain decoding of the same prompts, paired by index
               block_size: int,  # the variant's block size (slots in `accept_at`: block_size - 1)
@@ -89,7 +91,7 @@ def summarize(gens: list,       # one variant's generations
          'ties': sum(bool((g.difference or {}).get('tie')) for g in gens)}
     return {**m, 'timing': timing_verdict(m)}
 
-# %% ../nbs/92_verdicts.ipynb #84e2494d
+# %% ../nbs/92_verdicts.ipynb #2322ca73
 def _plot_set(top, bottom, name: str, variants: dict):
     "The two panels of one prompt set."
     for i, (v, m) in enumerate(variants.items()):
@@ -104,6 +106,7 @@ def _plot_set(top, bottom, name: str, variants: dict):
     top.legend(fontsize=7)
     bottom.legend(fontsize=7)
 
+# %% ../nbs/92_verdicts.ipynb #e0309215
 def plot_acceptance(results: dict, # `{set: result}` of `evaluate_set`
                     path=None):    # where to save the PNG
     "Per-position acceptance `P(acc >= k)` (a column per prompt set) and the histogram of `acc + 1` per variant."
@@ -139,15 +142,17 @@ def column_legend() -> str:
     "The table's columns, explained once (markdown)."
     return '\n'.join(f'- **{k}**: {v}' for k, v in COLUMNS.items())
 
-# %% ../nbs/92_verdicts.ipynb #0500ef66
+# %% ../nbs/92_verdicts.ipynb #7b0062bc
 def _fmt(x, spec: str = '.3f', unit: str = '') -> str:
     "A number, or a dash for nothing measured."
     return '—' if x is None else format(x, spec) + unit
 
+# %% ../nbs/92_verdicts.ipynb #a4deeca7
 def _count(n: int, word: str) -> str:
     "`n word`, plural unless n is 1."
     return f"{n} {word}{'s' * (n != 1)}"
 
+# %% ../nbs/92_verdicts.ipynb #60d1b300
 def _row(v: str, m: dict) -> str:
     "The table row of one variant."
     a = list(m.get('accept_at') or []) + [None] * 3
@@ -158,6 +163,7 @@ def _row(v: str, m: dict) -> str:
              m.get('timing', '—'), _fmt(m.get('identical'), '.2f')]
     return '| ' + ' | '.join(map(str, cells)) + ' |'
 
+# %% ../nbs/92_verdicts.ipynb #480d71b4
 def results_table(results: dict) -> str:
     "A markdown table per prompt set (the columns of `COLUMNS`)."
     head = ['| variant | prompts | tau | tau (z-lab) | P(slot1) | P(slot2) | P(slot3) | fwd/token | '
@@ -174,7 +180,7 @@ def results_table(results: dict) -> str:
         lines += head + [_row(v, m) for v, m in r['variants'].items()]
     return '\n'.join(lines)
 
-# %% ../nbs/92_verdicts.ipynb #c8b58618
+# %% ../nbs/92_verdicts.ipynb #ea61da75
 TAU_MARGIN = 0.05    # tau differences smaller than this read as "on par" in the verdict
 FEW_PROMPTS = 50     # fewer prompts in a set than this: the verdict says the error bars are wide
 
@@ -191,6 +197,7 @@ def _vs_plain(m: dict) -> str:
     spread = f', spread {lo:.2f}-{hi:.2f}' if m.get('prompts', 0) > 1 else ''
     return f'{words} plain decoding' + (f' ({sp:.2f}x{spread})' if sp is not None else '')
 
+# %% ../nbs/92_verdicts.ipynb #8b7e4eb5
 def _vs(a: float, b: float, other: str) -> str:
     "Tau `a` against the tau `b` of `other`, in words."
     if a > b + TAU_MARGIN: return f'accepts more than {other} (tau {a:.3f} vs {b:.3f})'
@@ -210,7 +217,7 @@ def control_gap(m: dict, # a control's summary, with the trained drafter's tau o
              f'{MIN_CONTROL_PROMPTS} or more)'] * few + [f'a drafter that accepts drafts (tau above {lo:.2f})'] * flat)
     return f"{' and '.join(why)}: it takes {' and '.join(need)}" if why else None
 
-# %% ../nbs/92_verdicts.ipynb #cf149cc5
+# %% ../nbs/92_verdicts.ipynb #5bc035df
 CONTROL_WORDS = {   # what the trained drafter beating each control, or not, says about it
     'untrained': ('learned from its training', 'is no better than its random initialization'),
     'zeroed': ("uses the target's features", "does not use the target's features: fed zeros, it accepts as much"),
@@ -221,6 +228,7 @@ def _controls(vs: dict) -> list[tuple]:
     "`(name, summary)` of each control (and control drafter) that ran beside the trained drafter."
     return [(v, m) for v, m in vs.items() if m.get('trained_tau_paired') is not None and v != 'prompt_lookup' and '+' not in v]
 
+# %% ../nbs/92_verdicts.ipynb #b2f67e34
 def _control_line(v: str, m: dict) -> str:
     "What control `v` says about the trained drafter on the prompts it ran on; no conclusion when it cannot tell."
     t, gap = m['trained_tau_paired'], control_gap(m)
@@ -228,6 +236,7 @@ def _control_line(v: str, m: dict) -> str:
     said = f'nothing follows: {gap}' if gap else f"the drafter {yes if t > m['tau'] + TAU_MARGIN else no}"
     return f"Against `{v}` (tau {m['tau']:.3f}; trained {t:.3f} on the same {_count(m['prompts'], 'prompt')}) {said}"
 
+# %% ../nbs/92_verdicts.ipynb #6ac89c46
 def set_verdict(name: str, r: dict) -> str:
     "A prompt set's drafter against plain decoding and prompt lookup, and what its controls say (markdown)."
     vs = r.get('variants') or {}
@@ -254,7 +263,7 @@ def lossless_verdict(results: dict, temperature: float, lossless: str = 'enforce
     if ties: return f'- **Lossless up to rounding**: {n - ties} of {n} outputs equal plain decoding token for token{tied} ({how}).'
     return f'- **Lossless**: all {n} outputs of every variant equal plain decoding token for token ({how}).'
 
-# %% ../nbs/92_verdicts.ipynb #83d7fe63
+# %% ../nbs/92_verdicts.ipynb #593bd796
 NEAR_ONE = 1.15                                # a trained tau at most this in every set: "tau near 1"
 USEFUL_RUN = 'dflash-nb run smollm2_quality'   # the shipped run that trains a drafter worth serving (on 2 CPU cores)
 
@@ -271,6 +280,7 @@ def drafter_facts(drafter_dir) -> dict:
                 'rows': t.get('rows_used', t.get('rows_in')), 'metrics': str(m)}
     return facts
 
+# %% ../nbs/92_verdicts.ipynb #c1313277
 def drafter_line(f: dict) -> str:
     "What the drafter is, in words (a markdown item)."
     what = f"{_count(f['layers'], 'layer') if f.get('layers') else '? layers'}, block size {f.get('block_size')}"
@@ -280,7 +290,7 @@ def drafter_line(f: dict) -> str:
     rows = '' if f.get('rows') is None else f" on {_count(f['rows'], 'row')}"
     return f"- **The drafter**: {what}, trained {_count(f['steps'], 'step')}{mins}{rows} (`{f['metrics']}`)."
 
-# %% ../nbs/92_verdicts.ipynb #3400d685
+# %% ../nbs/92_verdicts.ipynb #238c6a56
 def training_line(sets: dict) -> str | None:
     "The trained drafter's tau beside the untrained control's (held-out prompts, a control that can tell first), or None."
     us = [(n, u) for n in sorted(sets, key=lambda n: n != 'held_out')
@@ -294,6 +304,7 @@ def training_line(sets: dict) -> str | None:
     if gap is None: return f'- **What training bought**, on {where}: {said}.'
     return f'- **What training bought** is not known from this evaluation: on {where}, {said}; {gap}.'
 
+# %% ../nbs/92_verdicts.ipynb #9138a69b
 def advice_line(ev: dict) -> str | None:
     "When the trained tau is near 1 in every set: why, and what to run for a useful drafter (a markdown item)."
     taus = [r['variants']['trained']['tau'] for r in ev['sets'].values() if 'trained' in (r.get('variants') or {})]
@@ -303,7 +314,7 @@ def advice_line(ev: dict) -> str | None:
             'a 3-layer drafter, about 90 minutes on 2 CPU cores; its config is the recipe to adapt for another '
             "target) and evaluate its `80_train/drafter`.")
 
-# %% ../nbs/92_verdicts.ipynb #0342dd1b
+# %% ../nbs/92_verdicts.ipynb #70bba317
 def _cpu_caveat(sets: list) -> str:
     "Why CPU timing says little about serving, with the measured cost of a cycle."
     costs = [r['variants']['trained']['forward_cost'] for r in sets
@@ -312,6 +323,7 @@ def _cpu_caveat(sets: list) -> str:
     return (f'Timed on a CPU: {here or "here"}, where a GPU verifies a block in about one, so the speedups do not '
             'carry over to a GPU serving engine; tau, acceptance and forwards per token do.')
 
+# %% ../nbs/92_verdicts.ipynb #05ae90a3
 def caveats(ev: dict, # the evaluation (`eval.json`)
            ) -> list[str]:
     "What the numbers cannot show: few prompts, short answers, CPU timing, controls on a subset, capped conversations."
@@ -329,7 +341,7 @@ def caveats(ev: dict, # the evaluation (`eval.json`)
                           f"can differ: {'; '.join(capped)}.")
     return out
 
-# %% ../nbs/92_verdicts.ipynb #5f18efb6
+# %% ../nbs/92_verdicts.ipynb #74b36adb
 def verdict(ev: dict, # the evaluation (`eval.json`)
            ) -> str:  # the `## Verdict` section (markdown)
     "What the drafter is and what training bought; per set the drafter against plain decoding, prompt lookup and the controls; lossless or not; what to run for a useful drafter; the caveats."
@@ -342,6 +354,7 @@ def verdict(ev: dict, # the evaluation (`eval.json`)
     if note: lines.append(f'- **Target mismatch**: {note}.')
     return '\n'.join(lines + ['', 'What these numbers cannot show:', *[f'- {c}' for c in caveats(ev)]])
 
+# %% ../nbs/92_verdicts.ipynb #627cdff5
 def report_md(ev: dict) -> str:
     "`report.md`: the settings, the columns explained once, a table per prompt set, the verdict last."
     fp = (ev.get('target_check') or {}).get('fingerprint')

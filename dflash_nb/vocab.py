@@ -12,7 +12,7 @@ from .core import atomic_write
 # %% auto #0
 __all__ = ['count_tokens', 'freq_dict', 'save_token_freq', 'load_token_freq', 'build_vocab_mapping']
 
-# %% ../nbs/09b_vocab.ipynb #a372f974
+# %% ../nbs/09b_vocab.ipynb #9335115b
 def count_tokens(
     input_ids,  # flat token ids
     loss_mask,  # the flat mask
@@ -27,6 +27,7 @@ def count_tokens(
     counts[:len(c)] += c
     return counts
 
+# %% ../nbs/09b_vocab.ipynb #83b670d2
 def freq_dict(
     counts,  # numpy counts
 ) -> dict[int, int]:  # the nonzero entries as `{token_id: count}`
@@ -34,7 +35,7 @@ def freq_dict(
     import numpy as np   # heavy: see count_tokens
     return {int(i): int(counts[i]) for i in np.nonzero(counts)[0]}
 
-# %% ../nbs/09b_vocab.ipynb #78738629
+# %% ../nbs/09b_vocab.ipynb #d9e9cb1e
 def save_token_freq(
     freq: dict,  # `{token_id: count}`
     path,  # the `.pt` file
@@ -44,6 +45,7 @@ def save_token_freq(
     with atomic_write(path, 'wb') as f: torch.save({int(k): int(v) for k, v in freq.items()}, f)
     return Path(path)
 
+# %% ../nbs/09b_vocab.ipynb #1d5d4f7d
 def load_token_freq(
     path,  # a `token_freq.pt`
 ) -> dict[int, int]:  # `{token_id: count}`
