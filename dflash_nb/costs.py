@@ -671,8 +671,10 @@ EFFICIENCY = {        # a stage's achieved GFLOP/s over the probe's (in its dtyp
     'train': 0.94,       # 80_train: 200 AdamW steps in 79 s (the quality run's ratio to 'prefill' kept)
     'decode': 0.027,     # 90_evaluate: batch-1 decoding is memory-bound (~0.1 s a SmolLM2 token on 1 or 2 threads)
 }
-OVERHEAD_S = {'01_targets': 19.1, '10_sources': 7.1, '20_templates': 11.9, '30_convert': 1.8, '40_regenerate': 16.5,
-              '50_tokenization': 14.4, '60_hidden_states': 10.9, '80_train': 19.9, '90_evaluate': 10.5}   # seconds: the idle demo
+OVERHEAD_S = {'01_targets': 15.6, '10_sources': 4.4, '20_templates': 10.0, '30_convert': 1.1, '40_regenerate': 16.5,
+              '50_tokenization': 11.0, '60_hidden_states': 10.9, '80_train': 19.9, '90_evaluate': 10.5}   # seconds: the idle demo
+# (the stages without a compute model: two idle demos of 2026-12-08, each stage's kernel started ahead; the others:
+# the calibration demo above, whose efficiencies the tests below derive from them)
 TOKENIZE_PER_S = 100_000   # 50_tokenization: the quality run's 1.09M tokens in 10.9 s
 
 # %% ../nbs/94_costs.ipynb #1820fb4d
